@@ -1,0 +1,34 @@
+"""Read book.yml for the Makefile and the tests: `python scripts/bookinfo.py notebooks|stems|sources`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS_DIR = ROOT / "chapters"
+
+
+def load_book() -> dict:
+    return yaml.safe_load((ROOT / "book.yml").read_text(encoding="utf-8"))
+
+
+def chapter_stems() -> list[str]:
+    return [chapter["file"] for chapter in load_book()["chapters"]]
+
+
+def main(argv: list[str]) -> int:
+    what = argv[1] if len(argv) > 1 else "stems"
+    suffix = {"stems": "", "notebooks": ".ipynb", "sources": ".py"}.get(what)
+    if suffix is None:
+        print(f"usage: {argv[0]} notebooks|stems|sources", file=sys.stderr)
+        return 2
+    prefix = "" if what == "stems" else "chapters/"
+    print(" ".join(f"{prefix}{stem}{suffix}" for stem in chapter_stems()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

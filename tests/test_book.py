@@ -1,0 +1,77 @@
+"""book.yml is the single source of truth: check the chapters it lists and the environment files."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from bookinfo import CHAPTERS_DIR, load_book  # noqa: E402
+
+BOOK = load_book()
+STEMS = [chapter["file"] for chapter in BOOK["chapters"]]
+
+
+def test_book_has_title_authors_and_chapters():
+    assert BOOK["title"].strip()
+    assert BOOK["authors"]
+    assert STEMS, "book.yml lists no chapter"
+    assert len(set(STEMS)) == len(STEMS), "a chapter is listed twice"
+
+
+@pytest.mark.parametrize("chapter", BOOK["chapters"], ids=STEMS)
+def test_every_chapter_has_a_title_and_a_budget(chapter):
+    assert chapter.get("title", "").strip(), f"{chapter['file']}: no title"
+    budget = chapter.get("budget_s")
+    assert isinstance(budget, int) and 0 < budget <= 120, f"{chapter['file']}: budget_s={budget!r}"
+
+
+def test_no_unlisted_chapter_files():
+    on_disk = {p.stem for p in CHAPTERS_DIR.glob("*.py")} | {p.stem for p in CHAPTERS_DIR.glob("*.ipynb")}
+    assert on_disk - set(STEMS) == set(), "chapter files not listed in book.yml"
+
+
+def _cells(notebook):
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_chapter_pair_exists_in_sync_and_executed(stem):
+    source, executed = CHAPTERS_DIR / f"{stem}.py", CHAPTERS_DIR / f"{stem}.ipynb"
+    assert source.exists() and executed.exists(), f"{stem}: needs both .py and .ipynb"
+    from_py = jupytext.read(source)
+    from_ipynb = nbformat.read(executed, as_version=4)
+    assert _cells(from_py) == _cells(from_ipynb), f"{stem}: .py and .ipynb differ; run `make execute CH={stem}`"
+    code_cells = [cell for cell in from_ipynb.cells if cell.cell_type == "code"]
+    never_run = [i for i, cell in enumerate(code_cells) if cell.execution_count is None]
+    assert not never_run, f"{stem}: code cells {never_run} were never executed in the stored notebook"
+
+
+def _requirement_names(requirements):
+    names = set()
+    for requirement in requirements:
+        match = re.match(r"\s*([A-Za-z0-9_.\-]+)", requirement)
+        if match and not requirement.strip().startswith("-"):
+            names.add(match.group(1).lower().replace("_", "-"))
+    return names
+
+
+def test_environment_yml_agrees_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    in_pyproject = _requirement_names(project["dependencies"])
+    for group, requirements in project["optional-dependencies"].items():
+        in_pyproject |= {n for n in _requirement_names(requirements) if n != "k3lite"}
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(item["pip"] for item in environment["dependencies"] if isinstance(item, dict))
+    in_environment = _requirement_names(pip_section)
+    assert in_pyproject == in_environment, (
+        f"only in pyproject: {sorted(in_pyproject - in_environment)}; "
+        f"only in environment.yml: {sorted(in_environment - in_pyproject)}")
