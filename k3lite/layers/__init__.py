@@ -1,0 +1,11 @@
+"""The modules built on ``k3lite.ops``, one file per mechanism.
+
+* ``kda_layer``: the Kimi Delta Attention token mixer (``KDALayer``, ``ShortConv``, ``KDACache``);
+* ``mla``: Multi-head Latent Attention with absorbed decoding (``MLA``, ``MLACache``);
+* ``moe``: sigmoid-routed, latent mixture of experts with SiTU (``MoE``, ``GatedMLP``, ``SigmoidRouter``);
+* ``attnres``: Attention Residuals (``AttnResMixer``, ``AttnResSources``);
+* ``norms``: ``RMSNorm`` and ``GatedRMSNorm``.
+
+Import from the submodules (``from k3lite.layers.mla import MLA``); nothing is imported here, so
+loading one layer never pulls in the others.
+"""

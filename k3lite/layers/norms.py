@@ -1,0 +1,47 @@
+"""Normalisation layers shared by the K3 layers.
+
+RMSNorm is computed in float32 and cast back, so a bfloat16 model normalises with the same
+accuracy as the float32 reference (the square of a bfloat16 activation loses too many bits).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        normed = normed * weight.float()
+    return normed.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with a learned per-channel scale (initialised to one)."""
+
+    def __init__(self, size: int, eps: float = 1e-6):
+        super().__init__()
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"x must end in {self.weight.shape[0]} channels, got shape {tuple(x.shape)}")
+        return rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class GatedRMSNorm(RMSNorm):
+    """``RMSNorm(x) * sigmoid(gate)``: the output normalisation of a KDA layer (per head)."""
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        if gate.shape != x.shape:
+            raise ValueError(f"gate must have the shape of x {tuple(x.shape)}, got {tuple(gate.shape)}")
+        return super().forward(x) * torch.sigmoid(gate)
