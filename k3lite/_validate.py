@@ -1,0 +1,146 @@
+"""Argument checks shared by ``k3lite.ops`` and ``k3lite.kernels``.
+
+Every op of the course takes the same tensors in the same layout (q, k ``[B, T, H, K]``, v
+``[B, T, H, V]``, gates in log space, beta per head, state ``[B, H, K, V]``). Checking them in one
+place means a wrong call fails the same way everywhere: with a ``ValueError`` that names the argument
+and says which shape or range was expected. The kernels package may import this module (and nothing
+else from k3lite), so it depends on torch only.
+
+``step`` functions have no time axis: q, k ``[B, H, K]``, v ``[B, H, V]``; pass ``time_axis=False``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+class Dims(NamedTuple):
+    """Sizes read off q, k, v. ``T`` is None for a single decode step."""
+
+    B: int
+    T: int | None
+    H: int
+    K: int
+    V: int
+
+
+def _layout(time_axis: bool, last: str) -> str:
+    return f"[B, T, H, {last}]" if time_axis else f"[B, H, {last}]"
+
+
+def check_float(name: str, x) -> None:
+    """``x`` must be a floating-point tensor (integer keys or boolean gates are a bug upstream)."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must have a floating-point dtype, got {x.dtype}")
+
+
+def check_qkv(q, k, v, *, time_axis: bool = True) -> Dims:
+    """Check q, k, v against each other and return their sizes."""
+    rank = 4 if time_axis else 3
+    for name, x, last in (("q", q, "K"), ("k", k, "K"), ("v", v, "V")):
+        check_float(name, x)
+        if x.dim() != rank:
+            raise ValueError(f"{name} must have shape {_layout(time_axis, last)}, got {tuple(x.shape)}")
+    if q.shape != k.shape:
+        raise ValueError(
+            f"k must have the same shape as q {_layout(time_axis, 'K')} = {tuple(q.shape)}, got {tuple(k.shape)}"
+        )
+    if v.shape[:-1] != q.shape[:-1]:
+        expected = (*q.shape[:-1], "V")
+        raise ValueError(f"v must have shape {expected} (B, T, H as q), got {tuple(v.shape)}")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise ValueError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if time_axis:
+        B, T, H, K = q.shape
+        if T == 0:
+            raise ValueError(f"q, k, v need at least one token (T >= 1), got shape {tuple(q.shape)}")
+    else:
+        (B, H, K), T = q.shape, None
+    return Dims(B, T, H, K, v.shape[-1])
+
+
+def _expected(dims: Dims, *tail: int) -> tuple[int, ...]:
+    lead = (dims.B, dims.H) if dims.T is None else (dims.B, dims.T, dims.H)
+    return (*lead, *tail)
+
+
+def check_gate(g, dims: Dims, *, per_channel: bool) -> None:
+    """Log-space decay: ``[B, T, H]`` (one per head) or ``[B, T, H, K]`` (one per key channel), all ≤ 0."""
+    check_float("g", g)
+    expected = _expected(dims, dims.K) if per_channel else _expected(dims)
+    if tuple(g.shape) != expected:
+        layout = ("[B, T, H, K]" if per_channel else "[B, T, H]") if dims.T is not None else (
+            "[B, H, K]" if per_channel else "[B, H]")
+        raise ValueError(f"g must have shape {layout} = {expected}, got {tuple(g.shape)}")
+    # exp(g) is the fraction of memory kept; g > 0 would amplify the state and blow it up.
+    if bool((g > 0).any()):
+        raise ValueError(f"g is a log-space decay and must be <= 0 everywhere, got max {g.max().item():.4g}")
+
+
+def check_beta(beta, dims: Dims) -> None:
+    """Write strength, one per head and token, in [0, 2] (above 1 allows negative eigenvalues)."""
+    check_float("beta", beta)
+    expected = _expected(dims)
+    if tuple(beta.shape) != expected:
+        layout = "[B, T, H]" if dims.T is not None else "[B, H]"
+        raise ValueError(f"beta must have shape {layout} = {expected}, got {tuple(beta.shape)}")
+    # I - beta k k^T has eigenvalue 1 - beta along a unit key: outside [0, 2] it grows without bound.
+    if bool(((beta < 0) | (beta > 2)).any()):
+        raise ValueError(
+            f"beta must lie in [0, 2], got min {beta.min().item():.4g}, max {beta.max().item():.4g}"
+        )
+
+
+def check_state(state, dims: Dims, name: str = "initial_state") -> None:
+    """Recurrent memory ``[B, H, K, V]``."""
+    check_float(name, state)
+    expected = (dims.B, dims.H, dims.K, dims.V)
+    if tuple(state.shape) != expected:
+        raise ValueError(f"{name} must have shape [B, H, K, V] = {expected}, got {tuple(state.shape)}")
+
+
+def check_chunk_size(chunk_size) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+
+
+def resolve_scale(scale, K: int) -> float:
+    """The factor applied to q: ``K ** -0.5`` unless given."""
+    if scale is None:
+        return K ** -0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a number or None, got {scale!r}")
+    return float(scale)
+
+
+def resolve_backend(backend, like: torch.Tensor) -> str:
+    """``"auto"`` becomes ``"triton"`` for CUDA tensors and ``"torch"`` otherwise."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "triton" if like.is_cuda else "torch"
+    return backend
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The references run in float32 (float64 stays float64, for gradient checks)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def check_inputs(q, k, v, g=None, beta=None, *, per_channel_gate: bool = False, state=None,
+                 state_name: str = "initial_state", time_axis: bool = True) -> Dims:
+    """All checks of one op call at once; ``g``, ``beta`` and ``state`` are skipped when None."""
+    dims = check_qkv(q, k, v, time_axis=time_axis)
+    if g is not None:
+        check_gate(g, dims, per_channel=per_channel_gate)
+    if beta is not None:
+        check_beta(beta, dims)
+    if state is not None:
+        check_state(state, dims, state_name)
+    return dims

@@ -1,0 +1,131 @@
+r"""Gated DeltaNet: the delta rule with one scalar decay per head and token.
+
+Per head, with a memory ``S`` of shape ``[K, V]``, every token does
+
+.. math::
+
+    S_t = (I - \beta_t k_t k_t^\top)\,\alpha_t S_{t-1} + \beta_t k_t v_t^\top,
+    \qquad o_t = S_t^\top (\text{scale}\cdot q_t),
+
+with ``alpha_t = exp(g_t)`` in (0, 1]: ``g = 0`` is DeltaNet, a very negative ``g`` wipes the
+memory. The decay is applied first and the delta correction is computed against the decayed memory.
+Diff this file against ``kda.py``: the only change is that ``g`` has no channel axis.
+
+Three forms, side by side:
+
+* :func:`recurrent` - the token loop, the definition;
+* :func:`chunked`   - the same numbers from matrix products over chunks of C tokens (WY/UT form);
+* :func:`step`      - one decode token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from k3lite import _validate
+from k3lite.ops._common import heads_first, start_state, tokens_first, triton_call
+
+KIND = "gated_delta_rule"
+
+
+def recurrent(q, k, v, g, beta, *, scale=None, initial_state=None):
+    """Token-by-token reference. Returns ``(o [B, T, H, V], final_state [B, H, K, V])``."""
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=initial_state)
+    scale = _validate.resolve_scale(scale, dims.K)
+    out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    q, k, v = (heads_first(x, dtype) for x in (q, k, v))         # [B, H, T, *]
+    g, beta = (x.transpose(1, 2).to(dtype) for x in (g, beta))   # [B, H, T]
+    S = start_state(initial_state, dims, dtype, q.device)          # [B, H, K, V]
+    outputs = []
+    for t in range(dims.T):
+        # Forget first: the whole memory of the head shrinks by exp(g_t).
+        S = torch.exp(g[:, :, t])[..., None, None] * S
+        # What the decayed memory returns for k_t, and how far that is from v_t.
+        error = v[:, :, t] - torch.einsum("bhk,bhkv->bhv", k[:, :, t], S)
+        # Move the answer stored under k_t a fraction beta_t of the way towards v_t.
+        S = S + torch.einsum("bhk,bhv->bhkv", k[:, :, t], beta[:, :, t, None] * error)
+        outputs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, :, t], S))
+    o = torch.stack(outputs, dim=2)
+    return tokens_first(o, out_dtype), S
+
+
+def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto"):
+    """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``."""
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=initial_state)
+    _validate.check_chunk_size(chunk_size)
+    scale = _validate.resolve_scale(scale, dims.K)
+    if _validate.resolve_backend(backend, q) == "triton":
+        return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
+                           initial_state=initial_state, chunk_size=chunk_size)
+    out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    q, k, v = (heads_first(x, dtype) for x in (q, k, v))
+    g, beta = (x.transpose(1, 2).to(dtype) for x in (g, beta))
+    S = start_state(initial_state, dims, dtype, q.device)
+    outputs = []
+    for start in range(0, dims.T, chunk_size):
+        span = slice(start, start + chunk_size)   # the last chunk may be shorter
+        o_chunk, S = _chunk(scale * q[:, :, span], k[:, :, span], v[:, :, span],
+                            g[:, :, span], beta[:, :, span], S)
+        outputs.append(o_chunk)
+    return tokens_first(torch.cat(outputs, dim=2), out_dtype), S
+
+
+def _decay_between(G):
+    """``exp(G_r - G_i)`` for every pair i <= r of a chunk, 0 above the diagonal: ``[B, H, C, C]``.
+
+    Taken from the difference in log space (``exp(G_r) * exp(-G_i)`` overflows over long spans);
+    the upper triangle, where the difference is positive, is set to -inf before exp.
+    """
+    C = G.shape[-1]
+    log_ratio = G[..., :, None] - G[..., None, :]                # [.., r, i] = G_r - G_i
+    later = torch.ones(C, C, dtype=torch.bool, device=G.device).triu(1)
+    return torch.exp(log_ratio.masked_fill(later, float("-inf")))
+
+
+def _chunk(q, k, v, g, beta, S):
+    """One chunk of C tokens (q already scaled). q, k, v ``[B, H, C, *]``, g, beta ``[B, H, C]``.
+
+    Same derivation as ``kda._chunk``; a scalar decay factors out of the key dot product, so the
+    pairwise terms are plain matrix products scaled by ``exp(G_r - G_i)``.
+    """
+    C = q.shape[-2]
+    G = g.cumsum(dim=-1)                                    # log-decay from chunk start through token r
+    decay = _decay_between(G)                               # [B, H, C, C]
+    kk = (k @ k.transpose(-1, -2)) * decay                  # k_r . k_i exp(G_r - G_i)
+    qk = (q @ k.transpose(-1, -2)) * decay                  # the intra-chunk scores
+    A = beta[..., :, None] * kk.tril(-1)                    # strictly lower: earlier tokens only
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    # Forward substitution for (I + A)^-1 Diag(beta) (the UT transform), on two right-hand sides:
+    W = _solve_unit_lower(eye + A, (beta * torch.exp(G))[..., None] * k)  # how S_0 enters u
+    U = _solve_unit_lower(eye + A, beta[..., None] * v)                    # how the values enter u
+    new_values = U - W @ S                                  # u_r for every token of the chunk
+    # Output: the decayed incoming memory read by q, plus the chunk's own writes seen by q.
+    o = torch.exp(G)[..., None] * (q @ S) + qk @ new_values
+    # Memory at the end: incoming memory decayed over the chunk, plus each write decayed to the end.
+    G_last = G[..., -1:]                                    # [B, H, 1]
+    S = torch.exp(G_last)[..., None] * S + (torch.exp(G_last - G)[..., None] * k).transpose(-1, -2) @ new_values
+    return o, S
+
+
+def _solve_unit_lower(L, rhs):
+    """Solve ``L X = rhs`` for unit lower-triangular L (forward substitution, differentiable)."""
+    return torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
+
+
+def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):
+    """One decode token: q, k ``[B, H, K]``, v ``[B, H, V]``, g and beta ``[B, H]``.
+
+    Returns ``(o [B, H, V], new_state [B, H, K, V])``.
+    """
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=state,
+                                  state_name="state", time_axis=False)
+    scale = _validate.resolve_scale(scale, dims.K)
+    if _validate.resolve_backend(backend, q) == "triton":
+        return triton_call("step", KIND, q, k, v, g, beta, state=state, scale=scale)
+    out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
+    S = torch.exp(g)[..., None, None] * state.to(dtype)
+    error = v - torch.einsum("bhk,bhkv->bhv", k, S)
+    S = S + torch.einsum("bhk,bhv->bhkv", k, beta[..., None] * error)
+    o = torch.einsum("bhk,bhkv->bhv", scale * q, S)
+    return o.to(out_dtype), S

@@ -1,0 +1,137 @@
+r"""Kimi Delta Attention (KDA): the delta rule with one decay per key channel.
+
+Per head, with a memory ``S`` of shape ``[K, V]``, every token does
+
+.. math::
+
+    S_t = (I - \beta_t k_t k_t^\top)\,\mathrm{Diag}(\alpha_t)\,S_{t-1} + \beta_t k_t v_t^\top,
+    \qquad o_t = S_t^\top (\text{scale}\cdot q_t),
+
+with ``alpha_t = exp(g_t)`` in (0, 1]^K. Gated DeltaNet is the case where all K channels of
+``g_t`` are equal; DeltaNet is ``g = 0``. The decay is applied first and the delta correction is
+computed against the decayed memory.
+
+Three forms, side by side:
+
+* :func:`recurrent` - the token loop, the definition;
+* :func:`chunked`   - the same numbers from matrix products over chunks of C tokens (WY/UT form);
+* :func:`step`      - one decode token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from k3lite import _validate
+from k3lite.ops._common import heads_first, start_state, tokens_first, triton_call
+
+KIND = "kda"
+
+
+def recurrent(q, k, v, g, beta, *, scale=None, initial_state=None):
+    """Token-by-token reference. Returns ``(o [B, T, H, V], final_state [B, H, K, V])``."""
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state)
+    scale = _validate.resolve_scale(scale, dims.K)
+    out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    q, k, v, g = (heads_first(x, dtype) for x in (q, k, v, g))   # [B, H, T, *]
+    beta = beta.transpose(1, 2).to(dtype)                          # [B, H, T]
+    S = start_state(initial_state, dims, dtype, q.device)          # [B, H, K, V]
+    outputs = []
+    for t in range(dims.T):
+        # Forget first: channel d of every stored association shrinks by exp(g_t[d]).
+        S = torch.exp(g[:, :, t])[..., None] * S
+        # What the decayed memory returns for k_t, and how far that is from v_t.
+        error = v[:, :, t] - torch.einsum("bhk,bhkv->bhv", k[:, :, t], S)
+        # Move the answer stored under k_t a fraction beta_t of the way towards v_t.
+        S = S + torch.einsum("bhk,bhv->bhkv", k[:, :, t], beta[:, :, t, None] * error)
+        outputs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, :, t], S))
+    o = torch.stack(outputs, dim=2)
+    return tokens_first(o, out_dtype), S
+
+
+def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto"):
+    """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``."""
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state)
+    _validate.check_chunk_size(chunk_size)
+    scale = _validate.resolve_scale(scale, dims.K)
+    if _validate.resolve_backend(backend, q) == "triton":
+        return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
+                           initial_state=initial_state, chunk_size=chunk_size)
+    out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    q, k, v, g = (heads_first(x, dtype) for x in (q, k, v, g))
+    beta = beta.transpose(1, 2).to(dtype)
+    S = start_state(initial_state, dims, dtype, q.device)
+    outputs = []
+    for start in range(0, dims.T, chunk_size):
+        span = slice(start, start + chunk_size)   # the last chunk may be shorter
+        o_chunk, S = _chunk(scale * q[:, :, span], k[:, :, span], v[:, :, span],
+                            g[:, :, span], beta[:, :, span], S)
+        outputs.append(o_chunk)
+    return tokens_first(torch.cat(outputs, dim=2), out_dtype), S
+
+
+def _decay_between(G):
+    """``exp(G_r - G_i)`` for every pair i <= r of a chunk, 0 above the diagonal: ``[B, H, C, C, K]``.
+
+    ``G`` is the chunk-local cumulative log-decay ``[B, H, C, K]``. The product
+    ``exp(G_r) * exp(-G_i)`` would overflow once a span has decayed by more than e^88, so the
+    difference is taken in log space. Above the diagonal (i > r) the difference is positive and can
+    be huge; it is set to -inf *before* exp so those entries are exactly 0 and never inf.
+    """
+    C = G.shape[-2]
+    log_ratio = G[..., :, None, :] - G[..., None, :, :]          # [.., r, i, K] = G_r - G_i
+    later = torch.ones(C, C, dtype=torch.bool, device=G.device).triu(1)
+    return torch.exp(log_ratio.masked_fill(later[:, :, None], float("-inf")))
+
+
+def _chunk(q, k, v, g, beta, S):
+    """One chunk of C tokens (q already scaled). Shapes ``[B, H, C, *]``; ``S`` ``[B, H, K, V]``.
+
+    Writing ``u_r = beta_r (v_r - (Diag(exp g_r) S_{r-1})^T k_r)`` for what token r actually adds,
+    the memory after token r is ``Diag(exp G_r) S_0 + sum_{i<=r} Diag(exp(G_r - G_i)) k_i u_i^T``.
+    Putting that into the definition of u gives a unit lower-triangular system for all u at once:
+    ``(I + A) U = Diag(beta) (V - (exp(G) * K) S_0)``, ``A[r, i] = beta_r sum_d k_rd k_id exp(G_rd - G_id)``.
+    """
+    C = q.shape[-2]
+    G = g.cumsum(dim=-2)                                    # log-decay from chunk start through token r
+    decay = _decay_between(G)                               # [B, H, C, C, K]
+    k_decayed = decay * k[..., None, :, :]                  # [.., r, i, d] = exp(G_rd - G_id) k_id
+    kk = (k_decayed @ k[..., :, :, None]).squeeze(-1)       # sum_d k_rd k_id exp(G_rd - G_id)
+    qk = (k_decayed @ q[..., :, :, None]).squeeze(-1)       # same with q_r: the intra-chunk scores
+    A = beta[..., :, None] * kk.tril(-1)                    # strictly lower: earlier tokens only
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    # Forward substitution for (I + A)^-1 Diag(beta) (the UT transform), on two right-hand sides:
+    W = _solve_unit_lower(eye + A, beta[..., None] * (torch.exp(G) * k))   # how S_0 enters u
+    U = _solve_unit_lower(eye + A, beta[..., None] * v)                    # how the values enter u
+    new_values = U - W @ S                                  # u_r for every token of the chunk
+    # Output: the decayed incoming memory read by q, plus the chunk's own writes seen by q.
+    o = (q * torch.exp(G)) @ S + qk @ new_values
+    # Memory at the end: incoming memory decayed over the whole chunk, plus each write decayed
+    # from its token to the chunk end. G_last - G_i <= 0, so every factor is at most 1.
+    G_last = G[..., -1:, :]                                 # [B, H, 1, K]
+    S = torch.exp(G_last).transpose(-1, -2) * S + (torch.exp(G_last - G) * k).transpose(-1, -2) @ new_values
+    return o, S
+
+
+def _solve_unit_lower(L, rhs):
+    """Solve ``L X = rhs`` for unit lower-triangular L (forward substitution, differentiable)."""
+    return torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
+
+
+def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):
+    """One decode token: q, k ``[B, H, K]``, v ``[B, H, V]``, g ``[B, H, K]``, beta ``[B, H]``.
+
+    Returns ``(o [B, H, V], new_state [B, H, K, V])``.
+    """
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=state,
+                                  state_name="state", time_axis=False)
+    scale = _validate.resolve_scale(scale, dims.K)
+    if _validate.resolve_backend(backend, q) == "triton":
+        return triton_call("step", KIND, q, k, v, g, beta, state=state, scale=scale)
+    out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
+    S = torch.exp(g)[..., None] * state.to(dtype)
+    error = v - torch.einsum("bhk,bhkv->bhv", k, S)
+    S = S + torch.einsum("bhk,bhv->bhkv", k, beta[..., None] * error)
+    o = torch.einsum("bhk,bhkv->bhv", scale * q, S)
+    return o.to(out_dtype), S
