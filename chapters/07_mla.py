@@ -1,0 +1,453 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 07 · Multi-head Latent Attention: a compressed cache
+#
+# KDA (chapter 06) keeps a fixed-size state: constant memory per sequence, but a state of fixed size
+# must forget. Kimi Linear and Kimi K3 therefore keep a few layers of full softmax attention, which can
+# look up any earlier token exactly. Those layers bring the KV cache back, and the cache is what limits
+# long-context decoding: every generated token reads all of it.
+#
+# This chapter:
+#
+# 1. measures how big a softmax-attention cache gets for GPT-2, DeepSeek-V3, Kimi Linear and K3;
+# 2. compresses it with a shared latent (MLA), and derives the **absorption trick** that lets decoding
+#    score the latent directly;
+# 3. builds MLA in this notebook, checks absorbed = non-absorbed, and checks it against `k3lite.layers.mla`;
+# 4. adds K3's **output gate**.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from k3lite import viz
+from k3lite.runtime import seed_everything
+
+viz.use_style()
+seed_everything(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. The failure: a cache that outgrows the GPU
+#
+# A softmax-attention layer stores, for every past token, one key and one value per head. Per token and
+# per layer that is $2 n_h d_h$ numbers. The two classic ways to shrink it share keys and values
+# between heads:
+#
+# | variant | cached per token and layer |
+# |---|---|
+# | MHA (multi-head) | $2\,n_h d_h$ |
+# | GQA (grouped-query, $n_g$ KV groups) | $2\,n_g d_h$ |
+# | MQA (multi-query) | $2\,d_h$ |
+# | MLA (multi-head latent) | $d_c + d_r$ |
+#
+# MLA (DeepSeek-V2) caches a latent $c$ of $d_c = 512$ numbers and a shared $d_r = 64$-number key part:
+# 576 numbers, whatever the number of heads. First the bookkeeping, for four real configurations.
+
+# %%
+def cache_elements(kind, num_heads, head_dim, num_kv_heads=None, latent_dim=None, rope_dim=None):
+    """Numbers cached per token and per attention layer."""
+    if kind == "mha":
+        return 2 * num_heads * head_dim
+    if kind == "gqa":
+        return 2 * num_kv_heads * head_dim
+    if kind == "mqa":
+        return 2 * head_dim
+    if kind == "mla":
+        return latent_dim + rope_dim
+    raise ValueError(f"kind must be mha, gqa, mqa or mla, got {kind!r}")
+
+
+BYTES_BF16 = 2
+# Softmax-attention layers only: KDA layers keep a fixed state instead of a cache.
+# GQA uses 8 KV groups (4 for GPT-2, whose 12 heads 8 does not divide); MLA uses d_c = 4 d_h, d_r = d_h / 2
+# for GPT-2 (a hypothetical MLA GPT-2) and the published 512 + 64 for the others.
+MODELS = {
+    "GPT-2 small": dict(attention_layers=12, heads=12, head_dim=64, kv_groups=4, latent=256, rope=32, uses="mha"),
+    "DeepSeek-V3": dict(attention_layers=61, heads=128, head_dim=128, kv_groups=8, latent=512, rope=64, uses="mla"),
+    "Kimi Linear": dict(attention_layers=7, heads=32, head_dim=128, kv_groups=8, latent=512, rope=64, uses="mla"),
+    "Kimi K3": dict(attention_layers=24, heads=96, head_dim=128, kv_groups=8, latent=512, rope=64, uses="mla"),
+}
+KINDS = ("mha", "gqa", "mqa", "mla")
+
+
+def bytes_per_token(model, kind):
+    m = MODELS[model]
+    per_layer = cache_elements(kind, m["heads"], m["head_dim"], m["kv_groups"], m["latent"], m["rope"])
+    return m["attention_layers"] * per_layer * BYTES_BF16
+
+
+table = {model: {kind: bytes_per_token(model, kind) for kind in KINDS} for model in MODELS}
+print(f"{'bytes / token (bf16)':22s}" + "".join(f"{k.upper():>12s}" for k in KINDS))
+for model, row in table.items():
+    cells = "".join(f"{row[k]:>11,d}{'*' if MODELS[model]['uses'] == k else ' '}" for k in KINDS)
+    print(f"{model:22s}{cells}")
+print("* = what the published model uses")
+
+# %% [markdown]
+# GPT-2's 36,864 bytes per token is the number from chapter 01. K3 has 24 MLA layers; had all 93 of its
+# layers been MLA, and had its 24 attention layers been plain MHA:
+
+# %%
+k3_mla = table["Kimi K3"]["mla"]
+k3_all_mla = 93 * cache_elements("mla", 96, 128, latent_dim=512, rope_dim=64) * BYTES_BF16
+k3_mha = table["Kimi K3"]["mha"]
+print(f"K3, 24 MLA layers x 576 x 2 B : {k3_mla:>9,d} B/token")
+print(f"K3, if all 93 layers were MLA : {k3_all_mla:>9,d} B/token  ({k3_all_mla / k3_mla:.2f}x)")
+print(f"K3, if its 24 were MHA        : {k3_mha:>9,d} B/token  ({k3_mha / k3_mla:.1f}x)")
+print(f"Kimi Linear, 7 MLA layers     : {table['Kimi Linear']['mla']:>9,d} B/token")
+
+# %%
+fig, ax = plt.subplots(figsize=(7.5, 4.0))
+width = 0.2
+x = np.arange(len(MODELS))
+for i, kind in enumerate(KINDS):
+    values = [table[model][kind] for model in MODELS]
+    ax.bar(x + (i - 1.5) * width, values, width, label=kind.upper(),
+           color=viz.MECHANISM_COLORS["mla"] if kind == "mla" else viz.CYCLE[i])
+ax.set_yscale("log")
+ax.set_ylim(1e3, 5e7)  # head-room for the legend
+ax.set_xticks(x, list(MODELS))
+ax.set_ylabel("KV cache per token (bytes, bf16, log scale)")
+ax.set_title("The same attention layers, four ways to cache them")
+ax.legend(ncols=4, loc="upper left")
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# Bytes per token become memory per sequence once multiplied by the context. K3 is trained for a
+# context of 1,048,576 tokens; one H200 has 141 GB (131 GiB). The 69 KDA layers add a fixed
+# state of $69 \cdot 96 \cdot 128^2 \cdot 4$ bytes (float32) per sequence, whatever its length.
+
+# %%
+GIB = 2 ** 30
+context = 2 ** 20
+kda_state_bytes = 69 * 96 * 128 * 128 * 4
+print(f"KDA state per sequence            : {kda_state_bytes / 2**20:8.0f} MiB")
+for label, per_token in [("24 MHA layers", k3_mha), ("24 GQA-8 layers", table["Kimi K3"]["gqa"]),
+                         ("93 MLA layers", k3_all_mla), ("24 MLA layers (K3)", k3_mla)]:
+    print(f"{label:20s} at 1M tokens: {per_token * context / GIB:8.1f} GiB")
+
+# %%
+lengths = np.logspace(3, 6.1, 60)
+fig, ax = plt.subplots()
+for label, per_token, color in [("24 MHA layers", k3_mha, viz.PALETTE["black"]),
+                                ("24 GQA layers (8 groups)", table["Kimi K3"]["gqa"], viz.PALETTE["orange"]),
+                                ("93 MLA layers", k3_all_mla, viz.PALETTE["sky"]),
+                                ("24 MLA layers (K3)", k3_mla, viz.MECHANISM_COLORS["mla"])]:
+    ax.plot(lengths, lengths * per_token / GIB, label=label, color=color)
+ax.plot(lengths, np.full_like(lengths, kda_state_bytes / GIB), "--", color=viz.MECHANISM_COLORS["kda"],
+        label="69 KDA states (fixed)")
+ax.axhline(141e9 / GIB, color=viz.PALETTE["red"], linewidth=1, label="one H200 (141 GB)")
+ax.set_xscale("log")
+ax.set_yscale("log")
+ax.set_xlabel("context length (tokens)")
+ax.set_ylabel("memory per sequence (GiB)")
+ax.set_title("K3-sized attention: cache per sequence")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# With plain MHA the 24 attention layers alone would need over a tebibyte for one 1M-token sequence.
+# GQA with 8 groups helps 12×, but then 12 query heads share each key: heads lose their own view of the
+# past. MLA keeps 96 distinct heads and still caches 43× less than MHA. The rest of the chapter shows how.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. The fix as math: one latent, many heads
+#
+# Compress each token into a latent and rebuild every head's key and value from it:
+#
+# $$c_t = \mathrm{RMSNorm}(W_{DKV}\,x_t) \in \mathbb{R}^{d_c}, \qquad
+#   k^{\text{nope}}_{t,h} = W_{UK,h}\, c_t, \qquad v_{t,h} = W_{UV,h}\, c_t .$$
+#
+# A second, small key part $k^{\text{rope}}_t \in \mathbb{R}^{d_r}$ (shared by all heads) is projected from
+# $x_t$ too. In DeepSeek it carries rotary position information; K3 uses no positional encoding (NoPE),
+# but keeps the 64 channels. The query also goes through a low-rank bottleneck (query LoRA):
+# $[q^{\text{nope}}_h; q^{\text{rope}}_h] = W_{UQ,h}\,\mathrm{RMSNorm}(W_{DQ} x_t)$. The score of query $t$ against token $s$ is
+#
+# $$a_{h}(t,s) = \frac{q^{\text{nope}\,\top}_{t,h}\, k^{\text{nope}}_{s,h} + q^{\text{rope}\,\top}_{t,h}\, k^{\text{rope}}_s}{\sqrt{d_{\text{nope}} + d_r}} .$$
+#
+# Caching $c_s$ and $k^{\text{rope}}_s$ suffices, but rebuilding $k$ and $v$ for every cached token at every
+# decoding step would cost $d_c (d_{\text{nope}} + d_v)$ multiply-adds per head per cached token. The **absorption trick**
+# moves the up-projections to the query side and to after the sum:
+#
+# $$q^{\text{nope}\,\top}_{t,h}\,(W_{UK,h} c_s) = (W_{UK,h}^{\top} q^{\text{nope}}_{t,h})^{\top} c_s = \tilde q_{t,h}^{\top} c_s,
+# \qquad
+# o_{t,h} = \sum_s p_{h}(t,s)\, W_{UV,h}\, c_s = W_{UV,h} \Big(\sum_s p_{h}(t,s)\, c_s\Big).$$
+#
+# Now every head scores and mixes the *same* cached 576-vectors. This is why the positional part is kept
+# separate: a rotation that depends on $s$ would sit between $W_{UK}$ and $c_s$ and block the absorption.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. Building MLA in the notebook
+#
+# A small configuration with the structure of K3's MLA. The weights are plain tensors in a dictionary,
+# named like the `nn.Linear` layers of `k3lite.layers.mla`, so we can load them there later.
+
+# %%
+D_MODEL, HEADS, Q_RANK, KV_RANK, NOPE, ROPE, V_DIM = 32, 4, 24, 16, 8, 4, 8
+EPS = 1e-6
+
+
+def init_weights(seed=0, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+
+    def linear(out_features, in_features):
+        return torch.randn(out_features, in_features, generator=generator, dtype=dtype) / math.sqrt(in_features)
+
+    return {
+        "q_down.weight": linear(Q_RANK, D_MODEL),
+        "q_norm.weight": 1 + 0.1 * torch.randn(Q_RANK, generator=generator, dtype=dtype),
+        "q_up.weight": linear(HEADS * (NOPE + ROPE), Q_RANK),
+        "kv_down.weight": linear(KV_RANK + ROPE, D_MODEL),
+        "kv_norm.weight": 1 + 0.1 * torch.randn(KV_RANK, generator=generator, dtype=dtype),
+        "kv_up.weight": linear(HEADS * (NOPE + V_DIM), KV_RANK),
+        "gate_proj.weight": linear(HEADS * V_DIM, D_MODEL),
+        "o_proj.weight": linear(D_MODEL, HEADS * V_DIM),
+    }
+
+
+def rms_norm(x, weight):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * weight
+
+
+def project(x, w):
+    """Queries, cached latents and shared rope keys for tokens x [T, D]."""
+    c_q = rms_norm(x @ w["q_down.weight"].T, w["q_norm.weight"])
+    q = (c_q @ w["q_up.weight"].T).view(-1, HEADS, NOPE + ROPE)
+    compressed = x @ w["kv_down.weight"].T
+    latent = rms_norm(compressed[:, :KV_RANK], w["kv_norm.weight"])
+    return q[..., :NOPE], q[..., NOPE:], latent, compressed[:, KV_RANK:]
+
+
+def split_up_projection(w):
+    """W_UK [H, nope, d_c] and W_UV [H, v, d_c] out of the joint kv_up weight."""
+    joint = w["kv_up.weight"].view(HEADS, NOPE + V_DIM, KV_RANK)
+    return joint[:, :NOPE], joint[:, NOPE:]
+
+
+def finish(heads_out, x, w, gate=True):
+    """Concatenate heads, apply the output gate sigmoid(W_g x), project back to D."""
+    out = heads_out.reshape(x.shape[0], HEADS * V_DIM)
+    if gate:
+        out = out * torch.sigmoid(x @ w["gate_proj.weight"].T)
+    return out @ w["o_proj.weight"].T
+
+
+# %% [markdown]
+# **Materialised** (training / prefill): rebuild every head's keys and values, then ordinary causal attention.
+
+# %%
+def mla_materialised(x, w, gate=True):
+    q_nope, q_rope, latent, rope_key = project(x, w)
+    w_uk, w_uv = split_up_projection(w)
+    k_nope = torch.einsum("hnc,tc->thn", w_uk, latent)                 # [T, H, nope]
+    v = torch.einsum("hvc,tc->thv", w_uv, latent)                      # [T, H, v]
+    scores = (torch.einsum("thn,shn->hts", q_nope, k_nope)
+              + torch.einsum("thr,sr->hts", q_rope, rope_key)) / math.sqrt(NOPE + ROPE)
+    future = torch.triu(torch.ones(len(x), len(x), dtype=torch.bool), diagonal=1)
+    probs = scores.masked_fill(future, float("-inf")).softmax(-1)
+    return finish(torch.einsum("hts,shv->thv", probs, v), x, w, gate)
+
+
+# %% [markdown]
+# **Absorbed** (decoding): one token at a time, the cache holds only `[c; k_rope]`, and no per-head key or
+# value is ever built for a cached token.
+
+# %%
+def mla_decode_step(x_t, cache, w, gate=True):
+    """x_t [D]; cache [S, d_c + d_r] (grows by one row). Returns (y_t [D], new cache)."""
+    q_nope, q_rope, latent, rope_key = project(x_t[None], w)
+    cache = torch.cat([cache, torch.cat([latent, rope_key], dim=-1)])
+    w_uk, w_uv = split_up_projection(w)
+    q_latent = torch.einsum("hn,hnc->hc", q_nope[0], w_uk)              # q~ = W_UK^T q_nope
+    query = torch.cat([q_latent, q_rope[0]], dim=-1)                    # [H, d_c + d_r]
+    probs = (query @ cache.T / math.sqrt(NOPE + ROPE)).softmax(-1)      # [H, S]
+    mixed_latent = probs @ cache[:, :KV_RANK]                           # [H, d_c]
+    heads_out = torch.einsum("hvc,hc->hv", w_uv, mixed_latent)          # W_UV after the sum
+    return finish(heads_out[None], x_t[None], w, gate)[0], cache
+
+
+def mla_decode(x, w, gate=True):
+    cache = torch.zeros(0, KV_RANK + ROPE, dtype=x.dtype)
+    outputs = []
+    for x_t in x:
+        y_t, cache = mla_decode_step(x_t, cache, w, gate)
+        outputs.append(y_t)
+    return torch.stack(outputs), cache
+
+
+# %%
+weights = init_weights()
+tokens = torch.randn(12, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+y_materialised = mla_materialised(tokens, weights)
+y_absorbed, cache = mla_decode(tokens, weights)
+gap = (y_materialised - y_absorbed).abs().max().item()
+print(f"output shape {tuple(y_absorbed.shape)}, cache shape {tuple(cache.shape)} (= {KV_RANK} + {ROPE} per token)")
+print(f"absorbed = materialised (float64, max gap below 1e-12): {gap < 1e-12}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### What absorption costs
+#
+# Absorption trades memory for arithmetic. Per decoding step, per layer and per cached token, MHA reads
+# $2 n_h d_h$ numbers and does $n_h (d_{qk} + d_v)$ multiply-adds (a score and a weighted value per head). Absorbed MLA
+# reads only 576 numbers but every head does $d_c + d_r$ multiply-adds for its score and $d_c$ for its mix. For K3's 96 heads:
+
+# %%
+heads, head_qk, head_v, latent_dim, rope_dim = 96, 192, 128, 512, 64
+for label, read, macs in [
+    ("MHA (d_qk=192, d_v=128)", heads * (head_qk + head_v), heads * (head_qk + head_v)),
+    ("MLA absorbed", latent_dim + rope_dim, heads * (latent_dim + rope_dim + latent_dim)),
+]:
+    print(f"{label:25s} reads {read:6,d} numbers, {macs:7,d} MACs per cached token: {macs / read:6.1f} MACs per number read")
+
+# %% [markdown]
+# Decoding is limited by memory bandwidth: MHA does about one multiply-add per number it reads. Absorbed MLA
+# reads 53× less and does about 181 multiply-adds per number, which is what a GPU's tensor cores are good
+# at. The arithmetic grows, but it was free: the cores were waiting for memory.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. The output gate
+#
+# A softmax head must put weight 1 somewhere, so it always writes a mix of values into the residual stream,
+# even when nothing in the context is relevant. Models learn work-arounds (attention sinks: a junk token
+# that soaks up the weight). K3's gated MLA lets the layer close the tap itself, channel by channel:
+#
+# $$y_t = W_O\big(\,o_t \odot \sigma(W_g\, x_t)\,\big), \qquad o_t = [o_{t,1}; \dots; o_{t,n_h}] .$$
+#
+# The gate depends on the current token only, so it costs one projection and nothing in the cache. With a
+# strongly negative gate the layer is silent; with the gate at $+\infty$ it is ordinary MLA:
+
+# %%
+ungated = mla_materialised(tokens, weights, gate=False)
+open_gate = dict(weights, **{"gate_proj.weight": torch.zeros_like(weights["gate_proj.weight"])})
+print(f"gate = sigmoid(0) = 0.5 everywhere -> output is half of ungated: "
+      f"{torch.allclose(mla_materialised(tokens, open_gate), 0.5 * ungated)}")
+gates = torch.sigmoid(tokens @ weights["gate_proj.weight"].T)
+print(f"random init: gate values span {gates.min().item():.2f} .. {gates.max().item():.2f}, "
+      f"mean {gates.mean().item():.2f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(7.0, 3.2))
+viz.heatmap(ax, gates.T, title="Output gate σ(W_g x) at initialisation",
+            xlabel="token position", ylabel="channel (head × d_v)", colorbar_label="gate value")
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 5. Checked against `k3lite.layers.mla`
+#
+# The package's `MLA` layer holds the same weights under the same names. Loaded with our dictionary it must
+# give the same outputs along both of its paths, and its cache must hold exactly our latents. (The package
+# computes the softmax in float32, as a bf16 model would, so the match is to 1e-5, not to float64 rounding.)
+
+# %%
+from k3lite.layers.mla import MLA
+
+layer = MLA(D_MODEL, HEADS, q_lora_rank=Q_RANK, kv_lora_rank=KV_RANK, nope_dim=NOPE, rope_dim=ROPE,
+            v_dim=V_DIM, norm_eps=EPS).double()
+layer.load_state_dict(weights)
+with torch.no_grad():
+    y_layer, layer_cache = layer(tokens[None])
+    y_layer_absorbed, _ = layer(tokens[None], absorb=True)
+    prefix, rest = tokens[None, :7], tokens[None, 7:]
+    _, prefix_cache = layer(prefix)
+    y_decoded, _ = layer(rest, prefix_cache)
+print(f"k3lite expanded  = notebook: {torch.allclose(y_layer[0], y_materialised, atol=1e-5)}")
+print(f"k3lite absorbed  = notebook: {torch.allclose(y_layer_absorbed[0], y_materialised, atol=1e-5)}")
+print(f"k3lite cache     = notebook cache: "
+      f"{torch.allclose(torch.cat(layer_cache, dim=-1)[0], cache, atol=1e-12)}")
+print(f"k3lite prefill 7 + decode 5 = notebook: {torch.allclose(y_decoded[0], y_materialised[7:], atol=1e-5)}")
+
+# %% [markdown]
+# In K3 itself, with the published sizes, each MLA layer caches:
+
+# %%
+with torch.device("meta"):
+    k3_layer = MLA(7168, 96)
+latent_elems = k3_layer.kv_lora_rank + k3_layer.rope_dim
+print(f"K3 MLA layer caches {k3_layer.kv_lora_rank} + {k3_layer.rope_dim} = {latent_elems} numbers per token; "
+      f"24 layers x {latent_elems} x 2 B = {24 * latent_elems * 2:,d} B")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1 — the cache of each variant
+# Write `cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim)` returning the numbers cached
+# per token and per layer, for `kind` in `"mha"`, `"gqa"`, `"mqa"`, `"mla"` (arguments a kind does not use are `None`).
+
+# %%
+from k3lite.exercises import ch07
+
+
+def my_cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim):
+    raise NotImplementedError
+
+
+# %%
+ch07.check_cache_elements(my_cache_elements)
+
+# %% tags=["hide-input"]
+# Solution
+def solution_cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim):
+    per_kind = {"mha": lambda: 2 * num_heads * head_dim, "gqa": lambda: 2 * num_kv_heads * head_dim,
+                "mqa": lambda: 2 * head_dim, "mla": lambda: latent_dim + rope_dim}
+    return per_kind[kind]()
+
+
+ch07.check_cache_elements(solution_cache_elements)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2 — absorb the key projection
+# Given `q_nope [H, d_nope]` and the key up-projection `w_uk [H, d_nope, d_c]` (so that $k_h = W_{UK,h}\, c$),
+# return `q_latent [H, d_c]` with `q_latent[h] @ c == q_nope[h] @ (w_uk[h] @ c)` for every latent `c`.
+
+# %%
+def my_absorb_query(q_nope, w_uk):
+    raise NotImplementedError
+
+
+# %%
+ch07.check_absorb_query(my_absorb_query)
+
+# %% tags=["hide-input"]
+# Solution: q·(W c) = (Wᵀ q)·c, for each head.
+def solution_absorb_query(q_nope, w_uk):
+    return torch.einsum("hn,hnc->hc", q_nope, w_uk)
+
+
+ch07.check_absorb_query(solution_absorb_query)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 — the value projection after the sum
+# Given attention probabilities `probs [H, T]`, cached latents `latents [T, d_c]` and `w_uv [H, d_v, d_c]`, return each head's
+# output `[H, d_v]` without building a value vector for any cached token.
+
+# %%
+def my_absorbed_output(probs, latents, w_uv):
+    raise NotImplementedError
+
+
+# %%
+ch07.check_absorbed_output(my_absorbed_output)
+
+# %% tags=["hide-input"]
+# Solution: mix the latents first ([H, d_c]), then one small matrix-vector product per head.
+def solution_absorbed_output(probs, latents, w_uv):
+    return torch.einsum("hvc,hc->hv", w_uv, probs @ latents)
+
+
+ch07.check_absorbed_output(solution_absorbed_output)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Summary
+#
+# - A softmax layer's cache grows with the context; at K3's sizes plain MHA would need over a tebibyte per
+#   1M-token sequence.
+# - MLA caches one 512-number latent and a 64-number shared key per token and layer; K3's 24 MLA layers
+#   cache 27,648 bytes per token, a quarter of what 93 MLA layers would (107,136).
+# - Absorbing $W_{UK}$ into the query and applying $W_{UV}$ after the sum makes decoding read only the latents;
+#   it equals the materialised computation exactly, and turns a memory-bound loop into a compute-bound one.
+# - The output gate $\sigma(W_g x)$ lets the layer write nothing when the context has nothing to offer.
+#
+# Next: the other half of every K3 layer, the mixture of experts, and its bounded activation SiTU.
