@@ -136,3 +136,158 @@ def gpt2_forward_flops(config: GPT2Config, new_tokens: int, past_tokens: int = 0
 
 
 # ===== Kimi K3 =====
+
+# What "active" means here: the parameters that take part in computing one token's output. All
+# routed experts but the ``top_k`` selected ones are idle, and the input embedding table is only
+# looked up (one row of ``hidden_size`` numbers is read), so both are left out. The output head,
+# the router, the shared experts and every attention weight count. (With tied embeddings the
+# table is the output head and counts.) This is the convention under which K3's published
+# "about 104B active" comes out; the embedding table adds another 1.17B if one counts it.
+
+
+def k3_kda_layer_parameters(config) -> int:
+    """One KDA token mixer: q/k/v projections and convolutions, decay and beta gates, output path."""
+    d, heads, key = config.hidden_size, config.num_heads, config.head_dim
+    key_size = value_size = heads * key  # value head size = key head size in K3
+    gate_rank = key                      # decay projection rank = head dim
+    if config.kda_output_gate_rank is None:
+        output_gate = d * value_size
+    else:
+        output_gate = d * config.kda_output_gate_rank + config.kda_output_gate_rank * value_size
+    return (d * (2 * key_size + value_size)                  # W_q, W_k, W_v
+            + config.conv_size * (2 * key_size + value_size)  # depthwise short convolutions
+            + d * gate_rank + gate_rank * key_size            # low-rank decay projection
+            + heads + key_size                                # A_log, dt_bias
+            + d * heads                                       # W_beta
+            + output_gate + key                               # output gate, per-head RMSNorm
+            + value_size * d)                                 # W_o
+
+
+def k3_mla_layer_parameters(config) -> int:
+    """One MLA token mixer: query LoRA, KV latent, up-projection, output gate and projection."""
+    d, heads = config.hidden_size, config.mla_num_heads
+    qk_head = config.nope_dim + config.rope_dim
+    if config.q_lora_rank is None:
+        query = d * heads * qk_head
+    else:
+        query = d * config.q_lora_rank + config.q_lora_rank + config.q_lora_rank * heads * qk_head
+    latent = d * (config.kv_lora_rank + config.rope_dim) + config.kv_lora_rank
+    up = config.kv_lora_rank * heads * (config.nope_dim + config.v_dim)
+    gate = d * heads * config.v_dim if config.mla_output_gate else 0
+    return query + latent + up + gate + heads * config.v_dim * d
+
+
+def k3_expert_parameters(config) -> int:
+    """One routed expert (a gated MLP on the latent, or on the hidden state without a latent)."""
+    size = config.hidden_size if config.latent_size is None else config.latent_size
+    return 3 * size * config.expert_width
+
+
+def k3_moe_layer_parameters(config) -> dict[str, int]:
+    """One MoE feed-forward, split into the routed experts and everything every token uses."""
+    d = config.hidden_size
+    always = config.num_experts * d                                      # router
+    always += 3 * d * config.num_shared_experts * config.expert_width    # shared experts (one MLP)
+    if config.latent_size is not None:
+        always += 2 * d * config.latent_size + config.latent_size       # W_down, W_up, latent RMSNorm
+    return {"routed": config.num_experts * k3_expert_parameters(config), "always": always}
+
+
+def k3_parameter_breakdown(config) -> dict[str, int]:
+    """Parameters by component, summed over the whole model."""
+    d = config.hidden_size
+    moe = k3_moe_layer_parameters(config)
+    attnres_per_layer = 2 * d if config.attnres_block_size is not None else 0
+    return {
+        "embedding": config.vocab_size * d,
+        "output head": 0 if config.tie_embeddings else config.vocab_size * d,
+        "kda mixers": config.num_kda_layers * k3_kda_layer_parameters(config),
+        "mla mixers": config.num_mla_layers * k3_mla_layer_parameters(config),
+        "dense mlps": config.num_dense_layers * 3 * d * config.dense_width,
+        "routed experts": config.num_moe_layers * moe["routed"],
+        "moe router, shared, latent": config.num_moe_layers * moe["always"],
+        "norms and attnres": config.num_layers * (2 * d + attnres_per_layer) + d
+                             + (d if config.attnres_block_size is not None else 0),
+    }
+
+
+def k3_param_counts(config) -> dict[str, int]:
+    """``{"total", "active", "embedding", "routed_experts"}`` for a :class:`k3lite.k3.K3Config`.
+
+    ``active`` leaves out the unselected routed experts and the input embedding table (see the note
+    above). Published K3: total 2,779,483,053,152 (2.78e12), active 104,188,189,792 (1.04e11).
+    """
+    parts = k3_parameter_breakdown(config)
+    total = sum(parts.values())
+    idle_experts = config.num_moe_layers * (config.num_experts - config.top_k) * k3_expert_parameters(config)
+    lookup_only = 0 if config.tie_embeddings else parts["embedding"]
+    return {"total": total, "active": total - idle_experts - lookup_only,
+            "embedding": parts["embedding"], "routed_experts": parts["routed experts"]}
+
+
+def k3_meta_param_counts(config) -> dict[str, int]:
+    """The same two numbers counted on the module built on the meta device (no memory used).
+
+    ``active`` is counted from the modules themselves: each :class:`RoutedExperts` contributes
+    ``top_k / num_experts`` of its parameters, the embedding table nothing unless tied.
+    """
+    from k3lite.k3 import K3
+    from k3lite.layers.moe import RoutedExperts
+
+    with torch.device("meta"):
+        model = K3(config)
+    total = count_parameters(model)
+    idle = 0
+    for module in model.modules():
+        if isinstance(module, RoutedExperts):
+            per_expert = count_parameters(module) // module.num_experts
+            idle += (module.num_experts - config.top_k) * per_expert
+    lookup_only = 0 if config.tie_embeddings else model.embed.weight.numel()
+    return {"total": total, "active": total - idle - lookup_only}
+
+
+def k3_mla_cache_bytes_per_token_per_layer(config, dtype="bf16") -> int:
+    """An MLA layer caches the normalised KV latent and the shared rope key: K3 (512 + 64) x 2 = 1,152."""
+    return (config.kv_lora_rank + config.rope_dim) * element_bytes(dtype)
+
+
+def k3_mla_cache_bytes_per_token(config, dtype="bf16", *, all_layers_mla: bool = False) -> int:
+    """Cache bytes per token over the model's MLA layers: K3 24 x 576 x 2 = 27,648.
+
+    ``all_layers_mla=True`` prices the same latent in every layer (K3: 93 x 576 x 2 = 107,136), the
+    cost the KDA layers avoid.
+    """
+    layers = config.num_layers if all_layers_mla else config.num_mla_layers
+    return layers * k3_mla_cache_bytes_per_token_per_layer(config, dtype)
+
+
+def k3_kda_state_bytes_per_layer(config, dtype="fp32") -> int:
+    """One KDA layer's recurrent state per sequence: ``H x K x V`` numbers, independent of length."""
+    return config.num_heads * config.head_dim * config.head_dim * element_bytes(dtype)
+
+
+def k3_kda_state_bytes_per_sequence(config, dtype="fp32") -> int:
+    """All KDA states of one sequence: K3 69 x 96 x 128 x 128 x 4 = 434,110,464 bytes (414 MiB)."""
+    return config.num_kda_layers * k3_kda_state_bytes_per_layer(config, dtype)
+
+
+def k3_conv_state_bytes_per_sequence(config, dtype="bf16") -> int:
+    """The short convolutions' tails: the last ``conv_size - 1`` inputs of q, k and v per KDA layer."""
+    channels = 3 * config.num_heads * config.head_dim
+    return config.num_kda_layers * (config.conv_size - 1) * channels * element_bytes(dtype)
+
+
+def k3_cache_bytes(config, seq_len: int, *, batch_size: int = 1, cache_dtype="bf16",
+                   state_dtype="fp32") -> dict[str, int]:
+    """Decoding memory after ``seq_len`` tokens: MLA latents grow with length, KDA states do not."""
+    if seq_len < 0:
+        raise ValueError(f"seq_len must be >= 0, got {seq_len}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    parts = {
+        "mla_latents": batch_size * seq_len * k3_mla_cache_bytes_per_token(config, cache_dtype),
+        "kda_states": batch_size * k3_kda_state_bytes_per_sequence(config, state_dtype),
+        "conv_tails": batch_size * k3_conv_state_bytes_per_sequence(config, cache_dtype),
+    }
+    parts["total"] = sum(parts.values())
+    return parts
