@@ -1,0 +1,145 @@
+"""Triton kernels of k3lite: chunked forward of the delta family, fused decode step, fused SiTU.
+
+Three entry points, called by ``k3lite.ops``:
+
+    chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64) -> (o, final_state)
+    step(kind, q, k, v, g=None, beta=None, *, state, scale) -> (o, new_state)
+    situ_glu(gate, up, beta1=4.0, beta2=25.0) -> h
+
+kind is one of "linear_attention", "delta_rule", "gated_delta_rule", "kda".
+
+On a machine without CUDA the kernels run through the Triton interpreter (float32 only, slow; meant
+for tiny shapes in tests and notebooks). The interpreter must be switched on before the kernel
+modules are imported, which is why they are imported lazily, after ``_ensure_backend``.
+
+Gradients of ``chunked``: the forward runs in Triton; the backward re-runs the same chunked algorithm
+written in PyTorch (``torch_chunked.py``, float32) under autograd. That is a recompute backward through
+PyTorch, not a Triton backward kernel.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+KINDS = ("linear_attention", "delta_rule", "gated_delta_rule", "kda")
+_INTERPRETING = None
+
+
+def _ensure_backend() -> bool:
+    """Switch on the Triton interpreter when no GPU exists; return True when interpreting."""
+    global _INTERPRETING
+    if _INTERPRETING is None:
+        _INTERPRETING = not torch.cuda.is_available()
+        if _INTERPRETING:
+            os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            import triton
+        except ImportError as err:  # pragma: no cover - depends on the install
+            raise ImportError("backend='triton' needs the triton package: pip install 'k3lite[kernels]'") from err
+        knobs = getattr(triton, "knobs", None)
+        if _INTERPRETING and knobs is not None and hasattr(knobs, "runtime"):
+            knobs.runtime.interpret = True
+    return _INTERPRETING
+
+
+def interpreting() -> bool:
+    """True when the kernels run through the Triton interpreter (no CUDA on this machine)."""
+    return _ensure_backend()
+
+
+def _check_tensors(*tensors):
+    interp = _ensure_backend()
+    present = [t for t in tensors if t is not None]
+    for t in present:
+        if interp and t.dtype != torch.float32:
+            raise ValueError(
+                f"backend='triton' without a GPU runs the Triton interpreter, which supports float32 only; "
+                f"got {t.dtype}. Cast the inputs with .float() or use backend='torch'."
+            )
+        if not interp and not t.is_cuda:
+            raise ValueError("backend='triton' needs CUDA tensors on a machine with a GPU; got a CPU tensor")
+    devices = {t.device for t in present}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+def _check_kind(kind):
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+class _Chunked(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
+        from .chunk_fwd import chunk_forward
+
+        args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
+        h0 = initial_state.float().contiguous() if initial_state is not None else None
+        o, final_state = chunk_forward(kind, *args, scale, h0)
+        ctx.kind, ctx.scale = kind, scale
+        ctx.save_for_backward(q, k, v, g, beta, initial_state)
+        return o, final_state
+
+    @staticmethod
+    def backward(ctx, d_o, d_state):
+        # Recompute backward through the PyTorch chunked form (float32), not a Triton kernel.
+        from .torch_chunked import chunked_forward
+
+        saved = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [x.detach().float().requires_grad_(x.requires_grad) if x is not None else None for x in saved]
+            o, state = chunked_forward(ctx.kind, *inputs[:5], ctx.scale, inputs[5])
+            wanted = [x for x in inputs if x is not None and x.requires_grad]
+            outs, grads_out = [o], [d_o.float()]
+            if d_state is not None:
+                outs.append(state)
+                grads_out.append(d_state.float())
+            grads = iter(torch.autograd.grad(outs, wanted, grads_out, allow_unused=True)) if wanted else iter(())
+        result = []
+        for x, orig in zip(inputs, saved):
+            if x is not None and x.requires_grad:
+                grad = next(grads)
+                result.append(grad.to(orig.dtype) if grad is not None else None)
+            else:
+                result.append(None)
+        return (None, None, *result)
+
+
+def chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
+    """Chunked forward of one mixer through the Triton pipeline; differentiable."""
+    _check_kind(kind)
+    if chunk_size != 64:
+        raise ValueError(f"chunk_size must be 64 for the Triton backend, got {chunk_size}")
+    _check_tensors(q, k, v, g, beta)
+    if initial_state is not None:
+        _check_tensors(initial_state.float())
+    return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
+
+
+def step(kind, q, k, v, g=None, beta=None, *, state, scale):
+    """One fused recurrent step (decode). q, k [B,H,K]; v [B,H,V]; state [B,H,K,V] float32."""
+    _check_kind(kind)
+    _check_tensors(q, k, v, g, beta, state)
+    from .recurrent_step import decode_step
+
+    return decode_step(kind, q, k, v, g, beta, state.float(), float(scale))
+
+
+def situ_glu(gate, up, beta1=4.0, beta2=25.0):
+    """Fused h = SiTU_beta1(gate) * beta2 * tanh(up / beta2); differentiable (Triton forward and backward)."""
+    _check_tensors(gate, up)
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up must have one shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    from .situ import situ_glu as _situ_glu
+
+    return _situ_glu(gate, up, beta1, beta2)
+
+
+def silu_and_mul(gate, up):
+    """Fused SiLU(gate) * up, the baseline SiTU is compared with."""
+    _check_tensors(gate, up)
+    from .situ import silu_and_mul as _silu_and_mul
+
+    return _silu_and_mul(gate, up)

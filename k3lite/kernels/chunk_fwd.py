@@ -1,0 +1,429 @@
+"""Chunked forward pass of the delta family (and linear attention) as a pipeline of Triton kernels.
+
+One chunk is BT = 64 tokens; per-channel decays work on sub-chunks of BC = 16. Gate kinds:
+GATE = 0 (no decay), 1 (one log-gate per head and step), 2 (one log-gate per key channel).
+DELTA selects the delta rule (WY/UT form) over plain linear attention.
+
+Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
+  1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s
+  2. _intra_chunk         Aqk = scale * tril(Q K^T * exp(G_r - G_i)),  Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
+  3. _solve_unit_lower    Ai = (I + Akk)^-1 by forward substitution on 16x16 blocks, then block merging
+  4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V
+  5. _state_pass          per chunk: h = S;  V' = U - W S;  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
+  6. _chunk_output        O = scale * (exp(G) * Q) h + Aqk V'
+Linear attention skips 3 and 4 and uses V' = V.
+
+Numerics of per-channel decay: every exponent below is a difference G_r - G_i with i <= r (so <= 0),
+or is factored through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_r - G_a) exp(G_a - G_i),
+both factors <= 1. exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow.
+Exponents are clamped with minimum(x, 0): that is exact where the value is used and keeps padded
+rows and masked entries finite.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+CHUNK = 64
+SUB = 16
+
+
+@triton.jit
+def _tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    # Pointers and bounds mask of the [BR, BC] tile at (row0, col0) of a row-major view with row stride.
+    r = row0 + tl.arange(0, BR)
+    c = col0 + tl.arange(0, BC)
+    return base + r[:, None] * stride + c[None, :], (r[:, None] < n_rows) & (c[None, :] < n_cols)
+
+
+@triton.jit
+def _vec(base, row0, n_rows, stride, BR: tl.constexpr):
+    r = row0 + tl.arange(0, BR)
+    return base + r * stride, r < n_rows
+
+
+@triton.jit
+def _chunk_cumsum(g_ptr, out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                  BK: tl.constexpr, PER_CHANNEL: tl.constexpr):
+    # G = cumsum of g within each chunk of BT tokens (float32).
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    if PER_CHANNEL:
+        base = (i_b * T * H + i_h) * K
+        for i_k in range(0, tl.cdiv(K, BK)):
+            p_g, m_g = _tile(g_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            p_o, m_o = _tile(out_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_g = tl.load(p_g, mask=m_g, other=0.0).to(tl.float32)
+            tl.store(p_o, tl.cumsum(b_g, axis=0), mask=m_o)
+    else:
+        base = i_b * T * H + i_h
+        p_g, m_g = _vec(g_ptr + base, i_t * BT, T, H, BT)
+        p_o, m_o = _vec(out_ptr + base, i_t * BT, T, H, BT)
+        b_g = tl.load(p_g, mask=m_g, other=0.0).to(tl.float32)
+        tl.store(p_o, tl.cumsum(b_g, axis=0), mask=m_o)
+
+
+@triton.jit
+def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
+                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                       GATE: tl.constexpr, DELTA: tl.constexpr):
+    # Gate kinds 0 and 1: the decay exp(G_r - G_i) is a scalar per (r, i), so one [BT, BT] product
+    # Q K^T (and K K^T) per chunk, then decay, causal mask, beta rows, scale.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    base = (i_b * T * H + i_h) * K
+    acc_qk = tl.zeros([BT, BT], dtype=tl.float32)
+    acc_kk = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        p_q, m_q = _tile(q_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        p_k, m_k = _tile(k_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_q = tl.load(p_q, mask=m_q, other=0.0)
+        b_k = tl.load(p_k, mask=m_k, other=0.0)
+        acc_qk += tl.dot(b_q, tl.trans(b_k))
+        if DELTA:
+            acc_kk += tl.dot(b_k, tl.trans(b_k))
+    rows = tl.arange(0, BT)
+    if GATE == 1:
+        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        b_g = tl.load(p_g, mask=m_g, other=0.0)
+        decay = tl.exp(tl.minimum(b_g[:, None] - b_g[None, :], 0.0))
+        acc_qk = acc_qk * decay
+        acc_kk = acc_kk * decay
+    causal = rows[:, None] >= rows[None, :]
+    a_base = (i_b * T * H + i_h) * BT
+    p_aqk, m_aqk = _tile(aqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    tl.store(p_aqk, tl.where(causal, acc_qk * scale, 0.0), mask=m_aqk)
+    if DELTA:
+        p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+        strict = rows[:, None] > rows[None, :]
+        p_akk, m_akk = _tile(akk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
+        tl.store(p_akk, tl.where(strict, acc_kk * b_beta[:, None], 0.0), mask=m_akk)
+
+
+@triton.jit
+def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
+                         H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                         BK: tl.constexpr):
+    # Gate kind 2 (per channel). One program per (chunk, row sub-block i) writes rows i*BC..i*BC+BC-1.
+    #   off-diagonal blocks (i, j < i): anchor a = i*BC - 1 (last row before block i), so
+    #       A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd)), both factors <= 1 -> tl.dot
+    #   diagonal block (i, i): exact pairwise differences, one column c at a time:
+    #       A[:, c] = sum_d k_:d k_cd exp(G_:d - G_cd)
+    i_tc, i_bh = tl.program_id(0), tl.program_id(1)
+    n_sub: tl.constexpr = BT // BC
+    i_t, i_i = i_tc // n_sub, i_tc % n_sub
+    i_b, i_h = i_bh // H, i_bh % H
+    row0 = i_t * BT + i_i * BC
+    if row0 >= T:
+        return
+    base = (i_b * T * H + i_h) * K
+    a_base = (i_b * T * H + i_h) * BT
+    cols_k = tl.arange(0, BK)
+    mask_k = cols_k < K
+    p_q, m_q = _tile(q_ptr + base, row0, 0, T, K, H * K, BC, BK)
+    p_k, m_k = _tile(k_ptr + base, row0, 0, T, K, H * K, BC, BK)
+    p_g, m_g = _tile(g_ptr + base, row0, 0, T, K, H * K, BC, BK)
+    b_q = tl.load(p_q, mask=m_q, other=0.0).to(tl.float32)
+    b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
+    b_g = tl.load(p_g, mask=m_g, other=0.0)
+    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, row0, T, H, BC)
+    b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+
+    if i_i > 0:
+        b_ga = tl.load(g_ptr + base + (row0 - 1) * H * K + cols_k, mask=mask_k, other=0.0)
+        row_decay = tl.exp(tl.minimum(b_g - b_ga[None, :], 0.0))
+        b_qr = b_q * row_decay
+        b_kr = b_k * row_decay
+        for i_j in range(0, i_i):
+            col0 = i_t * BT + i_j * BC
+            p_kc, m_kc = _tile(k_ptr + base, col0, 0, T, K, H * K, BC, BK)
+            p_gc, m_gc = _tile(g_ptr + base, col0, 0, T, K, H * K, BC, BK)
+            b_kc = tl.load(p_kc, mask=m_kc, other=0.0).to(tl.float32)
+            b_gc = tl.load(p_gc, mask=m_gc, other=0.0)
+            b_kc = b_kc * tl.exp(tl.minimum(b_ga[None, :] - b_gc, 0.0))
+            a_qk = tl.dot(b_qr, tl.trans(b_kc)) * scale
+            a_kk = tl.dot(b_kr, tl.trans(b_kc)) * b_beta[:, None]
+            p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+            p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+            tl.store(p_aqk, a_qk, mask=m_aqk)
+            tl.store(p_akk, a_kk, mask=m_akk)
+
+    rows = tl.arange(0, BC)
+    a_qk = tl.zeros([BC, BC], dtype=tl.float32)
+    a_kk = tl.zeros([BC, BC], dtype=tl.float32)
+    for c in range(0, BC):
+        t_c = row0 + c
+        valid = cols_k < tl.where(t_c < T, K, 0)
+        k_c = tl.load(k_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0).to(tl.float32)
+        g_c = tl.load(g_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0)
+        e = tl.exp(tl.minimum(b_g - g_c[None, :], 0.0))
+        col_qk = tl.sum(b_q * k_c[None, :] * e, axis=1)
+        col_kk = tl.sum(b_k * k_c[None, :] * e, axis=1)
+        a_qk = tl.where(rows[None, :] == c, col_qk[:, None], a_qk)
+        a_kk = tl.where(rows[None, :] == c, col_kk[:, None], a_kk)
+    a_qk = tl.where(rows[:, None] >= rows[None, :], a_qk * scale, 0.0)
+    a_kk = tl.where(rows[:, None] > rows[None, :], a_kk * b_beta[:, None], 0.0)
+    p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
+    p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
+    tl.store(p_aqk, a_qk, mask=m_aqk)
+    tl.store(p_akk, a_kk, mask=m_akk)
+
+
+@triton.jit
+def _invert_diag_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr):
+    # (I + L)^-1 for a strictly lower 16x16 block L, by forward substitution:
+    # N = (I + L)^-1 - I satisfies N[r, :] = -L[r, :] + sum_c (-L[r, c]) N[c, :]; rows are final in order.
+    p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
+    rows = tl.arange(0, BC)
+    strict = rows[:, None] > rows[None, :]
+    n = -tl.where(strict, tl.load(p, mask=m, other=0.0), 0.0)
+    for r in range(2, BC):
+        a_r = tl.sum(tl.where(rows[:, None] == r, n, 0.0), axis=0)
+        new_r = a_r + tl.sum(a_r[:, None] * n, axis=0)
+        n = tl.where(rows[:, None] == r, new_r[None, :], n)
+    return n + (rows[:, None] == rows[None, :]).to(tl.float32)
+
+
+@triton.jit
+def _load_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr):
+    p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
+    return tl.load(p, mask=m, other=0.0)
+
+
+@triton.jit
+def _store_block(a_ptr, x, row0, col0, T, stride, BC: tl.constexpr):
+    p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
+    tl.store(p, x, mask=m)
+
+
+@triton.jit
+def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    # Ai = (I + Akk)^-1 for a 64x64 unit lower-triangular matrix split into 4x4 blocks of 16:
+    #   Ai_ii = (I + A_ii)^-1 (forward substitution),  Ai_ij = -Ai_ii sum_{j <= m < i} A_im Ai_mj.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    a = akk_ptr + (i_b * T * H + i_h) * BT
+    o = ai_ptr + (i_b * T * H + i_h) * BT
+    S = H * BT
+    r0 = i_t * BT
+    t00 = _invert_diag_block(a, r0, 0, T, S, BC)
+    t11 = _invert_diag_block(a, r0 + BC, BC, T, S, BC)
+    t22 = _invert_diag_block(a, r0 + 2 * BC, 2 * BC, T, S, BC)
+    t33 = _invert_diag_block(a, r0 + 3 * BC, 3 * BC, T, S, BC)
+    a10 = _load_block(a, r0 + BC, 0, T, S, BC)
+    a20 = _load_block(a, r0 + 2 * BC, 0, T, S, BC)
+    a21 = _load_block(a, r0 + 2 * BC, BC, T, S, BC)
+    a30 = _load_block(a, r0 + 3 * BC, 0, T, S, BC)
+    a31 = _load_block(a, r0 + 3 * BC, BC, T, S, BC)
+    a32 = _load_block(a, r0 + 3 * BC, 2 * BC, T, S, BC)
+    t10 = -tl.dot(t11, tl.dot(a10, t00, input_precision="ieee"), input_precision="ieee")
+    t21 = -tl.dot(t22, tl.dot(a21, t11, input_precision="ieee"), input_precision="ieee")
+    t32 = -tl.dot(t33, tl.dot(a32, t22, input_precision="ieee"), input_precision="ieee")
+    t20 = -tl.dot(t22, tl.dot(a20, t00, input_precision="ieee") + tl.dot(a21, t10, input_precision="ieee"),
+                  input_precision="ieee")
+    t31 = -tl.dot(t33, tl.dot(a31, t11, input_precision="ieee") + tl.dot(a32, t21, input_precision="ieee"),
+                  input_precision="ieee")
+    t30 = -tl.dot(t33, tl.dot(a30, t00, input_precision="ieee") + tl.dot(a31, t10, input_precision="ieee")
+                  + tl.dot(a32, t20, input_precision="ieee"), input_precision="ieee")
+    zero = tl.zeros([BC, BC], dtype=tl.float32)
+    _store_block(o, t00, r0, 0, T, S, BC)
+    _store_block(o, zero, r0, BC, T, S, BC)
+    _store_block(o, zero, r0, 2 * BC, T, S, BC)
+    _store_block(o, zero, r0, 3 * BC, T, S, BC)
+    _store_block(o, t10, r0 + BC, 0, T, S, BC)
+    _store_block(o, t11, r0 + BC, BC, T, S, BC)
+    _store_block(o, zero, r0 + BC, 2 * BC, T, S, BC)
+    _store_block(o, zero, r0 + BC, 3 * BC, T, S, BC)
+    _store_block(o, t20, r0 + 2 * BC, 0, T, S, BC)
+    _store_block(o, t21, r0 + 2 * BC, BC, T, S, BC)
+    _store_block(o, t22, r0 + 2 * BC, 2 * BC, T, S, BC)
+    _store_block(o, zero, r0 + 2 * BC, 3 * BC, T, S, BC)
+    _store_block(o, t30, r0 + 3 * BC, 0, T, S, BC)
+    _store_block(o, t31, r0 + 3 * BC, BC, T, S, BC)
+    _store_block(o, t32, r0 + 3 * BC, 2 * BC, T, S, BC)
+    _store_block(o, t33, r0 + 3 * BC, 3 * BC, T, S, BC)
+
+
+@triton.jit
+def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T,
+                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr):
+    # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    p_ai, m_ai = _tile(ai_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
+    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    if GATE == 1:
+        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        b_gs = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
+    kbase = (i_b * T * H + i_h) * K
+    for i_k in range(0, tl.cdiv(K, BK)):
+        p_k, m_k = _tile(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_k = tl.load(p_k, mask=m_k, other=0.0)
+        b_x = b_k.to(tl.float32) * b_beta[:, None]
+        if GATE == 1:
+            b_x = b_x * b_gs[:, None]
+        if GATE == 2:
+            p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_x = b_x * tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
+        b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype))
+        p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
+    vbase = (i_b * T * H + i_h) * V
+    for i_v in range(0, tl.cdiv(V, BV)):
+        p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_v = tl.load(p_v, mask=m_v, other=0.0)
+        b_u = tl.dot(b_ai.to(b_v.dtype), (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype))
+        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
+
+
+@triton.jit
+def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
+                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
+                HAS_H0: tl.constexpr):
+    # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
+    #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    rk = tl.arange(0, BK)
+    rv = i_v * BV + tl.arange(0, BV)
+    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
+    state_off = rk[:, None] * V + rv[None, :]
+    if HAS_H0:
+        b_s = tl.load(h0_ptr + i_bh * K * V + state_off, mask=mask_kv, other=0.0).to(tl.float32)
+    else:
+        b_s = tl.zeros([BK, BV], dtype=tl.float32)
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    for i_t in range(0, NT):
+        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+        tl.store(h_ptr + h_off + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
+        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_vn = tl.load(p_u, mask=m_u, other=0.0)
+        dtype = b_vn.dtype
+        if DELTA:
+            p_w, m_w = _tile(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            b_w = tl.load(p_w, mask=m_w, other=0.0)
+            b_vn = (b_vn.to(tl.float32) - tl.dot(b_w, b_s.to(dtype))).to(dtype)
+            p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+            tl.store(p_vn, b_vn, mask=m_vn)
+        p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
+        t_last = tl.minimum(i_t * BT + BT, T) - 1
+        if GATE == 1:
+            p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+            b_g = tl.load(p_g, mask=m_g, other=0.0)
+            g_last = tl.load(g_ptr + (i_b * T + t_last) * H + i_h)
+            b_s = b_s * tl.exp(g_last)
+            b_k = b_k * tl.exp(tl.minimum(g_last - b_g, 0.0))[:, None]
+        if GATE == 2:
+            p_g, m_g = _tile(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            b_g = tl.load(p_g, mask=m_g, other=0.0)
+            g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
+            b_s = b_s * tl.exp(g_last)[:, None]
+            b_k = b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
+        b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn)
+    tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
+
+
+@triton.jit
+def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
+                  H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                  BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr):
+    # O = scale * (exp(G) * Q) h + Aqk V'   (Aqk already carries the scale and the causal mask)
+    i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    h_base = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+    acc = tl.zeros([BT, BV], dtype=tl.float32)
+    if GATE == 1:
+        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        b_gs = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
+    for i_k in range(0, tl.cdiv(K, BK)):
+        p_q, m_q = _tile(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        p_h, m_h = _tile(h_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
+        b_q = tl.load(p_q, mask=m_q, other=0.0)
+        b_h = tl.load(p_h, mask=m_h, other=0.0)
+        if GATE == 1:
+            b_q = (b_q.to(tl.float32) * b_gs[:, None]).to(b_h.dtype)
+        if GATE == 2:
+            p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_eg = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
+            b_q = (b_q.to(tl.float32) * b_eg).to(b_h.dtype)
+        acc += tl.dot(b_q.to(b_h.dtype), b_h)
+    acc = acc * scale
+    p_a, m_a = _tile(aqk_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+    b_vn = tl.load(p_vn, mask=m_vn, other=0.0)
+    rows = tl.arange(0, BT)
+    b_a = tl.where(rows[:, None] >= rows[None, :], tl.load(p_a, mask=m_a, other=0.0), 0.0)
+    acc += tl.dot(b_a.to(b_vn.dtype), b_vn)
+    p_o, m_o = _tile(o_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+    tl.store(p_o, acc.to(o_ptr.dtype.element_ty), mask=m_o)
+
+
+GATE_OF_KIND = {"linear_attention": 0, "delta_rule": 0, "gated_delta_rule": 1, "kda": 2}
+DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rule": True, "kda": True}
+
+
+def _block(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
+    """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
+    (float32) and, when asked, the intermediates the backward pass reuses (G, h, V')."""
+    gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    BT, BC = CHUNK, SUB
+    BK, BV = _block(K), min(64, _block(V))
+    NT = triton.cdiv(T, BT)
+    dev, dt = q.device, q.dtype
+    warps = 4
+
+    G = None
+    if gate:
+        G = torch.empty(g.shape, device=dev, dtype=torch.float32)
+        _chunk_cumsum[(NT, B * H)](g, G, T, H, K, BT, min(BK, 64), gate == 2, num_warps=warps)
+    if beta is None:
+        beta = q  # unused placeholder pointer (linear attention)
+
+    aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
+    akk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32) if delta else aqk
+    g_arg = G if G is not None else q
+    if gate == 2:
+        _intra_chunk_channel[(NT * (BT // BC), B * H)](q, k, G, beta, aqk, akk, scale, T, H, K, BT, BC, BK,
+                                                       num_warps=warps)
+    else:
+        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate, delta,
+                                        num_warps=warps)
+    if delta:
+        ai = torch.empty_like(akk)
+        _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, num_warps=warps)
+        w = torch.empty_like(k)
+        u = torch.empty_like(v)
+        _wy_factors[(NT, B * H)](k, v, g_arg, beta, ai, w, u, T, H, K, V, BT, min(BK, 64), BV, gate,
+                                 num_warps=warps)
+        vn = torch.empty_like(v)
+    else:
+        w, u, vn = k, v, v
+    h = torch.empty(B, NT, H, K, V, device=dev, dtype=dt)
+    ht = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
+    h0 = initial_state if initial_state is not None else ht
+    _state_pass[(triton.cdiv(V, BV), B * H)](k, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV, gate,
+                                             delta, initial_state is not None, num_warps=warps)
+    o = torch.empty_like(v)
+    _chunk_output[(triton.cdiv(V, BV), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
+                                                   min(BK, 64), BV, gate, num_warps=warps)
+    if keep_intermediates:
+        return o, ht, {"G": G, "h": h, "vn": vn, "aqk": aqk}
+    return o, ht
