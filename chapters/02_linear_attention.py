@@ -1,0 +1,504 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 02 · Linear attention: a fixed-size state
+#
+# Chapter 01 ended with GPT-2 decoding one token at a time from a **KV cache**: every key and value
+# it has ever produced, for every layer and head. The cache makes decoding cheap in arithmetic, but it
+# grows by one entry per token, and each new token has to *read all of it*.
+#
+# This chapter follows the 2020 answer to that (Katharopoulos et al., *Transformers are RNNs*):
+#
+# 1. measure what the cache costs as the context grows;
+# 2. rewrite softmax attention as a weighted average with a *similarity kernel*;
+# 3. pick a kernel that factorises, $\mathrm{sim}(q,k)=\phi(q)^\top\phi(k)$, and re-associate the
+#    product so that the whole history folds into one fixed $D\times D$ matrix;
+# 4. compute the same thing three ways (parallel, recurrent, chunked) and check they agree,
+#    with each other and with `k3lite.ops.linear_attention`;
+# 5. look at what we paid: a kernel that cannot focus as sharply as softmax;
+# 6. and put the paper's "$O(N^2)$" in its 2020 context, FlashAttention came two years later.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from k3lite import viz
+from k3lite.accounting import gpt2_kv_bytes_per_token
+from k3lite.gpt2 import GPT2Config
+from k3lite.runtime import seed_everything
+
+viz.use_style()
+generator = seed_everything(0)
+torch.set_default_dtype(torch.float64)  # exact comparisons in the lesson; k3lite's own checks use float32
+
+
+def mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:,.2f} MiB"
+
+
+def agree(a, b, tol=1e-12) -> str:
+    """Whether two results agree to `tol` (printing the raw gap would differ in the last bits between machines)."""
+    gap = (torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max().item()
+    return f"agree to {tol:.0e}: {gap < tol}"
+
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. The failure we start from: a cache that grows with the context
+#
+# GPT-2 small has 12 layers of 12 heads with head dimension $D = 64$. In 16-bit precision the cache
+# stores, per token, a key and a value for every head of every layer:
+# $2 \cdot 12 \cdot 12 \cdot 64 \cdot 2$ bytes.
+#
+# Linear attention (built below) replaces the cache of each head by one $D\times D$ matrix $S$ (plus a
+# $D$-vector $z$ for the normaliser), kept in float32, whose size does not depend on the number of
+# tokens $N$ at all.
+
+# %%
+gpt2 = GPT2Config()
+head_dim = gpt2.head_dim
+kv_per_token = gpt2_kv_bytes_per_token(gpt2, "fp16")
+state_bytes = gpt2.n_layer * gpt2.n_head * (head_dim * head_dim + head_dim) * 4  # S and z, float32
+
+print(f"KV cache per token (fp16):           {kv_per_token:,} bytes")
+print(f"linear-attention state, any N (fp32): {state_bytes:,} bytes = {mib(state_bytes)}")
+print(f"the cache is larger than the state beyond N = {math.ceil(state_bytes / kv_per_token)} tokens")
+for n_tokens in (1024, 32_768, 1_048_576):
+    print(f"  N = {n_tokens:>9,}: cache {mib(n_tokens * kv_per_token):>14}  vs state {mib(state_bytes)}")
+
+# %% [markdown]
+# Per decode step the cost that matters on a GPU is not arithmetic but **bytes moved from memory**.
+# With a cache, each head reads $N$ keys and $N$ values ($2ND$ elements) and writes one key and one value
+# ($2D$). Linear attention reads its state and writes it back: $D^2 + D$ elements each way, whatever $N$ is.
+
+# %%
+positions = torch.logspace(1, 6, 60).round().long().unique()
+layers_heads = gpt2.n_layer * gpt2.n_head
+cache_read = 2 * positions * head_dim * 2 * layers_heads           # fp16 keys and values
+cache_written = torch.full_like(positions, 2 * head_dim * 2 * layers_heads)
+state_moved = torch.full_like(positions, state_bytes)              # read once and written once
+
+fig, (ax_size, ax_step) = plt.subplots(1, 2, figsize=(11, 4))
+ax_size.loglog(positions, positions * kv_per_token, color=viz.MECHANISM_COLORS["gpt2"], label="KV cache (fp16)")
+ax_size.loglog(positions, state_moved, color=viz.MECHANISM_COLORS["linear_attention"], label="linear-attention state (fp32)")
+ax_size.set(xlabel="tokens in context N", ylabel="bytes (whole model)", title="Memory held per sequence")
+ax_size.legend()
+ax_step.loglog(positions, cache_read, color=viz.MECHANISM_COLORS["gpt2"], label="KV cache: read")
+ax_step.loglog(positions, cache_written, color=viz.MECHANISM_COLORS["gpt2"], linestyle="--", label="KV cache: written")
+ax_step.loglog(positions, state_moved, color=viz.MECHANISM_COLORS["linear_attention"], label="state: read (= written)")
+ax_step.set(xlabel="position of the token being decoded", ylabel="bytes per decode step (attention only)",
+            title="Bytes moved to decode one token")
+ax_step.legend()
+fig.tight_layout()
+plt.show()
+
+# %%
+at = 100_000
+print(f"decoding token {at:,}: the cache reads {mib(2 * at * head_dim * 2 * layers_heads)}, "
+      f"linear attention reads {mib(state_bytes)} and writes the same")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. Softmax attention is a weighted average with a similarity kernel
+#
+# For one head, causal softmax attention computes, for every position $t$,
+#
+# $$ o_t = \frac{\sum_{j \le t} \mathrm{sim}(q_t, k_j)\, v_j}{\sum_{j \le t} \mathrm{sim}(q_t, k_j)},
+#    \qquad \mathrm{sim}(q, k) = \exp\!\left(\frac{q^\top k}{\sqrt{D}}\right). $$
+#
+# Three steps: make the scores non-negative ($\exp$), divide by their sum, average the values.
+# The exponential sits *on* the product $q^\top k$, so every query is tied to every key: nothing about
+# the past can be summarised before the query arrives. Hence the cache.
+#
+# Linear attention keeps the three steps but chooses a kernel that factorises,
+# $\mathrm{sim}(q, k) = \phi(q)^\top \phi(k)$ with a positive feature map applied to $q$ and $k$
+# *separately*. The paper's choice is $\phi(x) = \mathrm{ELU}(x) + 1$ (elementwise; it is $x+1$ for
+# $x>0$ and $e^x$ for $x\le 0$, so always positive).
+
+# %%
+def softmax_attention(q, k, v):
+    """Causal softmax attention of one head, with the T×T score matrix materialised. q, k [T, D], v [T, Dv]."""
+    scores = q @ k.T / math.sqrt(q.shape[-1])
+    causal = torch.ones(len(q), len(k), dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+
+
+def elu1(x):
+    return F.elu(x) + 1.0
+
+
+def linear_attention_parallel(q, k, v):
+    """The same three steps with sim(q, k) = φ(q)ᵀφ(k): still a T×T matrix, but no exponential on it."""
+    weights = (elu1(q) @ elu1(k).T).tril()  # causal: token t sees j <= t
+    return (weights @ v) / weights.sum(-1, keepdim=True)
+
+
+T, D = 12, 8
+q, k, v = (torch.randn(T, D, generator=generator) for _ in range(3))
+gap = (softmax_attention(q, k, v) - linear_attention_parallel(q, k, v)).abs().mean().item()
+print(f"two different averages of the same values: mean |softmax - linear| = {gap:.2f}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. Re-association: the history folds into a $D\times D$ state
+#
+# Write the numerator of $o_t$ with the factorised kernel and move the brackets:
+#
+# $$ \sum_{j\le t} \big(\phi(q_t)^\top \phi(k_j)\big)\, v_j^\top
+#    = \phi(q_t)^\top \underbrace{\sum_{j\le t} \phi(k_j)\, v_j^\top}_{S_t \;\in\; \mathbb{R}^{D\times D_v}},
+#    \qquad
+#    \sum_{j\le t} \phi(q_t)^\top \phi(k_j) = \phi(q_t)^\top \underbrace{\sum_{j\le t}\phi(k_j)}_{z_t \;\in\;\mathbb{R}^{D}} . $$
+#
+# In matrix form this is $(\phi(Q)\phi(K)^\top)V = \phi(Q)\,(\phi(K)^\top V)$: same numbers, different order
+# of multiplication. The sums over the past are now *running sums* that do not depend on the query:
+#
+# $$ S_t = S_{t-1} + \phi(k_t)\, v_t^\top, \qquad z_t = z_{t-1} + \phi(k_t), \qquad
+#    o_t = \frac{S_t^\top \phi(q_t)}{z_t^\top \phi(q_t)} . $$
+#
+# An RNN whose hidden state is a matrix: this is the recurrent form, and $S$ is all a decode step needs.
+
+# %%
+def linear_attention_recurrent(q, k, v):
+    """Token by token: fold φ(k) vᵀ into S and φ(k) into z, then read with φ(q)."""
+    state = torch.zeros(q.shape[1], v.shape[1])
+    normalizer = torch.zeros(q.shape[1])
+    outputs = []
+    for q_t, k_t, v_t in zip(elu1(q), elu1(k), v):
+        state = state + torch.outer(k_t, v_t)
+        normalizer = normalizer + k_t
+        outputs.append(state.T @ q_t / (normalizer @ q_t))
+    return torch.stack(outputs), state
+
+
+o_parallel = linear_attention_parallel(q, k, v)
+o_recurrent, final_state = linear_attention_recurrent(q, k, v)
+print(f"parallel and recurrent {agree(o_parallel, o_recurrent)}")
+print(f"the state after {T} tokens has shape {tuple(final_state.shape)}; after a million tokens it still would")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### The chunked form: between the two
+#
+# The parallel form is one big matrix product (good for a GPU) but builds a $T\times T$ matrix; the
+# recurrent form is tiny per step but strictly sequential. The **chunked** form cuts the sequence into
+# chunks of $C$ tokens. Inside a chunk it uses the parallel form; across chunks it carries the state:
+#
+# $$ O_{[c]} = Q_{[c]} S + \big(Q_{[c]} K_{[c]}^\top \odot M\big) V_{[c]}, \qquad S \leftarrow S + K_{[c]}^\top V_{[c]}, $$
+#
+# with $M$ the causal mask including the diagonal, and $Q, K$ already passed through $\phi$.
+# The denominator needs no separate code: it is the numerator computed for a column of ones, since
+# $z_t^\top\phi(q_t) = \sum_{j\le t} \phi(q_t)^\top\phi(k_j)\cdot 1$.
+
+# %%
+def chunked_numerator(q, k, v, chunk_size):
+    """Σ_{j<=t} (q_t·k_j) v_j for every t, chunk by chunk (q, k already mapped by φ)."""
+    state = torch.zeros(q.shape[1], v.shape[1])
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        q_c, k_c, v_c = (x[start:start + chunk_size] for x in (q, k, v))
+        intra = (q_c @ k_c.T).tril()             # inside the chunk: score first (attention order)
+        outputs.append(q_c @ state + intra @ v_c)  # across chunks: state first (recurrent order)
+        state = state + k_c.T @ v_c
+    return torch.cat(outputs), state
+
+
+def linear_attention_chunked(q, k, v, chunk_size):
+    ones = torch.ones(len(v), 1)
+    numerator_and_denominator, _ = chunked_numerator(elu1(q), elu1(k), torch.cat([v, ones], dim=1), chunk_size)
+    return numerator_and_denominator[:, :-1] / numerator_and_denominator[:, -1:]
+
+
+for chunk_size in (1, 4, 5, T):
+    print(f"chunk_size={chunk_size:>2}: chunked and recurrent {agree(linear_attention_chunked(q, k, v, chunk_size), o_recurrent)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. Why the denominator stays
+#
+# Drop the division and the "average" becomes a sum that grows with every token: with positive
+# features each new token adds a positive amount to every score. Measure the output norm along a long
+# random sequence with and without the normaliser.
+
+# %%
+T_long = 512
+q_long, k_long, v_long = (torch.randn(T_long, D, generator=generator) for _ in range(3))
+numerator, _ = chunked_numerator(elu1(q_long), elu1(k_long), v_long, chunk_size=64)
+normalised = linear_attention_chunked(q_long, k_long, v_long, chunk_size=64)
+
+fig, ax = plt.subplots()
+steps = torch.arange(1, T_long + 1)
+ax.loglog(steps, numerator.norm(dim=-1), color=viz.PALETTE["red"], label="without the denominator")
+ax.loglog(steps, normalised.norm(dim=-1), color=viz.MECHANISM_COLORS["linear_attention"], label="normalised")
+ax.set(xlabel="position t", ylabel="‖o_t‖", title="Unnormalised linear attention grows with t")
+ax.legend()
+plt.show()
+for t in (1, 64, 512):
+    print(f"t={t:>3}: ‖o_t‖ without denominator {numerator[t - 1].norm().item():8.2f}, "
+          f"normalised {normalised[t - 1].norm().item():.2f}")
+
+# %% [markdown]
+# The normalised output is an average of values, so it stays on their scale (here it even shrinks: an
+# average of many random vectors cancels out). The raw sum keeps growing.
+#
+# Modern linear-attention layers (DeltaNet and its descendants in the next chapters) drop the
+# denominator again, but not the control it gave: they normalise the keys and the layer's output
+# instead (L2-normalised keys, an RMSNorm after the mixer). `k3lite.ops.linear_attention` has both:
+# `normalize=True` with `feature_map="elu1"` is the 2020 layer; the defaults are the bare recurrence.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 5. What we paid: a kernel that cannot focus
+#
+# $\exp(q^\top k)$ grows without bound as a query aligns with one key, so softmax can put almost all
+# its weight on one token. $\phi(q)^\top\phi(k)$ grows only linearly. Take 64 random keys, make the query
+# a sharper and sharper copy of key number 10, $q = s\,k_{10}$, and see how much weight each kernel puts on
+# key 10.
+
+# %%
+n_keys, dim = 64, 16
+keys = torch.randn(n_keys, dim, generator=generator)
+target = 10
+sharpness = torch.logspace(-1, 1.5, 30)
+softmax_focus, linear_focus = [], []
+for s in sharpness:
+    query = s * keys[target]
+    softmax_focus.append(torch.softmax(keys @ query / math.sqrt(dim), dim=0)[target].item())
+    similarity = elu1(keys) @ elu1(query)
+    linear_focus.append((similarity[target] / similarity.sum()).item())
+
+fig, ax = plt.subplots()
+ax.semilogx(sharpness, softmax_focus, color=viz.MECHANISM_COLORS["softmax"], label="softmax  exp(qᵀk/√D)")
+ax.semilogx(sharpness, linear_focus, color=viz.MECHANISM_COLORS["linear_attention"], label="linear  φ(q)ᵀφ(k)")
+ax.axhline(1 / n_keys, color="#888888", linestyle=":", label="uniform 1/64")
+ax.set(xlabel="query sharpness s  (q = s·k₁₀)", ylabel="weight on key 10", title="Softmax can focus; ELU+1 saturates")
+ax.legend()
+plt.show()
+print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} on key 10, "
+      f"linear attention {linear_focus[-1]:.3f} (uniform would be {1 / n_keys:.3f})")
+
+# %% [markdown]
+# For large $s$, $\phi(s\,k_{10})$ tends to $s\cdot\mathrm{ReLU}(k_{10})$, and $s$ cancels in the
+# ratio: the weights freeze at a spread-out profile. That is the "weaker approximation of the softmax
+# kernel" the seed article mentions; the next chapters are about getting precision back without
+# giving up the fixed state.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 6. What "$O(N^2)$" meant in 2020
+#
+# The 2020 paper says the cost *per time step* of a transformer grows with the square of the sequence
+# length. With a KV cache that is not true: a decode step reads $2ND$ numbers and does $4ND$ FLOPs per head,
+# linear in $N$. The quadratic cost described two real things of the time:
+#
+# * **recomputation without a cache**: reference generation loops re-ran the whole prefix at every step,
+#   so step $t$ computed a $t\times t$ attention;
+# * **a materialised $N\times N$ score matrix** in training and prefill, whose memory is quadratic.
+#
+# FlashAttention (2022) removed the second: it streams over key blocks with a running maximum and sum
+# (the "online softmax") and never stores the $N\times N$ matrix. Compute both costs.
+
+# %%
+def attention_flops_per_decode_step(position, head_dim, regime):
+    """Attention FLOPs of one head to decode the token at `position` (2 FLOPs per multiply-add)."""
+    if regime == "no cache":        # recompute all position x position scores and weighted sums
+        return 4 * position * position * head_dim
+    if regime == "KV cache":        # one query against `position` keys and values
+        return 4 * position * head_dim
+    if regime == "linear":          # read S with one query, fold one k vᵀ into it
+        return 4 * head_dim * head_dim
+    raise ValueError(f"regime must be 'no cache', 'KV cache' or 'linear', got {regime!r}")
+
+
+fig, ax = plt.subplots()
+for regime, color in (("no cache", viz.PALETTE["red"]), ("KV cache", viz.MECHANISM_COLORS["gpt2"]),
+                      ("linear", viz.MECHANISM_COLORS["linear_attention"])):
+    ax.loglog(positions, [attention_flops_per_decode_step(int(p), head_dim, regime) for p in positions],
+              color=color, linestyle="--" if regime == "no cache" else "-", label=regime)
+ax.set(xlabel="position of the token being decoded", ylabel="FLOPs per head per step",
+       title="Attention work per decode step (D = 64)")
+ax.legend()
+plt.show()
+for regime in ("no cache", "KV cache", "linear"):
+    print(f"{regime:>9}: {attention_flops_per_decode_step(4096, head_dim, regime):>16,} FLOPs at position 4,096")
+
+# %% [markdown]
+# Memory of the score matrix for one head in float32, against what a streaming (FlashAttention-style)
+# pass keeps beyond its inputs and output: a running maximum and a running sum per query, plus one
+# $B_q\times B_k$ tile of scores (64 × 64 here).
+
+# %%
+tile = 64
+print(f"{'N':>9} {'N×N scores':>14} {'streaming extra':>16}")
+for n_tokens in (1024, 8192, 32_768, 131_072):
+    materialised = n_tokens * n_tokens * 4
+    streaming = 2 * n_tokens * 4 + tile * tile * 4
+    print(f"{n_tokens:>9,} {mib(materialised):>14} {mib(streaming):>16}")
+
+# %% [markdown]
+# The streaming pass is not an approximation. Here it is in a dozen lines: process the keys in tiles,
+# keep per query the largest score seen so far $m$, the sum of exponentials $\ell$ relative to it, and the
+# weighted sum of values; rescale them whenever $m$ grows.
+
+# %%
+def streaming_softmax_attention(q, k, v, tile):
+    """Causal softmax attention without the T×T matrix: online softmax over key tiles."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    running_max = torch.full((len(q), 1), float("-inf"))
+    running_sum = torch.zeros(len(q), 1)
+    accumulator = torch.zeros(len(q), v.shape[1])
+    rows = torch.arange(len(q))[:, None]
+    for start in range(0, len(k), tile):
+        scores = q @ k[start:start + tile].T * scale                       # [T, tile]: one tile at a time
+        scores = scores.masked_fill(torch.arange(start, start + scores.shape[1]) > rows, float("-inf"))
+        new_max = torch.maximum(running_max, scores.max(dim=1, keepdim=True).values)
+        rescale = torch.exp(running_max - new_max)
+        weights = torch.exp(scores - new_max)
+        running_sum = running_sum * rescale + weights.sum(dim=1, keepdim=True)
+        accumulator = accumulator * rescale + weights @ v[start:start + tile]
+        running_max = new_max
+    return accumulator / running_sum
+
+
+T_check = 100
+q_check, k_check, v_check = (torch.randn(T_check, D, generator=generator) for _ in range(3))
+print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
+      f"{agree(streaming_softmax_attention(q_check, k_check, v_check, tile=16), softmax_attention(q_check, k_check, v_check))}")
+
+# %% [markdown]
+# So after 2022 the honest comparison is: softmax attention needs $O(N)$ *memory* (the cache) and
+# $O(N)$ *work and traffic per decode step*; linear attention needs $O(1)$ of both. Training and prefill
+# still cost $O(N^2)$ FLOPs for softmax attention, and $O(N)$ for the chunked linear form (chapter 04
+# prices that split).
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 7. Checked against `k3lite.ops.linear_attention`
+#
+# The library works in the field's layout: `q, k [B, T, H, K]`, `v [B, T, H, V]`, state `[B, H, K, V]` in
+# float32, `scale` multiplying `q`. With `feature_map="elu1", normalize=True` it is the layer of this
+# chapter. We compare in float32 on a batch of two sequences with three heads, against our single-head
+# code run head by head.
+
+# %%
+from k3lite.ops import linear_attention as la  # noqa: E402
+
+B, T_lib, H, K_lib, V_lib = 2, 37, 3, 8, 5
+q_lib = torch.randn(B, T_lib, H, K_lib, generator=generator).float()
+k_lib = torch.randn(B, T_lib, H, K_lib, generator=generator).float()
+v_lib = torch.randn(B, T_lib, H, V_lib, generator=generator).float()
+
+ours = torch.stack([torch.stack([linear_attention_recurrent(q_lib[b, :, h].double(), k_lib[b, :, h].double(),
+                                                            v_lib[b, :, h].double())[0]
+                                 for h in range(H)], dim=1) for b in range(B)])
+for name, run in (("recurrent", la.recurrent), ("parallel", la.parallel)):
+    o_lib, state_lib = run(q_lib, k_lib, v_lib, scale=1.0, feature_map="elu1", normalize=True)
+    print(f"k3lite {name:>9} (elu1, normalised) and ours {agree(o_lib, ours, 1e-5)}")
+
+# the bare recurrence (no feature map, no normaliser): recurrent, parallel and chunked agree
+o_rec, s_rec = la.recurrent(q_lib, k_lib, v_lib)
+for chunk_size in (1, 8, 16, 64):
+    o_chk, s_chk = la.chunked(q_lib, k_lib, v_lib, chunk_size=chunk_size, backend="torch")
+    print(f"chunked C={chunk_size:>2} and recurrent: outputs {agree(o_chk, o_rec, 1e-4)}, states {agree(s_chk, s_rec, 1e-4)}")
+ours_numerator, _ = chunked_numerator(q_lib[0, :, 0].double() * K_lib ** -0.5, k_lib[0, :, 0].double(),
+                                      v_lib[0, :, 0].double(), chunk_size=8)
+print(f"our chunked numerator (head 0, default scale K^-0.5) and k3lite {agree(ours_numerator, o_rec[0, :, 0], 1e-4)}")
+
+# %% [markdown]
+# One decode step of the library, `step`, continues a sequence from its state: decoding the last token
+# from the state of the first $T-1$ tokens must give the last output of the full pass.
+
+# %%
+_, state_before = la.recurrent(q_lib[:, :-1], k_lib[:, :-1], v_lib[:, :-1])
+o_step, state_after = la.step(q_lib[:, -1], k_lib[:, -1], v_lib[:, -1], state=state_before, backend="torch")
+print(f"step output and the last output of the pass {agree(o_step, o_rec[:, -1], 1e-5)}")
+print(f"state after the step and the final state {agree(state_after, s_rec, 1e-5)}")
+print(f"state: {tuple(state_after.shape)} {state_after.dtype}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1: the size of a KV cache
+# Write `kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element)`: the bytes of the
+# cache of one sequence after `num_tokens` tokens in a multi-head attention model.
+
+# %%
+from k3lite.exercises import ch02  # noqa: E402
+
+
+def kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element):
+    raise NotImplementedError
+
+
+# %%
+ch02.check_kv_cache_bytes(kv_cache_bytes)
+
+
+# %% tags=["hide-input"]
+# Solution
+def kv_cache_bytes_solution(num_tokens, layers, heads, head_dim, bytes_per_element):
+    keys_and_values = 2
+    return keys_and_values * num_tokens * layers * heads * head_dim * bytes_per_element
+
+
+ch02.check_kv_cache_bytes(kv_cache_bytes_solution)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2: one decode step of normalised linear attention
+# Write `decode_step(state, normalizer, q, k, v)` for one head with $\phi = \mathrm{ELU}+1$:
+# `state [K, V]`, `normalizer [K]`, `q, k [K]`, `v [V]`; return `(o [V], new_state, new_normalizer)`.
+# (`ch02.elu1` is the feature map.)
+
+# %%
+def decode_step(state, normalizer, q, k, v):
+    raise NotImplementedError
+
+
+# %%
+ch02.check_decode_step(decode_step)
+
+
+# %% tags=["hide-input"]
+# Solution
+def decode_step_solution(state, normalizer, q, k, v):
+    phi_q, phi_k = ch02.elu1(q), ch02.elu1(k)
+    state = state + torch.outer(phi_k, v)
+    normalizer = normalizer + phi_k
+    return state.T @ phi_q / (normalizer @ phi_q), state, normalizer
+
+
+ch02.check_decode_step(decode_step_solution)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3: the chunked form from scratch
+# Write `chunked(q, k, v, chunk_size)` for one head, `q, k [T, K]`, `v [T, V]`, without feature map or
+# scale: $o_t = \sum_{j\le t} (q_t^\top k_j)\, v_j$, computed chunk by chunk with
+# $O = QS + (QK^\top\odot M)V$ and $S \leftarrow S + K^\top V$. The checker tries chunk sizes that do and
+# do not divide $T$.
+
+# %%
+def chunked(q, k, v, chunk_size):
+    raise NotImplementedError
+
+
+# %%
+ch02.check_chunked(chunked)
+
+
+# %% tags=["hide-input"]
+# Solution
+def chunked_solution(q, k, v, chunk_size):
+    state = torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype)
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        q_c, k_c, v_c = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size]
+        outputs.append(q_c @ state + (q_c @ k_c.T).tril() @ v_c)
+        state = state + k_c.T @ v_c
+    return torch.cat(outputs)
+
+
+ch02.check_chunked(chunked_solution)
+
+# %% [markdown]
+# ## Summary
+#
+# * A factorised kernel $\phi(q)^\top\phi(k)$ lets attention be re-associated, $(\phi(Q)\phi(K)^\top)V =
+#   \phi(Q)(\phi(K)^\top V)$, so the past folds into a $D\times D$ state: fixed memory and fixed work per
+#   decode step, where the KV cache grows with every token.
+# * The parallel, recurrent and chunked forms compute the same numbers; the chunked one is what trains fast.
+# * The price: positive features cannot focus like an exponential, and every write *adds* to one shared
+#   matrix. The next chapter shows what that addition does to memories, and the delta rule that fixes it.
