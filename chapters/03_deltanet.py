@@ -1,0 +1,400 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 03 · DeltaNet: fast weights that overwrite
+#
+# Linear attention (chapter 02) keeps the whole past in one $D\times D$ matrix,
+# $S_t = S_{t-1} + k_t v_t^\top$. That is the source of its efficiency, and of its main weakness:
+# a token does not get a slot of its own, it is *added* into the same matrix as every other token.
+# Once more associations are written than the matrix can separate, they blur into each other, and
+# nothing ever leaves.
+#
+# Schlag, Irie and Schmidhuber (2021) read $S$ as a **fast weight** matrix that the network programs
+# on the fly, and replaced the purely additive write by the **delta rule**: before writing, look up what the
+# key currently returns and write only the difference. This chapter
+#
+# 1. reads one association back and sees why keys are normalised;
+# 2. writes many associations and measures the interference of the additive rule;
+# 3. derives the delta rule, in its "correction" and its "Householder" forms, and as one step of
+#    gradient descent on the fast weights;
+# 4. measures what it fixes, and, honestly, what it does not: past capacity it still forgets, but it
+#    forgets the *oldest* associations;
+# 5. checks everything against `k3lite.ops.delta_rule`.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+from k3lite import viz
+from k3lite.runtime import pick, seed_everything
+
+viz.use_style()
+generator = seed_everything(0)
+torch.set_default_dtype(torch.float64)  # exact comparisons in the lesson; k3lite's own check uses float32
+
+
+def agree(a, b, tol=1e-12) -> str:
+    """Whether two results agree to `tol` (the raw gap differs in its last bits between machines)."""
+    gap = (torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max().item()
+    return f"agree to {tol:.0e}: {gap < tol}"
+
+
+def unit(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. One association: write it, read it back
+#
+# Write one key–value pair into an empty state, $S = k v^\top$, and read with the same key:
+#
+# $$ S^\top k = v\,(k^\top k) = \lVert k\rVert^2\, v . $$
+#
+# The value comes back scaled by the squared norm of the key. With unit-norm keys it comes back exactly,
+# which is one reason DeltaNet L2-normalises its keys.
+
+# %%
+D = 64
+k = torch.randn(D, generator=generator)
+v = torch.randn(D, generator=generator)
+S = torch.outer(k, v)
+print(f"‖k‖² = {k.dot(k).item():.3f}; read-back equals ‖k‖²·v: {agree(S.T @ k, k.dot(k) * v, 1e-9)}")
+k_unit = unit(k)
+print(f"with a unit key the read-back is v itself: {agree(torch.outer(k_unit, v).T @ k_unit, v, 1e-12)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. Many associations: the additive write interferes
+#
+# Now write $N$ pairs, $S = \sum_i k_i v_i^\top$, and read pair $j$ back:
+#
+# $$ S^\top k_j = v_j + \sum_{i\neq j} (k_i^\top k_j)\, v_i . $$
+#
+# The second term is the **interference**. It vanishes only if the keys are orthogonal, and a
+# $D$-dimensional space has room for at most $D$ orthogonal keys. Measure both cases with $D = 64$
+# (GPT-2's head dimension) and random values; the error of a read is
+# $\lVert S^\top k_j - v_j\rVert / \lVert v_j\rVert$.
+
+# %%
+def write_additive(keys, values):
+    state = torch.zeros(keys.shape[1], values.shape[1])
+    for k_t, v_t in zip(keys, values):
+        state = state + torch.outer(k_t, v_t)
+    return state
+
+
+def retrieval_error(state, keys, values):
+    """Relative error of reading every stored value back with its own key: one number per association."""
+    return (keys @ state - values).norm(dim=-1) / values.norm(dim=-1)
+
+
+orthogonal_keys = torch.linalg.qr(torch.randn(D, D, generator=generator))[0].T  # rows: D orthonormal keys
+values = torch.randn(D, D, generator=generator)
+print(f"{D} orthogonal keys, additive rule: worst error "
+      f"{retrieval_error(write_additive(orthogonal_keys, values), orthogonal_keys, values).max().item():.3f}")
+
+random_keys = unit(torch.randn(D, D, generator=generator))
+print(f"{D} random unit keys, additive rule: mean error "
+      f"{retrieval_error(write_additive(random_keys, values), random_keys, values).mean().item():.3f}")
+
+# %% [markdown]
+# Orthogonal keys: perfect recall. Random unit keys (what a network produces) in 64 dimensions: the
+# interference is already about as large as the value itself when $N = D$, because the
+# $N-1$ stray terms, each of size about $1/\sqrt{D}$, add up. And a second failure hides here: the additive
+# rule cannot *change* a stored value. Write $(k, v_{\text{old}})$, later $(k, v_{\text{new}})$, and
+# reading $k$ returns their sum.
+
+# %%
+v_old, v_new = torch.randn(D, generator=generator), torch.randn(D, generator=generator)
+state = write_additive(torch.stack([k_unit, k_unit]), torch.stack([v_old, v_new]))
+read = state.T @ k_unit
+print(f"additive: after writing v_old then v_new under one key, the read is v_old + v_new: {agree(read, v_old + v_new)}")
+print(f"  its error against v_new: {((read - v_new).norm() / v_new.norm()).item():.3f}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. The fix: write only the difference (the delta rule)
+#
+# Before writing $(k_t, v_t)$, read what the memory currently returns for $k_t$,
+# $v_t^{\text{old}} = S_{t-1}^\top k_t$. Remove it, and write a blend of old and new with a write strength
+# $\beta_t\in(0,1]$, $v_t^{\text{new}} = \beta_t v_t + (1-\beta_t)\, v_t^{\text{old}}$:
+#
+# $$ S_t = S_{t-1} - k_t (v_t^{\text{old}})^\top + k_t (v_t^{\text{new}})^\top
+#        = S_{t-1} + \beta_t\, k_t \big(v_t - S_{t-1}^\top k_t\big)^\top . $$
+#
+# Collect the terms in $S_{t-1}$ and it becomes a linear recurrence with a matrix transition:
+#
+# $$ S_t = \big(I - \beta_t k_t k_t^\top\big)\, S_{t-1} + \beta_t\, k_t v_t^\top . $$
+#
+# For a unit key, $I - \beta k k^\top$ is a *generalised Householder* matrix: it scales the direction $k$ by
+# $1-\beta$ and leaves the other $D-1$ directions alone. With $\beta = 1$ it projects the old content out of
+# direction $k$ completely; $\beta\in(1,2)$ would flip its sign (a negative eigenvalue).
+
+# %%
+def delta_write(state, k_t, v_t, beta_t):
+    """The correction form: S + β k (v − Sᵀk)ᵀ."""
+    return state + beta_t * torch.outer(k_t, v_t - state.T @ k_t)
+
+
+def delta_write_householder(state, k_t, v_t, beta_t):
+    """The transition form: (I − β k kᵀ) S + β k vᵀ."""
+    transition = torch.eye(len(k_t)) - beta_t * torch.outer(k_t, k_t)
+    return transition @ state + beta_t * torch.outer(k_t, v_t)
+
+
+state = torch.randn(D, D, generator=generator)
+print(f"correction form and Householder form {agree(delta_write(state, k_unit, v, 0.7), delta_write_householder(state, k_unit, v, 0.7))}")
+eigenvalues = torch.linalg.eigvalsh(torch.eye(D) - 0.7 * torch.outer(k_unit, k_unit))
+print(f"eigenvalues of I - 0.7·kkᵀ: smallest {eigenvalues.min().item():.3f} (along k), "
+      f"the other {D - 1} equal {eigenvalues[1:].mean().item():.3f}")
+
+# %% [markdown]
+# One write with $\beta$ leaves a residual $v - S_t^\top k = (1-\beta\lVert k\rVert^2)\,(v - S_{t-1}^\top k)$
+# (Exercise 2 derives it). With a unit key and $\beta=1$ the residual is zero: right after the write, the
+# memory returns exactly $v_t$, whatever was stored before. The overwrite that failed above now works:
+
+# %%
+state = delta_write(delta_write(torch.zeros(D, D), k_unit, v_old, 1.0), k_unit, v_new, 1.0)
+print(f"delta rule, β = 1: after writing v_old then v_new, the read is v_new: {agree(state.T @ k_unit, v_new)}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Fast weights: the delta rule is one step of gradient descent
+#
+# Treat $S$ as the weights of a linear layer that should map $k_t$ to $v_t$, with the loss
+# $\mathcal{L}(S) = \tfrac12\lVert S^\top k_t - v_t\rVert^2$. Its gradient is
+# $\nabla_S\mathcal{L} = k_t\,(S^\top k_t - v_t)^\top$, so one step of gradient descent with learning rate
+# $\beta_t$ is exactly the delta rule. The additive rule of linear attention is the same step with the
+# current prediction $S^\top k_t$ left out: it never looks at what is already stored.
+# The network's *slow* weights (learned by backpropagation) produce $k_t, v_t, \beta_t$; the *fast*
+# weights $S$ are trained by this inner update, one token at a time.
+
+# %%
+state = torch.randn(D, D, generator=generator, requires_grad=True)
+loss = 0.5 * (state.T @ k_unit - v).pow(2).sum()
+loss.backward()
+with torch.no_grad():
+    sgd_step = state - 0.3 * state.grad
+    print(f"one SGD step with learning rate 0.3 and a delta write with β = 0.3 {agree(sgd_step, delta_write(state, k_unit, v, 0.3))}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. The whole sequence, in the field's layout
+#
+# A layer runs this for every head of every sequence: `q, k [B, T, H, K]`, `v [B, T, H, V]`,
+# `beta [B, T, H]`, a float32 state `[B, H, K, V]`, and the output read after the write,
+# $o_t = S_t^\top (\text{scale}\cdot q_t)$ with scale $K^{-1/2}$ by default. The loop below is the whole
+# reference implementation; `k3lite.ops.delta_rule.recurrent` must agree with it.
+
+# %%
+def delta_rule_recurrent(q, k, v, beta, scale=None):
+    """DeltaNet token by token. Returns the outputs [B, T, H, V] and the final state [B, H, K, V]."""
+    B, T, H, K = q.shape
+    scale = K ** -0.5 if scale is None else scale
+    state = torch.zeros(B, H, K, v.shape[-1], dtype=torch.float32)
+    outputs = []
+    for t in range(T):
+        q_t, k_t, v_t = (x[:, t].float() for x in (q, k, v))                   # [B, H, K] / [B, H, V]
+        b_t = beta[:, t].float()[..., None]                                      # [B, H, 1]
+        predicted = torch.einsum("bhkv,bhk->bhv", state, k_t)                    # what k_t reads now
+        state = state + torch.einsum("bhk,bhv->bhkv", k_t, b_t * (v_t - predicted))
+        outputs.append(torch.einsum("bhkv,bhk->bhv", state, scale * q_t))
+    return torch.stack(outputs, dim=1).to(q.dtype), state
+
+
+from k3lite.ops import delta_rule  # noqa: E402
+
+B, T, H, K, V = 2, 33, 3, 16, 8
+q_lib = torch.randn(B, T, H, K, generator=generator).float()
+k_lib = unit(torch.randn(B, T, H, K, generator=generator)).float()
+v_lib = torch.randn(B, T, H, V, generator=generator).float()
+beta_lib = torch.rand(B, T, H, generator=generator).float()
+
+ours_o, ours_state = delta_rule_recurrent(q_lib, k_lib, v_lib, beta_lib)
+lib_o, lib_state = delta_rule.recurrent(q_lib, k_lib, v_lib, beta_lib)
+print(f"outputs: ours and k3lite.ops.delta_rule.recurrent {agree(ours_o, lib_o, 1e-5)}")
+print(f"states:  ours and k3lite.ops.delta_rule.recurrent {agree(ours_state, lib_state, 1e-5)}; dtype {lib_state.dtype}")
+_, state_before = delta_rule.recurrent(q_lib[:, :-1], k_lib[:, :-1], v_lib[:, :-1], beta_lib[:, :-1])
+step_o, step_state = delta_rule.step(q_lib[:, -1], k_lib[:, -1], v_lib[:, -1], beta_lib[:, -1],
+                                     state=state_before, backend="torch")
+print(f"one decode step from the state of T-1 tokens and the last output {agree(step_o, lib_o[:, -1], 1e-5)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 5. Capacity: what the delta rule fixes, and what it cannot
+#
+# Now the real test. Write $N$ associations with random unit keys into a $64\times64$ state, with the
+# additive rule and with the delta rule ($\beta = 1$ and $\beta = 0.5$), read all of them back, and sweep
+# the load $N/D$ from 0.1 to 4, through the **over-capacity** regime $N > D$ where no $D\times D$ matrix can
+# hold every pair exactly.
+
+# %%
+def write_delta(keys, values, beta):
+    state = torch.zeros(keys.shape[1], values.shape[1])
+    for k_t, v_t in zip(keys, values):
+        state = delta_write(state, k_t, v_t, beta)
+    return state
+
+
+loads = [0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0]
+trials = pick(3, 10)
+rules = {"additive": write_additive,
+         "delta, β = 1": lambda keys, values: write_delta(keys, values, 1.0),
+         "delta, β = 0.5": lambda keys, values: write_delta(keys, values, 0.5)}
+mean_error = {name: [] for name in rules}
+for load in loads:
+    n_pairs = round(load * D)
+    errors = {name: 0.0 for name in rules}
+    for _ in range(trials):
+        keys = unit(torch.randn(n_pairs, D, generator=generator))
+        values = torch.randn(n_pairs, D, generator=generator)
+        for name, write in rules.items():
+            errors[name] += retrieval_error(write(keys, values), keys, values).mean().item() / trials
+    for name in rules:
+        mean_error[name].append(errors[name])
+
+print(f"{'N/D':>5} " + " ".join(f"{name:>15}" for name in rules))
+for i, load in enumerate(loads):
+    print(f"{load:>5} " + " ".join(f"{mean_error[name][i]:>15.2f}" for name in rules))
+
+# %%
+colors = {"additive": viz.MECHANISM_COLORS["linear_attention"], "delta, β = 1": viz.MECHANISM_COLORS["delta_rule"],
+          "delta, β = 0.5": viz.PALETTE["red"]}
+fig, ax = plt.subplots()
+for name in rules:
+    ax.plot(loads, mean_error[name], marker="o", color=colors[name], label=name,
+            linestyle="--" if name.endswith("0.5") else "-")
+ax.axvline(1.0, color="#888888", linestyle=":")
+ax.text(1.05, 1.9, "N = D", color="#555555")
+ax.axhline(1.0, color="#888888", linewidth=1)
+ax.text(1.45, 1.03, "as bad as reading 0", color="#555555", fontsize=9)
+ax.set(xlabel="associations per key dimension, N/D", ylabel="mean relative retrieval error",
+       title=f"Reading back N associations from a {D}×{D} state")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# What the numbers say:
+#
+# * **Additive**: the error grows like $\sqrt{N/D}$ and never stops growing; past $N\approx D$ a read returns
+#   more interference than signal.
+# * **Delta, β = 1**: better at every load, but *not* exact for $N \le D$ with random keys: a later write
+#   along a key that overlaps $k_j$ disturbs what $k_j$ reads. (With orthogonal keys both rules are exact up to
+#   $N = D$, as measured in section 2.) Past capacity its mean error still rises, but far more slowly
+#   (1.19 at $N/D = 4$ against 2.01): an old pair reads back as some unrelated recent value, an error of
+#   order one, not as an ever-growing pile of all the others.
+# * **Delta, β = 0.5** is the worst at low load (each write only goes half-way, so even the last value comes
+#   back at half strength) but the most stable at high load: a gentler write disturbs old associations less.
+#   A learned $\beta_t$ lets the network choose per token.
+#
+# A fixed-size memory cannot hold more than it can hold. The delta rule does not change that; it changes
+# *which* associations survive. Look at the error by the position at which each pair was written, at $N = 2D$:
+
+# %%
+n_pairs = 2 * D
+position_error = {"additive": torch.zeros(n_pairs), "delta, β = 1": torch.zeros(n_pairs)}
+position_trials = pick(8, 40)
+for _ in range(position_trials):
+    keys = unit(torch.randn(n_pairs, D, generator=generator))
+    values = torch.randn(n_pairs, D, generator=generator)
+    for name in position_error:
+        position_error[name] += retrieval_error(rules[name](keys, values), keys, values) / position_trials
+
+fig, ax = plt.subplots()
+for name, errors in position_error.items():
+    ax.plot(torch.arange(n_pairs), errors, color=colors[name], label=name)
+ax.set(xlabel="write position (0 = oldest)", ylabel="relative retrieval error",
+       title=f"Which associations survive? N = {n_pairs} pairs in a {D}×{D} state")
+ax.legend()
+plt.show()
+for name, errors in position_error.items():
+    print(f"{name:>13}: oldest 16 pairs {errors[:16].mean().item():.2f}, newest 16 pairs {errors[-16:].mean().item():.2f}, "
+          f"last pair {errors[-1].item():.2f}")
+
+# %% [markdown]
+# The additive memory is uniformly bad: old and new pairs are blurred alike. The delta memory returns the
+# newest pair exactly and recent pairs well, and lets the oldest ones go. That is an eviction policy,
+# *most recent wins*, built into the write. It is still not a *chosen* eviction: the delta rule can only
+# remove what a new key overlaps. Forgetting on purpose (a context switch, clearing stale facts) needs a
+# gate, and that is chapter 05.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1: the delta write
+# Write `delta_write_exercise(state, k, v, beta)` for `state [K, V]`, `k [K]` (unit norm), `v [V]`, and a
+# float `beta`; return the new state.
+
+# %%
+from k3lite.exercises import ch03  # noqa: E402
+
+
+def delta_write_exercise(state, k, v, beta):
+    raise NotImplementedError
+
+
+# %%
+ch03.check_delta_write(delta_write_exercise)
+
+
+# %% tags=["hide-input"]
+# Solution
+def delta_write_solution(state, k, v, beta):
+    return state + beta * torch.outer(k, v - state.T @ k)
+
+
+ch03.check_delta_write(delta_write_solution)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2: the residual after one write
+# Let $r = v - S_{t-1}^\top k$ be what the memory gets wrong for key $k$ before the write and
+# $r' = v - S_t^\top k$ after it. Show that $r' = f\,r$ for a number $f$ that depends only on $\beta$ and
+# $\lVert k\rVert^2$, and write `residual_factor(beta, key_norm_sq)` returning $f$. (Which $\beta$ makes the
+# write exact? What happens when $\beta\lVert k\rVert^2 > 2$?)
+
+# %%
+def residual_factor(beta, key_norm_sq):
+    raise NotImplementedError
+
+
+# %%
+ch03.check_residual_factor(residual_factor)
+
+
+# %% tags=["hide-input"]
+# Solution: S_tᵀk = S_{t-1}ᵀk + β (kᵀk) r, so r' = v − S_{t-1}ᵀk − β‖k‖² r = (1 − β‖k‖²) r.
+# β‖k‖² = 1 makes the write exact; |1 − β‖k‖²| > 1 makes the error grow: keys are normalised for this.
+def residual_factor_solution(beta, key_norm_sq):
+    return 1.0 - beta * key_norm_sq
+
+
+ch03.check_residual_factor(residual_factor_solution)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3: the fast-weight gradient
+# Write `fast_weight_gradient(state, k, v)`: the gradient of $\tfrac12\lVert S^\top k - v\rVert^2$ with
+# respect to $S$ (shape `[K, V]`), without autograd.
+
+# %%
+def fast_weight_gradient(state, k, v):
+    raise NotImplementedError
+
+
+# %%
+ch03.check_fast_weight_gradient(fast_weight_gradient)
+
+
+# %% tags=["hide-input"]
+# Solution
+def fast_weight_gradient_solution(state, k, v):
+    return torch.outer(k, state.T @ k - v)
+
+
+ch03.check_fast_weight_gradient(fast_weight_gradient_solution)
+
+# %% [markdown]
+# ## Summary
+#
+# * A linear-attention state is an associative memory; reading key $k$ returns $\lVert k\rVert^2 v$ for one
+#   pair and adds the interference of every other pair.
+# * The delta rule, $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top = (I-\beta_t k_t k_t^\top)S_{t-1} +
+#   \beta_t k_t v_t^\top$, is one gradient step on the fast weights: it overwrites instead of piling up.
+# * Measured: it lowers interference at every load and keeps the newest associations, but a $D\times D$
+#   state still cannot hold more than about $D$ of them.
+# * Its recurrence is no longer a plain sum, so the chunked trick of chapter 02 does not apply as is.
+#   Chapter 04 finds the reparameterisation that makes it parallel again.
