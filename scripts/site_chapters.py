@@ -1,0 +1,51 @@
+"""The chapters the book and the slides are built from: book.yml's list, in its order."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_DIR = ROOT / "_build"
+
+
+@dataclass(frozen=True)
+class Chapter:
+    stem: str
+    title: str
+    budget_s: int
+    notebook: Path
+
+    @property
+    def slides_name(self) -> str:
+        return f"{self.stem}.slides.html"
+
+
+def load_book(book_yml: Path) -> dict:
+    book = yaml.safe_load(book_yml.read_text(encoding="utf-8"))
+    if not isinstance(book, dict) or not book.get("chapters"):
+        raise SystemExit(f"{book_yml}: expected a mapping with a non-empty 'chapters' list")
+    return book
+
+
+def listed_chapters(book: dict, chapters_dir: Path, *, only_existing: bool) -> list[Chapter]:
+    """The chapters of ``book`` in order; a listed chapter without its executed .ipynb is an error
+    unless ``only_existing`` (then it is left out with a note on stderr)."""
+    chapters, missing = [], []
+    for entry in book["chapters"]:
+        notebook = chapters_dir / f"{entry['file']}.ipynb"
+        if not notebook.exists():
+            missing.append(entry["file"])
+            continue
+        chapters.append(Chapter(entry["file"], entry["title"], int(entry.get("budget_s", 0)), notebook))
+    if missing and not only_existing:
+        raise SystemExit(f"book.yml lists chapters with no executed notebook in {chapters_dir}: "
+                         f"{', '.join(missing)} (run `make execute`, or pass --only-existing)")
+    if missing:
+        print(f"leaving out chapters not written yet: {', '.join(missing)}", file=sys.stderr)
+    if not chapters:
+        raise SystemExit(f"no chapter notebook found in {chapters_dir}")
+    return chapters
