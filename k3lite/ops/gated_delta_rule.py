@@ -70,15 +70,19 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
     return tokens_first(torch.cat(outputs, dim=2), out_dtype), S
 
 
-def _decay_between(G):
+def _decay_between(g):
     """``exp(G_r - G_i)`` for every pair i <= r of a chunk, 0 above the diagonal: ``[B, H, C, C]``.
 
-    Taken from the difference in log space (``exp(G_r) * exp(-G_i)`` overflows over long spans);
-    the upper triangle, where the difference is positive, is set to -inf before exp.
+    The log ratio ``G_r - G_i = sum_{i<j<=r} g_j`` is summed directly over each span (a "segment
+    sum"): as a difference of two cumulative sums it would lose digits once G is large (float32
+    ulp at G = -2560 is 2.4e-4), and ``exp(G_r) * exp(-G_i)`` would overflow. The upper triangle
+    (i > r, a growth) is set to -inf *before* exp so those entries are exactly 0.
     """
-    C = G.shape[-1]
-    log_ratio = G[..., :, None] - G[..., None, :]                # [.., r, i] = G_r - G_i
-    later = torch.ones(C, C, dtype=torch.bool, device=G.device).triu(1)
+    C = g.shape[-1]
+    later = torch.ones(C, C, dtype=torch.bool, device=g.device).triu(1)       # i > r
+    # [.., j, i] = g_j where j > i, else 0; summing down j up to r gives sum_{i<j<=r} g_j.
+    steps = g[..., :, None].expand(*g.shape, C)
+    log_ratio = steps.masked_fill(~later.T, 0.0).cumsum(dim=-2)               # [.., r, i]
     return torch.exp(log_ratio.masked_fill(later, float("-inf")))
 
 
@@ -90,7 +94,7 @@ def _chunk(q, k, v, g, beta, S):
     """
     C = q.shape[-2]
     G = g.cumsum(dim=-1)                                    # log-decay from chunk start through token r
-    decay = _decay_between(G)                               # [B, H, C, C]
+    decay = _decay_between(g)                               # [B, H, C, C]
     kk = (k @ k.transpose(-1, -2)) * decay                  # k_r . k_i exp(G_r - G_i)
     qk = (q @ k.transpose(-1, -2)) * decay                  # the intra-chunk scores
     A = beta[..., :, None] * kk.tril(-1)                    # strictly lower: earlier tokens only
@@ -101,9 +105,10 @@ def _chunk(q, k, v, g, beta, S):
     new_values = U - W @ S                                  # u_r for every token of the chunk
     # Output: the decayed incoming memory read by q, plus the chunk's own writes seen by q.
     o = torch.exp(G)[..., None] * (q @ S) + qk @ new_values
-    # Memory at the end: incoming memory decayed over the chunk, plus each write decayed to the end.
-    G_last = G[..., -1:]                                    # [B, H, 1]
-    S = torch.exp(G_last)[..., None] * S + (torch.exp(G_last - G)[..., None] * k).transpose(-1, -2) @ new_values
+    # Memory at the end: incoming memory decayed over the chunk, plus each write decayed to the
+    # end (the last row of the decay table, every factor <= 1).
+    to_end = decay[..., -1, :]                              # [B, H, C] = exp(G_last - G_i)
+    S = torch.exp(G[..., -1])[..., None, None] * S + (to_end[..., None] * k).transpose(-1, -2) @ new_values
     return o, S
 
 

@@ -70,17 +70,26 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
     return tokens_first(torch.cat(outputs, dim=2), out_dtype), S
 
 
-def _decay_between(G):
+def _decay_between(g):
     """``exp(G_r - G_i)`` for every pair i <= r of a chunk, 0 above the diagonal: ``[B, H, C, C, K]``.
 
-    ``G`` is the chunk-local cumulative log-decay ``[B, H, C, K]``. The product
-    ``exp(G_r) * exp(-G_i)`` would overflow once a span has decayed by more than e^88, so the
-    difference is taken in log space. Above the diagonal (i > r) the difference is positive and can
-    be huge; it is set to -inf *before* exp so those entries are exactly 0 and never inf.
+    ``G`` is the cumulative log-decay, so ``G_r - G_i = sum_{i<j<=r} g_j`` is the log of how much of
+    token i's write survives until token r. Two numerical traps:
+
+    * ``exp(G_r) * exp(-G_i)`` overflows once a span has decayed by more than e^88;
+    * ``G_r - G_i`` as a difference of two cumulative sums loses digits: with g = -20 per step
+      G reaches -2560 within a chunk of 128, where one float32 step (ulp) is 2.4e-4, so a
+      decay of e^-1 between neighbours would come out wrong in the fourth digit.
+
+    So the log ratio is summed directly over each span (a "segment sum", as in Mamba-2's
+    reference), and the upper triangle (i > r, which would be a growth) is set to -inf *before*
+    exp so those entries are exactly 0.
     """
-    C = G.shape[-2]
-    log_ratio = G[..., :, None, :] - G[..., None, :, :]          # [.., r, i, K] = G_r - G_i
-    later = torch.ones(C, C, dtype=torch.bool, device=G.device).triu(1)
+    C = g.shape[-2]
+    later = torch.ones(C, C, dtype=torch.bool, device=g.device).triu(1)       # i > r
+    # [.., j, i, K] = g_j where j > i, else 0; summing down j up to r gives sum_{i<j<=r} g_j.
+    steps = g[..., :, None, :].expand(*g.shape[:-2], C, C, g.shape[-1])
+    log_ratio = steps.masked_fill(~later.T[:, :, None], 0.0).cumsum(dim=-3)    # [.., r, i, K]
     return torch.exp(log_ratio.masked_fill(later[:, :, None], float("-inf")))
 
 
@@ -94,7 +103,7 @@ def _chunk(q, k, v, g, beta, S):
     """
     C = q.shape[-2]
     G = g.cumsum(dim=-2)                                    # log-decay from chunk start through token r
-    decay = _decay_between(G)                               # [B, H, C, C, K]
+    decay = _decay_between(g)                               # [B, H, C, C, K]
     k_decayed = decay * k[..., None, :, :]                  # [.., r, i, d] = exp(G_rd - G_id) k_id
     kk = (k_decayed @ k[..., :, :, None]).squeeze(-1)       # sum_d k_rd k_id exp(G_rd - G_id)
     qk = (k_decayed @ q[..., :, :, None]).squeeze(-1)       # same with q_r: the intra-chunk scores
@@ -107,9 +116,9 @@ def _chunk(q, k, v, g, beta, S):
     # Output: the decayed incoming memory read by q, plus the chunk's own writes seen by q.
     o = (q * torch.exp(G)) @ S + qk @ new_values
     # Memory at the end: incoming memory decayed over the whole chunk, plus each write decayed
-    # from its token to the chunk end. G_last - G_i <= 0, so every factor is at most 1.
-    G_last = G[..., -1:, :]                                 # [B, H, 1, K]
-    S = torch.exp(G_last).transpose(-1, -2) * S + (torch.exp(G_last - G) * k).transpose(-1, -2) @ new_values
+    # from its token to the chunk end (the last row of the decay table, every factor <= 1).
+    to_end = decay[..., -1, :, :]                           # [B, H, C, K] = exp(G_last - G_i)
+    S = torch.exp(G[..., -1, :])[..., None] * S + (to_end * k).transpose(-1, -2) @ new_values
     return o, S
 
 
