@@ -24,23 +24,33 @@ import os
 import torch
 
 KINDS = ("linear_attention", "delta_rule", "gated_delta_rule", "kda")
-_INTERPRETING = None
+
+# Triton decides at decoration time whether a @triton.jit function is compiled or interpreted, and
+# that includes its own standard library (tl.zeros, tl.sum, ...) defined when triton is first imported.
+# So the switch is thrown here, at import, before anything of ours imports triton.
+_INTERPRETING = not torch.cuda.is_available()
+if _INTERPRETING:
+    os.environ["TRITON_INTERPRET"] = "1"
+_CHECKED = False
 
 
 def _ensure_backend() -> bool:
-    """Switch on the Triton interpreter when no GPU exists; return True when interpreting."""
-    global _INTERPRETING
-    if _INTERPRETING is None:
-        _INTERPRETING = not torch.cuda.is_available()
-        if _INTERPRETING:
-            os.environ["TRITON_INTERPRET"] = "1"
+    """Check that Triton is importable and set up as this machine needs; True when interpreting."""
+    global _CHECKED
+    if not _CHECKED:
         try:
-            import triton
+            import triton.language.standard as tl_standard
         except ImportError as err:  # pragma: no cover - depends on the install
             raise ImportError("backend='triton' needs the triton package: pip install 'k3lite[kernels]'") from err
-        knobs = getattr(triton, "knobs", None)
-        if _INTERPRETING and knobs is not None and hasattr(knobs, "runtime"):
-            knobs.runtime.interpret = True
+        if _INTERPRETING:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            if not isinstance(tl_standard.zeros, InterpretedFunction):
+                raise RuntimeError(
+                    "triton was imported before k3lite.kernels could switch on its CPU interpreter; "
+                    "import k3lite.kernels first, or set TRITON_INTERPRET=1 before starting Python"
+                )
+        _CHECKED = True
     return _INTERPRETING
 
 
@@ -108,10 +118,14 @@ class _Chunked(torch.autograd.Function):
 
 
 def chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
-    """Chunked forward of one mixer through the Triton pipeline; differentiable."""
+    """Chunked forward of one mixer through the Triton pipeline; differentiable.
+
+    The Triton pipeline always works on 64-token chunks (tensor-core tiles); ``chunk_size`` is accepted
+    for a uniform signature and does not change the result, which is the same for every chunk size.
+    """
     _check_kind(kind)
-    if chunk_size != 64:
-        raise ValueError(f"chunk_size must be 64 for the Triton backend, got {chunk_size}")
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     _check_tensors(q, k, v, g, beta)
     if initial_state is not None:
         _check_tensors(initial_state.float())
