@@ -1,0 +1,324 @@
+"""Benchmark of the k3lite kernels: ``python -m k3lite.bench [--out PATH] [--plot PATH] [--quick]``.
+
+On a GPU: the chunked mixers (k3lite Triton, k3lite PyTorch chunked, flash-linear-attention when it
+can be imported, causal scaled_dot_product_attention) at (B, T, H) = (8, 2048, 16), (2, 8192, 16),
+(1, 32768, 16), D = 128, bf16, forward and forward+backward; the fused decode step at B = 64 and 256;
+fused SiTU against eager PyTorch SiTU and a fused SiLU-and-mul. Every ratio is taken between
+numbers measured in the same run. On a CPU the same table runs at toy sizes (the Triton kernels go
+through the interpreter), which only shows that the code runs, not how fast anything is.
+
+Results are printed as a table and written as JSON (with the command, date, device and versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from k3lite import kernels  # before anything imports triton: on CPU it switches on the interpreter
+from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
+from k3lite.ops.situ import situ_glu
+
+KINDS = ("kda", "gated_delta_rule", "delta_rule", "linear_attention")
+OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
+       "gated_delta_rule": gated_delta_rule, "kda": kda}
+FLA_NAMES = {"kda": ("fla.ops.kda", "chunk_kda"), "gated_delta_rule": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+             "delta_rule": ("fla.ops.delta_rule", "chunk_delta_rule"), "linear_attention": ("fla.ops.linear_attn", "chunk_linear_attn")}
+
+
+def timer(gpu: bool):
+    """Median milliseconds of fn(); on a GPU through triton.testing.do_bench (CUDA events, L2 flushed)."""
+    if gpu:
+        import triton.testing
+
+        def measure(fn, rep=100):
+            return float(triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median"))
+    else:
+        def measure(fn, rep=None):
+            fn()
+            times = []
+            for _ in range(2):
+                start = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - start) * 1e3)
+            return statistics.median(times)
+    return measure
+
+
+def load_fla():
+    fns = {}
+    try:
+        import importlib
+
+        import fla
+
+        for kind, (module, name) in FLA_NAMES.items():
+            fns[kind] = getattr(importlib.import_module(module), name)
+        fns["version"] = getattr(fla, "__version__", "?")
+        from fla.ops.kda import fused_recurrent_kda
+
+        fns["decode_kda"] = fused_recurrent_kda
+    except Exception as err:  # reference library absent or broken: report and go on without it
+        print(f"flash-linear-attention not used: {err!r}")
+        return {}
+    return fns
+
+
+def mixer_inputs(kind, B, T, H, D, dtype, device, grad):
+    gen = torch.Generator(device=device).manual_seed(0)
+    rnd = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
+    q = rnd(B, T, H, D).to(dtype)
+    k = torch.nn.functional.normalize(rnd(B, T, H, D), dim=-1).to(dtype)
+    v = rnd(B, T, H, D).to(dtype)
+    beta = torch.sigmoid(rnd(B, T, H)).to(dtype)
+    g = None
+    if kind == "gated_delta_rule":
+        g = torch.nn.functional.logsigmoid(rnd(B, T, H) + 4.0).float()
+    if kind == "kda":
+        g = (-5.0 * torch.sigmoid(rnd(B, T, H, D) - 2.0)).float()
+    tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta if kind != "linear_attention" else None}
+    return {n: (x.requires_grad_(grad) if x is not None else None) for n, x in tensors.items()}
+
+
+def k3lite_call(kind, t, backend):
+    args = [t["q"], t["k"], t["v"]] + [t[n] for n in ("g", "beta") if t[n] is not None]
+    return OPS[kind].chunked(*args, backend=backend)[0]
+
+
+def fla_call(fn, kind, t):
+    if kind == "linear_attention":
+        return fn(t["q"], t["k"], t["v"], normalize=False, output_final_state=True)[0]
+    if kind == "delta_rule":
+        return fn(t["q"], t["k"], t["v"], t["beta"], output_final_state=True)[0]
+    return fn(t["q"], t["k"], t["v"], t["g"], t["beta"], output_final_state=True)[0]
+
+
+def with_backward(forward, tensors):
+    leaves = [x for x in tensors.values() if x is not None and x.requires_grad]
+
+    def run():
+        out = forward()
+        torch.autograd.grad(out, leaves, torch.ones_like(out))
+    return run
+
+
+def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save):
+    for B, T, H in shapes:
+        sdpa = {}
+        for mode in modes:
+            grad = mode == "fwd+bwd"
+            q, k, v = (torch.randn(B, H, T, D, device=device, dtype=dtype, requires_grad=grad) for _ in range(3))
+            fwd = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+            sdpa[mode] = measure(with_backward(fwd, {"q": q, "k": k, "v": v}) if grad else fwd)
+            del q, k, v
+        for kind in KINDS:
+            for mode in modes:
+                grad = mode == "fwd+bwd"
+                t = mixer_inputs(kind, B, T, H, D, dtype, device, grad)
+                methods = {"k3lite_triton": lambda: k3lite_call(kind, t, "triton"),
+                           "k3lite_torch": lambda: k3lite_call(kind, t, "torch")}
+                if kind in fla:
+                    methods["fla"] = lambda: fla_call(fla[kind], kind, t)
+                row = {"kind": kind, "B": B, "T": T, "H": H, "D": D, "mode": mode, "sdpa_ms": sdpa[mode]}
+                for name, fwd in methods.items():
+                    try:
+                        row[f"{name}_ms"] = measure(with_backward(fwd, t) if grad else fwd)
+                    except Exception as err:  # e.g. out of memory: record and continue
+                        row[f"{name}_ms"] = None
+                        row[f"{name}_error"] = repr(err)[:200]
+                    torch.cuda.empty_cache() if device == "cuda" else None
+                if row.get("fla_ms") and row.get("k3lite_triton_ms"):
+                    row["ratio_vs_fla"] = row["k3lite_triton_ms"] / row["fla_ms"]
+                if row.get("k3lite_triton_ms"):
+                    row["ratio_vs_sdpa"] = row["k3lite_triton_ms"] / row["sdpa_ms"]
+                results["chunked"].append(row)
+                print_row(row)
+                save()
+                del t
+
+
+def fmt(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def print_row(row):
+    print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | triton {fmt(row.get('k3lite_triton_ms'))}"
+          f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_ms'))} | sdpa {fmt(row['sdpa_ms'])}"
+          f" | vs fla {fmt(row.get('ratio_vs_fla'), '.2f')}x", flush=True)
+
+
+def bench_decode(batches, H, D, device, measure, fla, results, save):
+    from k3lite.kernels import recurrent_step
+
+    configs = [(16, 2), (32, 4), (64, 4), (32, 2), (64, 8)] if device == "cuda" else [(32, 4)]
+    for B in batches:
+        gen = torch.Generator(device=device).manual_seed(1)
+        q, k = torch.randn(B, H, D, device=device, generator=gen), torch.randn(B, H, D, device=device, generator=gen)
+        k = torch.nn.functional.normalize(k, dim=-1)
+        v = torch.randn(B, H, D, device=device, generator=gen)
+        g = -torch.rand(B, H, D, device=device, generator=gen)
+        beta = torch.rand(B, H, device=device, generator=gen)
+        state = torch.randn(B, H, D, D, device=device, generator=gen)
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        state_bytes = 2 * state.numel() * 4
+        row = {"B": B, "H": H, "K": D, "V": D, "kind": "kda", "state_bytes_moved": state_bytes, "configs": {}}
+        for block_v, warps in configs:
+            ms = measure(lambda: recurrent_step.decode_step("kda", q, k, v, g, beta, state, D ** -0.5,
+                                                            block_v=block_v, num_warps=warps))
+            row["configs"][f"BV{block_v}_w{warps}"] = ms
+        best = min(row["configs"], key=row["configs"].get)
+        row["k3lite_triton_ms"] = row["configs"][best]
+        row["best_config"] = best
+        row["k3lite_default_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="triton"))
+        row["k3lite_torch_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="torch"))
+        row["tb_per_s"] = state_bytes / (row["k3lite_default_ms"] * 1e-3) / 1e12
+        if "decode_kda" in fla:
+            f = fla["decode_kda"]
+            args = [x.unsqueeze(1) for x in (q, k, v, g, beta)]
+            try:
+                row["fla_ms"] = measure(lambda: f(*args, initial_state=state, output_final_state=True))
+                row["fla_tb_per_s"] = state_bytes / (row["fla_ms"] * 1e-3) / 1e12
+            except Exception as err:
+                row["fla_error"] = repr(err)[:200]
+        results["decode"].append(row)
+        print(f"decode kda B={B:>3}: triton {row['k3lite_default_ms']:.4f} ms ({row['tb_per_s']:.2f} TB/s), "
+              f"best config {best} {row['k3lite_triton_ms']:.4f} ms, torch {row['k3lite_torch_ms']:.4f} ms, "
+              f"fla {fmt(row.get('fla_ms'), '.4f')} ms", flush=True)
+        save()
+
+
+def eager_situ(gate, up):
+    return situ_glu(gate, up, backend="torch")
+
+
+def bench_situ(rows, cols, device, measure, results, save):
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    gen = torch.Generator(device=device).manual_seed(2)
+    out = {"shape": [rows, cols], "dtype": str(dtype)}
+    for mode in ("fwd", "fwd+bwd"):
+        grad = mode == "fwd+bwd"
+        gate = (3 * torch.randn(rows, cols, device=device, generator=gen)).to(dtype).requires_grad_(grad)
+        up = (3 * torch.randn(rows, cols, device=device, generator=gen)).to(dtype).requires_grad_(grad)
+        for name, fn in (("situ_fused", lambda: situ_glu(gate, up, backend="triton")),
+                         ("situ_eager", lambda: eager_situ(gate, up)),
+                         ("silu_mul_fused", lambda: kernels.silu_and_mul(gate, up)),
+                         ("silu_mul_eager", lambda: torch.nn.functional.silu(gate) * up)):
+            out[f"{name}_{mode}_ms"] = measure(with_backward(fn, {"g": gate, "u": up}) if grad else fn)
+        out[f"eager_over_fused_{mode}"] = out[f"situ_eager_{mode}_ms"] / out[f"situ_fused_{mode}_ms"]
+        out[f"fused_over_silu_mul_{mode}"] = out[f"situ_fused_{mode}_ms"] / out[f"silu_mul_fused_{mode}_ms"]
+        print(f"situ {mode:>7}: fused {out[f'situ_fused_{mode}_ms']:.4f} ms, eager {out[f'situ_eager_{mode}_ms']:.4f} ms "
+              f"({out[f'eager_over_fused_{mode}']:.2f}x), fused SiLU-and-mul {out[f'silu_mul_fused_{mode}_ms']:.4f} ms "
+              f"(SiTU/SiLU {out[f'fused_over_silu_mul_{mode}']:.2f}x)", flush=True)
+    bytes_fwd = 3 * rows * cols * torch.finfo(dtype).bits // 8
+    out["situ_fused_fwd_tb_per_s"] = bytes_fwd / (out["situ_fused_fwd_ms"] * 1e-3) / 1e12
+    results["situ"] = out
+    save()
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from k3lite import viz
+
+    viz.use_style()
+    rows = [r for r in results["chunked"] if r.get("ratio_vs_fla")]
+    if not rows:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, mode, target in zip(axes, ("fwd", "fwd+bwd"), (1.25, 1.5)):
+        shapes = sorted({(r["B"], r["T"], r["H"]) for r in rows if r["mode"] == mode}, key=lambda s: s[1])
+        width = 0.8 / len(KINDS)
+        for i, kind in enumerate(KINDS):
+            ys = []
+            for shape in shapes:
+                match = [r for r in rows if (r["B"], r["T"], r["H"]) == shape and r["kind"] == kind and r["mode"] == mode]
+                ys.append(match[0]["ratio_vs_fla"] if match else float("nan"))
+            xs = [j + (i - (len(KINDS) - 1) / 2) * width for j in range(len(shapes))]
+            ax.bar(xs, ys, width=width, color=viz.MECHANISM_COLORS[kind], label=kind.replace("_", " "))
+        ax.axhline(1.0, color=viz.PALETTE["black"], linewidth=1)
+        ax.axhline(target, color=viz.PALETTE["red"], linewidth=1, linestyle="--", label=f"target {target}x")
+        ax.set_xticks(range(len(shapes)), [f"B={b}\nT={t}" for b, t, _ in shapes])
+        ax.set_title(f"{mode}: k3lite Triton time / fla time")
+        ax.set_xlabel("shape (H = 16, D = 128, bf16)")
+    axes[0].set_ylabel("time ratio (lower is faster; 1 = same as fla)")
+    axes[1].legend(loc="upper right", fontsize=8)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def versions(fla):
+    info = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if fla:
+        info["fla"] = fla.get("version")
+    return info
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, help="JSON path (default figures/bench_<device>.json)")
+    parser.add_argument("--plot", type=Path, help="PNG path for the ratio plot (GPU runs)")
+    parser.add_argument("--quick", action="store_true", help="one shape per section")
+    parser.add_argument("--sections", default="situ,decode,fwd,fwd+bwd", help="comma-separated subset")
+    args = parser.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    device = "cuda" if gpu else "cpu"
+    name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
+    default = "bench_h200.json" if "H200" in name else ("bench_cpu.json" if not gpu else "bench_gpu.json")
+    out = args.out or Path(__file__).resolve().parent.parent / "figures" / default
+    fla = load_fla() if gpu else {}
+    measure = timer(gpu)
+    results = {"meta": {"command": "python -m k3lite.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+                        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                        "device": name, "versions": versions(fla),
+                        "timing": "median ms; triton.testing.do_bench (CUDA events, L2 flushed)" if gpu
+                        else "median of 2 wall-clock runs after one warm-up (CPU, Triton interpreter)",
+                        "inputs": "L2-normalized keys, beta = sigmoid(randn), GDN g = logsigmoid(randn + 4), "
+                                  "KDA g = -5 sigmoid(randn - 2); fwd+bwd = forward + autograd.grad of all inputs",
+                        "backward_note": "k3lite chunked backward recomputes through the PyTorch chunked form "
+                                         "(kernels/torch_chunked.py); it is not a Triton backward"},
+               "chunked": [], "decode": [], "situ": {}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save():
+        out.write_text(json.dumps(results, indent=1))
+
+    sections = set(args.sections.split(","))
+    if gpu:
+        shapes = [(2, 8192, 16)] if args.quick else [(2, 8192, 16), (1, 32768, 16), (8, 2048, 16)]
+        D, dtype, batches, situ_shape = 128, torch.bfloat16, [64, 256], (8192, 3072)
+    else:
+        shapes, D, dtype, batches, situ_shape = [(1, 64, 1)], 16, torch.float32, [4], (64, 256)
+    print(f"device {name}; {results['meta']['versions']}", flush=True)
+    if "situ" in sections:
+        bench_situ(*situ_shape, device, measure, results, save)
+    if "decode" in sections:
+        bench_decode(batches[-1:] if args.quick else batches, 16 if gpu else 2, D, device, measure, fla, results, save)
+    modes = [m for m in ("fwd", "fwd+bwd") if m in sections]
+    if modes:
+        bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save)
+    save()
+    if args.plot:
+        plot(results, args.plot)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

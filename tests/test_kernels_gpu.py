@@ -1,0 +1,111 @@
+"""Triton kernels on a CUDA GPU in bf16 and fp16 at realistic shapes, against the float32 `recurrent`.
+
+Tolerances are the field's, as relative RMS error (||x - ref|| / ||ref||): output and state 5e-3,
+dq/dk/dv 8e-3, dg/dbeta 2e-2. Skipped without CUDA.
+"""
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+from k3lite import kernels  # noqa: E402
+from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention  # noqa: E402
+from k3lite.ops.situ import situ_glu  # noqa: E402
+
+OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
+       "gated_delta_rule": gated_delta_rule, "kda": kda}
+H, D = 4, 128
+TOL = {"o": 5e-3, "state": 5e-3, "q": 8e-3, "k": 8e-3, "v": 8e-3, "g": 2e-2, "beta": 2e-2, "h0": 8e-3}
+
+
+def rel_err(x, ref):
+    return ((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
+
+
+def make_inputs(kind, B, T, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, device="cuda", generator=gen)  # noqa: E731
+    q = rnd(B, T, H, D)
+    k = F.normalize(rnd(B, T, H, D), dim=-1)
+    v = rnd(B, T, H, D)
+    beta = torch.sigmoid(rnd(B, T, H)) if kind != "linear_attention" else None
+    g = None
+    if kind == "gated_delta_rule":
+        g = F.logsigmoid(rnd(B, T, H) + 4.0)
+    if kind == "kda":
+        g = -5.0 * torch.sigmoid(rnd(B, T, H, D) - 2.0)   # K3's bounded gate, in [-5, 0]
+    h0 = 0.1 * rnd(B, H, D, D)
+    cast = lambda x: x.to(dtype) if x is not None else None  # noqa: E731
+    return cast(q), cast(k), cast(v), cast(g), cast(beta), h0
+
+
+def call(kind, fn_name, q, k, v, g, beta, **kw):
+    args = [q, k, v] + ([g] if g is not None else []) + ([beta] if beta is not None else [])
+    return getattr(OPS[kind], fn_name)(*args, **kw)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T", [1, 1000, 2048])
+@pytest.mark.parametrize("kind", list(OPS))
+def test_chunked_against_float32_recurrent(kind, T, dtype):
+    B = 2
+    inputs = make_inputs(kind, B, T, dtype, seed=T)
+    leaves = [x.clone().requires_grad_(True) if x is not None else None for x in inputs]
+    o, state = call(kind, "chunked", *leaves[:5], initial_state=leaves[5], backend="triton")
+    assert o.dtype == dtype and state.dtype == torch.float32
+    refs = [x.detach().float().requires_grad_(True) if x is not None else None for x in inputs]
+    o_ref, state_ref = call(kind, "recurrent", *refs[:5], initial_state=refs[5])
+    errors = {"o": rel_err(o, o_ref), "state": rel_err(state, state_ref)}
+    d_o = torch.randn_like(o_ref)
+    d_state = torch.randn_like(state_ref) * 0.1
+    torch.autograd.backward([o, state], [d_o.to(dtype), d_state])
+    torch.autograd.backward([o_ref, state_ref], [d_o.to(dtype).float(), d_state])
+    for name, x, ref in zip(["q", "k", "v", "g", "beta", "h0"], leaves, refs):
+        if x is not None:
+            errors[name] = rel_err(x.grad, ref.grad)
+    bad = {n: f"{e:.2e}" for n, e in errors.items() if not e <= TOL[n]}
+    assert not bad, f"relative RMS errors over tolerance: {bad} (all: { {n: f'{e:.1e}' for n, e in errors.items()} })"
+
+
+@pytest.mark.parametrize("kind", list(OPS))
+def test_step_against_recurrent(kind):
+    q, k, v, g, beta, h0 = make_inputs(kind, 64, 1, torch.bfloat16, seed=5)
+    sq = lambda x: x[:, 0] if x is not None else None  # noqa: E731
+    o, state = call(kind, "step", sq(q), sq(k), sq(v), sq(g), sq(beta), state=h0, backend="triton")
+    refs = [x.float() if x is not None else None for x in (q, k, v, g, beta)]
+    o_ref, state_ref = call(kind, "recurrent", *refs, initial_state=h0)
+    assert rel_err(o, o_ref[:, 0]) < 5e-3
+    assert rel_err(state, state_ref) < 1e-5
+
+
+def test_extreme_gates_stay_finite():
+    q, k, v, _, beta, h0 = make_inputs("kda", 1, 300, torch.bfloat16, seed=9)
+    g = (-20.0 * torch.rand(1, 300, H, D, device="cuda")).to(torch.bfloat16)
+    o, state = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")
+    o_ref, state_ref = kda.recurrent(q.float(), k.float(), v.float(), g.float(), beta.float(), initial_state=h0)
+    assert torch.isfinite(o).all() and torch.isfinite(state).all()
+    assert rel_err(o, o_ref) < 5e-3 and rel_err(state, state_ref) < 5e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_situ_glu_fused(dtype):
+    gate = (3 * torch.randn(1024, 3072, device="cuda")).to(dtype).requires_grad_(True)
+    up = (10 * torch.randn(1024, 3072, device="cuda")).to(dtype).requires_grad_(True)
+    h = situ_glu(gate, up, backend="triton")
+    g32, u32 = gate.detach().float().requires_grad_(True), up.detach().float().requires_grad_(True)
+    h_ref = situ_glu(g32, u32, backend="torch")
+    assert rel_err(h, h_ref) < 5e-3
+    dh = torch.randn_like(h_ref)
+    h.backward(dh.to(dtype))
+    h_ref.backward(dh.to(dtype).float())
+    assert rel_err(gate.grad, g32.grad) < 8e-3 and rel_err(up.grad, u32.grad) < 8e-3
+
+
+def test_silu_and_mul_kernel():
+    gate, up = torch.randn(4096, 1024, device="cuda"), torch.randn(4096, 1024, device="cuda")
+    assert rel_err(kernels.silu_and_mul(gate, up), F.silu(gate) * up) < 1e-5
