@@ -57,10 +57,10 @@ def front_page(book: dict, chapters: list[Chapter], with_slides: bool) -> str:
 
 *{authors}*
 
-This book is a course you can run. It starts from GPT-2 and arrives at a Kimi K3 style hybrid model,
-one architectural step per chapter, and each step is motivated by a failure of the one before that
-you reproduce yourself. Every chapter is a notebook: the code on these pages produced the numbers and
-pictures under it, on an ordinary CPU.
+The course starts from GPT-2 and arrives at a Kimi K3 style hybrid model, one architectural step per
+chapter; each step begins with an experiment that shows the previous model failing. Every chapter is a
+notebook: the code on these pages produced the numbers and pictures under it, on an ordinary CPU, and
+the download link at the top of each chapter gives you that notebook to run and change.
 
 | Chapter | CPU budget (2 cores) | Slides |
 | --- | --- | --- |

@@ -34,7 +34,7 @@ CHROMIUM = os.environ.get("K3LITE_CHROMIUM", "/usr/bin/chromium")
 REQUIRE_BROWSER = os.environ.get("K3LITE_REQUIRE_BROWSER") == "1"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
                  "--disable-component-update", "--disable-sync"]
-PAGE_TIMEOUT_MS = 30_000
+PAGE_TIMEOUT_MS = 20_000
 
 BOOK = load_book(BOOK_YML)
 STEMS = [chapter["file"] for chapter in BOOK["chapters"]]
@@ -149,10 +149,16 @@ WAIT_FOR_MATH = """async () => {
 
 
 def inspect_page(page, visit: Visit) -> None:
-    if page.evaluate("() => document.querySelectorAll('.math').length") > 0:
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                               timeout=PAGE_TIMEOUT_MS)
-    visit.math_elements, visit.typeset, visit.math_errors = page.evaluate(WAIT_FOR_MATH)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    visit.math_elements = page.evaluate("() => document.querySelectorAll('.math').length")
+    try:
+        if visit.math_elements:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                   timeout=PAGE_TIMEOUT_MS)
+        visit.math_elements, visit.typeset, visit.math_errors = page.evaluate(WAIT_FOR_MATH)
+    except PlaywrightTimeout:
+        visit.problems.append("MathJax never started")
     visit.images = page.evaluate(WAIT_FOR_IMAGES)
     visit.prev_href = page.evaluate("() => document.querySelector('a.left-prev')?.href ?? null")
     visit.next_href = page.evaluate("() => document.querySelector('a.right-next')?.href ?? null")

@@ -1,0 +1,102 @@
+"""The pieces of `make book` / `make slides` that need no Sphinx run and no browser."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from build_book import chapter_banner, external_assets, front_page, page_notebook  # noqa: E402
+from build_slides import _exporter, render_deck  # noqa: E402
+from site_chapters import Chapter, listed_chapters  # noqa: E402
+
+BOOK = {"title": "A test book", "subtitle": "sub", "authors": ["A", "B"],
+        "chapters": [{"file": "00_first", "title": "First", "budget_s": 60},
+                     {"file": "01_second", "title": "Second", "budget_s": 90},
+                     {"file": "02_third", "title": "Third", "budget_s": 30}]}
+
+
+def write_notebook(path: Path, cells) -> Path:
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    nbformat.write(notebook, path)
+    return path
+
+
+@pytest.fixture
+def chapters_dir(tmp_path):
+    for stem, title in (("00_first", "First"), ("02_third", "Third")):
+        write_notebook(tmp_path / f"{stem}.ipynb", [
+            nbformat.v4.new_markdown_cell(f"# {title}\n\nSome math: $x^2$.", metadata={"slideshow": {"slide_type": "slide"}}),
+            nbformat.v4.new_code_cell("print(1 + 1)", execution_count=1,
+                                      outputs=[nbformat.v4.new_output("stream", name="stdout", text="2\n")]),
+            nbformat.v4.new_markdown_cell("## Part two", metadata={"slideshow": {"slide_type": "slide"}}),
+            nbformat.v4.new_markdown_cell("$$y = 1$$", metadata={"slideshow": {"slide_type": "fragment"}}),
+        ])
+    return tmp_path
+
+
+def test_a_listed_chapter_without_notebook_stops_the_build(chapters_dir):
+    with pytest.raises(SystemExit, match="01_second"):
+        listed_chapters(BOOK, chapters_dir, only_existing=False)
+
+
+def test_only_existing_keeps_book_order_and_skips_missing(chapters_dir):
+    chapters = listed_chapters(BOOK, chapters_dir, only_existing=True)
+    assert [c.stem for c in chapters] == ["00_first", "02_third"]
+    assert chapters[1].budget_s == 30 and chapters[1].title == "Third"
+
+
+def test_front_page_toctree_follows_book_order(chapters_dir):
+    chapters = listed_chapters(BOOK, chapters_dir, only_existing=True)
+    page = front_page(BOOK, chapters, with_slides=True)
+    toctree = page.split(":caption: Chapters", 1)[1]
+    assert toctree.index("First <chapters/00_first>") < toctree.index("Third <chapters/02_third>")
+    assert "01_second" not in page
+    assert 'href="slides/02_third.slides.html"' in page
+    assert "run_locally" in page.split(":caption: Start here", 1)[1]
+
+
+def test_chapter_page_starts_with_banner_and_keeps_the_code(chapters_dir):
+    chapter = listed_chapters(BOOK, chapters_dir, only_existing=True)[0]
+    page = nbformat.reads(page_notebook(chapter, with_slides=True), as_version=4)
+    source = nbformat.read(chapter.notebook, as_version=4)
+    banner = page.cells[0].source
+    assert "{download}`Download the notebook <../_notebooks/00_first.ipynb>`" in banner
+    assert "../slides/00_first.slides.html" in banner and "60 s" in banner
+    # Same code cells, so the execution cache recognises an unchanged chapter.
+    assert [c.source for c in page.cells[1:]] == [c.source for c in source.cells]
+    assert page.metadata["kernelspec"]["name"] == "python3"
+    # Byte-identical when regenerated: Sphinx then sees the page as unchanged.
+    assert page_notebook(chapter, with_slides=True) == page_notebook(chapter, with_slides=True)
+
+
+def test_banner_without_slides_has_no_slides_link():
+    chapter = Chapter("05_x", "X", 0, Path("05_x.ipynb"))
+    assert "slides" not in chapter_banner(chapter, with_slides=False)
+
+
+def test_external_assets_are_found_and_prose_links_are_not(tmp_path):
+    (tmp_path / "ok.html").write_text('<a href="https://example.org">a paper</a><script src="_static/x.js"></script>')
+    (tmp_path / "bad.html").write_text('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@4/tex.js"></script>'
+                                       '<link rel="stylesheet" href="//fonts.example.com/a.css">')
+    (tmp_path / "bad.css").write_text('@import url("https://fonts.googleapis.com/css?family=X");')
+    offenders = external_assets(tmp_path)
+    assert len(offenders) == 3
+    assert not any(line.startswith("ok.html") for line in offenders)
+
+
+def test_deck_has_one_section_per_slide_and_loads_nothing_remote(chapters_dir, tmp_path):
+    chapter = listed_chapters(BOOK, chapters_dir, only_existing=True)[0]
+    deck = render_deck(_exporter(), chapter)
+    # Two cells start a "slide": each becomes a horizontal <section> holding one vertical <section>.
+    assert deck.count("<section") == 4
+    assert 'src="reveal.js/dist/reveal.js"' in deck and 'src="mathjax/tex-chtml.js"' in deck
+    assert deck.count('class="fragment"') == 1
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "deck.html").write_text(deck)
+    assert external_assets(site) == []
