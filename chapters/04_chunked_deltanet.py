@@ -1,0 +1,495 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 04 · Chunking DeltaNet: the WY/UT form
+#
+# Chapter 03 gave the delta rule, $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top$: a memory that
+# overwrites instead of piling up. Decoding with it is cheap (one $D\times D$ update per token). But a
+# model is *trained*, and a prompt is *prefilled*, on thousands of tokens at once, and a loop of $T$
+# rank-one updates, each waiting for the one before, leaves a GPU's matrix units idle.
+#
+# Chapter 02 solved this for linear attention with chunks: attention inside a chunk, a state across chunks,
+# all of it matrix products. This chapter
+#
+# 1. shows that the same trick, applied naively to the delta rule, gives wrong answers, and why;
+# 2. derives the reparameterisation of Yang et al. (2024), the **WY representation** computed by the
+#    **UT transform**, that makes the whole chunk a few matrix products and one triangular solve;
+# 3. builds it step by step on a 16-token example with chunks of 4, with pictures of every matrix;
+# 4. checks it against the recurrence and `k3lite.ops.delta_rule.chunked`, and computes the two limits
+#    $C = 1$ and $C = L$;
+# 5. prices the choice of $C$ in FLOPs (with a slider) and in measured time.
+
+# %%
+import json
+import time
+
+import matplotlib.pyplot as plt
+import torch
+
+from k3lite import viz, widgets
+from k3lite.ops import delta_rule
+from k3lite.runtime import pick, seed_everything
+
+viz.use_style()
+generator = seed_everything(0)
+torch.set_default_dtype(torch.float64)  # exact comparisons in the lesson; k3lite's check below uses float32
+
+
+def agree(a, b, tol=1e-12) -> str:
+    """Whether two results agree to `tol` (the raw gap differs in its last bits between machines)."""
+    gap = (torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max().item()
+    return f"agree to {tol:.0e}: {gap < tol}"
+
+
+def unit(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+# %% [markdown]
+# The reference we must reproduce: DeltaNet token by token, for one head, `q, k [T, K]`, `v [T, V]`,
+# `beta [T]`, reading after writing (no query scale in this chapter's own code, so the algebra stays bare).
+
+# %%
+def delta_rule_recurrent(q, k, v, beta, state=None):
+    """The definition: one rank-one correction per token, each needing the state before it."""
+    state = torch.zeros(k.shape[1], v.shape[1]) if state is None else state
+    outputs = []
+    for q_t, k_t, v_t, b_t in zip(q, k, v, beta):
+        state = state + b_t * torch.outer(k_t, v_t - state.T @ k_t)
+        outputs.append(state.T @ q_t)
+    return torch.stack(outputs), state
+
+
+T, C, K, V = 16, 4, 6, 5
+q = torch.randn(T, K, generator=generator)
+k = unit(torch.randn(T, K, generator=generator))
+v = torch.randn(T, V, generator=generator)
+beta = torch.rand(T, generator=generator)
+o_reference, state_reference = delta_rule_recurrent(q, k, v, beta)
+print(f"example: T={T} tokens, chunks of C={C}, key dim {K}, value dim {V}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. The failure: chunking the delta rule like linear attention
+#
+# Linear attention's chunk step was $O = QS + (QK^\top\odot M)V$, $S \leftarrow S + K^\top V$: every token adds a
+# known $k_t v_t^\top$. The delta rule adds $k_t u_t^\top$ with
+#
+# $$ u_t = \beta_t\,\big(v_t - S_{t-1}^\top k_t\big), $$
+#
+# and $u_t$ depends on $S_{t-1}$, i.e. on every $u_i$ before it. If we pretend the added values are known,
+# say $u_t \approx \beta_t v_t$ (the additive write with strength $\beta$), the chunked code runs, and is wrong:
+
+# %%
+def linear_attention_chunked(q, k, v, chunk_size, state=None):
+    """Chapter 02's chunk step, unchanged: correct only when what each token adds is known in advance."""
+    state = torch.zeros(k.shape[1], v.shape[1]) if state is None else state
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        q_c, k_c, v_c = (x[start:start + chunk_size] for x in (q, k, v))
+        outputs.append(q_c @ state + (q_c @ k_c.T).tril() @ v_c)
+        state = state + k_c.T @ v_c
+    return torch.cat(outputs), state
+
+
+o_naive, _ = linear_attention_chunked(q, k, beta[:, None] * v, C)
+relative = ((o_naive - o_reference).norm() / o_reference.norm()).item()
+print(f"naive chunking (values β·v) vs the delta rule: relative error {relative:.2f}")
+
+# %% [markdown]
+# The sequential dependence is real: each correction reads the memory that all earlier corrections wrote.
+# To chunk, we need the chunk's $u_t$ *all at once*, from quantities known at the start of the chunk.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. The fix as math: solve for all the $u$ of a chunk at once
+#
+# Inside one chunk, let $S_0$ be the state it starts from and number its tokens $r = 1,\dots,C$.
+# Every state in the chunk is the start state plus the chunk's own writes so far:
+#
+# $$ S_{r-1} = S_0 + \sum_{i<r} k_i u_i^\top . $$
+#
+# Put that into the definition of $u_r$:
+#
+# $$ u_r = \beta_r\Big(v_r - S_0^\top k_r - \sum_{i<r} (k_i^\top k_r)\, u_i\Big)
+#    \quad\Longleftrightarrow\quad
+#    u_r + \sum_{i<r} \beta_r (k_r^\top k_i)\, u_i = \beta_r\big(v_r - S_0^\top k_r\big). $$
+#
+# That is one linear system for the whole chunk. With $A = \mathrm{StrictTril}\big(\mathrm{Diag}(\beta)\,KK^\top\big)$
+# ($A_{ri} = \beta_r k_r^\top k_i$ for $i<r$, zero elsewhere):
+#
+# $$ (I + A)\,U' = \mathrm{Diag}(\beta)\,(V - K S_0). $$
+#
+# $I + A$ is unit lower-triangular, so it is always invertible and forward substitution solves it. With
+# $T = (I+A)^{-1}$ (the **UT transform**) the solution splits into a part that does not need $S_0$ and a part
+# that does:
+#
+# $$ U' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U} \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,K}_{W}\; S_0 . $$
+#
+# ($W$ and $U$ are the **WY representation**: the product of the chunk's Householder-like transitions
+# $\prod_r (I - \beta_r k_r k_r^\top)$ equals $I - K^\top W$.) Then the chunk is exactly linear attention with the
+# corrected values $V' = U - W S_0$:
+#
+# $$ O = Q S_0 + (QK^\top\odot M)\,V', \qquad S \leftarrow S_0 + K^\top V' . $$
+#
+# $A$, $T$, $W$, $U$ of every chunk can be computed in parallel before any state is known; only the cheap
+# $V' = U - WS_0$ and the state update remain sequential, once per chunk instead of once per token.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. Step by step on the example (chunk 2 of 4)
+#
+# First $A$, then $T$ by forward substitution, row by row: row $r$ of $(I+A)T = I$ says
+# $T_{r,:} = e_r - \sum_{i<r} A_{ri} T_{i,:}$.
+
+# %%
+def strict_a(k_c, beta_c):
+    """A[r, i] = β_r k_r·k_i for i < r: how much token r's correction sees of token i's."""
+    return torch.tril(beta_c[:, None] * (k_c @ k_c.T), diagonal=-1)
+
+
+def forward_substitution_inverse(a):
+    """T = (I + A)^-1 for strictly lower-triangular A, one row at a time (no general inverse needed)."""
+    size = a.shape[0]
+    t = torch.eye(size)
+    for r in range(1, size):
+        t[r] = t[r] - a[r, :r] @ t[:r]
+    return t
+
+
+chunk = slice(4, 8)  # the second chunk of four tokens
+q_c, k_c, v_c, beta_c = q[chunk], k[chunk], v[chunk], beta[chunk]
+A = strict_a(k_c, beta_c)
+T_ut = forward_substitution_inverse(A)
+W = T_ut @ (beta_c[:, None] * k_c)
+U = T_ut @ (beta_c[:, None] * v_c)
+print(f"T·(I + A) = I: {agree(T_ut @ (torch.eye(C) + A), torch.eye(C))}")
+print(f"T by forward substitution and torch.linalg.inv {agree(T_ut, torch.linalg.inv(torch.eye(C) + A))}")
+print(f"shapes: A {tuple(A.shape)}, T {tuple(T_ut.shape)}, W {tuple(W.shape)}, U {tuple(U.shape)}")
+
+# %%
+fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
+viz.heatmap(axes[0], A, title="A = StrictTril(Diag(β) K Kᵀ)", xlabel="earlier token i", ylabel="token r", signed=True)
+viz.heatmap(axes[1], T_ut, title="T = (I + A)⁻¹", xlabel="token i", ylabel="token r", signed=True)
+viz.heatmap(axes[2], W, title="W = T Diag(β) K", xlabel="key channel", ylabel="token r", signed=True)
+viz.heatmap(axes[3], U, title="U = T Diag(β) V", xlabel="value channel", ylabel="token r", signed=True)
+fig.suptitle("The UT transform of chunk 2 (tokens 4–7)", y=1.02)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# $A$ is strictly lower-triangular (a token's correction only sees earlier tokens of the chunk), $T$ is
+# lower-triangular with ones on its diagonal. Now check the claim of section 2: with $S_0$ the true state
+# after chunk 1, $U - WS_0$ must be exactly the $u_r$ that the recurrence adds.
+
+# %%
+_, state_after_chunk_1 = delta_rule_recurrent(q[:4], k[:4], v[:4], beta[:4])
+corrected = U - W @ state_after_chunk_1
+
+true_u, state = [], state_after_chunk_1
+for k_t, v_t, b_t in zip(k_c, v_c, beta_c):
+    u_t = b_t * (v_t - state.T @ k_t)
+    true_u.append(u_t)
+    state = state + torch.outer(k_t, u_t)
+print(f"U - W·S0 and the recurrence's u_r {agree(corrected, torch.stack(true_u))}")
+print(f"WY form of the transitions: Π(I - β k kᵀ) = I - Kᵀ W: "
+      f"{agree(torch.linalg.multi_dot([torch.eye(K) - b * torch.outer(kk, kk) for kk, b in zip(k_c.flip(0), beta_c.flip(0))]), torch.eye(K) - k_c.T @ W)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. The whole chunked forward pass
+#
+# Put the pieces in a loop over chunks. Everything before `corrected = ...` could run for all chunks at once.
+
+# %%
+def delta_rule_chunked(q, k, v, beta, chunk_size, state=None):
+    """DeltaNet in chunks: UT transform, WY factors, then linear attention on the corrected values."""
+    state = torch.zeros(k.shape[1], v.shape[1]) if state is None else state
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        q_c, k_c, v_c, b_c = (x[start:start + chunk_size] for x in (q, k, v, beta))
+        t_c = forward_substitution_inverse(strict_a(k_c, b_c))
+        w_c, u_c = t_c @ (b_c[:, None] * k_c), t_c @ (b_c[:, None] * v_c)   # independent of the state
+        corrected = u_c - w_c @ state                                       # the only state-dependent step
+        outputs.append(q_c @ state + (q_c @ k_c.T).tril() @ corrected)
+        state = state + k_c.T @ corrected
+    return torch.cat(outputs), state
+
+
+for chunk_size in (1, 3, 4, 5, 16):
+    o_chunked, s_chunked = delta_rule_chunked(q, k, v, beta, chunk_size)
+    print(f"C={chunk_size:>2}: outputs {agree(o_chunked, o_reference)}, final state {agree(s_chunked, state_reference)}")
+
+# %% [markdown]
+# Chunk sizes that do not divide $T$ work too (the last chunk is shorter). Now the library, in the
+# field's layout and in float32: `k3lite.ops.delta_rule.chunked` against `recurrent`, and against our code.
+
+# %%
+B, T_lib, H, K_lib, V_lib = 2, 50, 3, 16, 8
+q_lib = torch.randn(B, T_lib, H, K_lib, generator=generator).float()
+k_lib = unit(torch.randn(B, T_lib, H, K_lib, generator=generator)).float()
+v_lib = torch.randn(B, T_lib, H, V_lib, generator=generator).float()
+beta_lib = torch.rand(B, T_lib, H, generator=generator).float()
+
+o_rec, s_rec = delta_rule.recurrent(q_lib, k_lib, v_lib, beta_lib)
+for chunk_size in (1, 7, 16, 64):
+    o_chk, s_chk = delta_rule.chunked(q_lib, k_lib, v_lib, beta_lib, chunk_size=chunk_size, backend="torch")
+    print(f"k3lite chunked C={chunk_size:>2} and recurrent: outputs {agree(o_chk, o_rec, 1e-4)}, states {agree(s_chk, s_rec, 1e-4)}")
+
+ours, _ = delta_rule_chunked(q_lib[1, :, 2].double() * K_lib ** -0.5, k_lib[1, :, 2].double(), v_lib[1, :, 2].double(),
+                             beta_lib[1, :, 2].double(), chunk_size=16)
+print(f"our chunked code (sequence 1, head 2, q scaled by K^-0.5) and k3lite {agree(ours, o_rec[1, :, 2], 1e-4)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 5. The two limits, computed
+#
+# **$C = 1$.** A one-token chunk has no earlier token: $A = 0$, $T = 1$, $W = \beta k^\top$, $U = \beta v^\top$, and
+# the chunk step becomes $u = \beta(v - S^\top k)$, $S \leftarrow S + k u^\top$: the recurrence itself, token by token.
+#
+# **$C = L$.** One chunk holds the whole sequence and starts from $S_0 = 0$, so $V' = U$ and
+# $O = (QK^\top\odot M)\,T\,\mathrm{Diag}(\beta)\,V$: a quadratic, attention-like form with an $L\times L$ score matrix
+# and an $L\times L$ triangular solve, and no state at all until the end.
+
+# %%
+single = slice(7, 8)
+a_one = strict_a(k[single], beta[single])
+print(f"C = 1: A = {a_one.tolist()}, T = {forward_substitution_inverse(a_one).tolist()}")
+print(f"C = 1: chunked and recurrent {agree(delta_rule_chunked(q, k, v, beta, 1)[0], o_reference)}")
+
+t_full = forward_substitution_inverse(strict_a(k, beta))
+o_quadratic = (q @ k.T).tril() @ (t_full @ (beta[:, None] * v))
+print(f"C = L = {T}: the quadratic form (QKᵀ ⊙ M) T Diag(β) V and the recurrence {agree(o_quadratic, o_reference)}")
+print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 1 needs {T} sequential state updates")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 6. What the chunk size costs: FLOPs
+#
+# For one head with head dimension $d$ and $L$ tokens, chunked linear attention splits its work in two:
+#
+# * the **state** part: every token reads the $d\times d$ state ($QS$) and folds into it ($K^\top V$):
+#   $Ld^2$ multiply-adds per product, $2Ld^2$ for both, *independent of $C$*;
+# * the **intra-chunk** part: the $C\times C$ score blocks on the diagonal ($QK^\top$, then scores times $V$):
+#   $C^2d$ multiply-adds per product and chunk, $2LCd$ for both over the $L/C$ chunks.
+#
+# The seed article's "$2Ld^2$ state, $2LCd$ intra" are these multiply-adds. In FLOPs (2 per multiply-add), as
+# `k3lite.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$ and
+# $4LCd$. Either way: $C = L$ turns the intra part into dense full attention ($4L^2d$ FLOPs), and $C = 1$ leaves
+# (almost) only the recurrence.
+
+# %%
+from k3lite import flops  # noqa: E402
+
+L, d = 4096, 128
+print(f"{'C':>5} {'state (GFLOP)':>14} {'intra (GFLOP)':>14} {'intra share':>12}")
+for chunk_size in (1, 16, 64, 128, 1024, L):
+    split = widgets.chunk_flop_split(L, chunk_size, d)
+    print(f"{chunk_size:>5} {split.state / 1e9:>14.3f} {split.intra / 1e9:>14.3f} {split.intra / split.total:>12.1%}")
+print(f"C = L: intra part {widgets.chunk_flop_split(L, L, d).intra / 1e9:.3f} GFLOP, "
+      f"dense full attention {flops.full_attention(L, d) / 1e9:.3f} GFLOP")
+print(f"the two parts are equal at C = d = {d}")
+
+# %% [markdown]
+# DeltaNet's chunk has two more products: $KK^\top$ for $A$ (intra kind) and $WS_0$ (state kind); the
+# triangular solves for $W$ and $U$ are not matrix products and PyTorch's counter skips them. So it should cost
+# $6Ld^2 + 6LCd$ FLOPs. Count what `k3lite.ops.delta_rule.chunked` actually multiplies:
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+L_count, d_count = 256, 32
+q_count = torch.randn(1, L_count, 1, d_count, generator=generator).float()
+k_count = unit(torch.randn(1, L_count, 1, d_count, generator=generator)).float()
+v_count = torch.randn(1, L_count, 1, d_count, generator=generator).float()
+beta_count = torch.rand(1, L_count, 1, generator=generator).float()
+for chunk_size in (1, 32, 64, L_count):
+    with FlopCounterMode(display=False) as counter:
+        delta_rule.chunked(q_count, k_count, v_count, beta_count, chunk_size=chunk_size, backend="torch")
+    predicted = 6 * L_count * d_count ** 2 + 6 * L_count * chunk_size * d_count
+    print(f"C={chunk_size:>3}: counted {counter.get_total_flops():>10,} FLOPs, 6Ld² + 6LCd = {predicted:>10,}")
+
+# %% [markdown]
+# Move the sliders: $L$ and $C$ in powers of two, and the head dimension. The red dot is the chosen $C$;
+# the dashed line is full attention at that $L$.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+widgets.chunk_flops_explorer()
+
+# %% [markdown]
+# The same view for a few slider positions (rows: sequence length; columns: chunk size), for readers
+# without a live kernel:
+
+# %%
+fig = widgets.chunk_flops_grid(seq_lens=(1024, 65536), chunk_sizes=(1, 64, 1024), head_dim=128)
+plt.show()
+
+# %% [markdown]
+# In FLOPs, smaller $C$ is always cheaper, and $C = 1$ is cheapest. The catch: the state part at small $C$
+# is a long sequence of small products, and the intra part at $C = 64$ or $128$ is exactly the tile
+# size of a tensor-core matrix instruction. Hardware, not arithmetic, picks $C$.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 7. What the chunk size costs: time
+#
+# Time `k3lite.ops.delta_rule.chunked` (PyTorch backend) on this CPU for $C$ from 4 up to $T$, and the token
+# loop for comparison (it stands in for the smallest chunks, where Python's per-chunk overhead is all there
+# is). The numbers depend on the machine and its load, so this cell's output is not compared by the tests.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def best_time(fn, repeats=2):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+B_t, T_t, H_t, d_t = 1, pick(512, 8192), 4, 64
+q_t = torch.randn(B_t, T_t, H_t, d_t, generator=generator).float()
+k_t = unit(torch.randn(B_t, T_t, H_t, d_t, generator=generator)).float()
+v_t = torch.randn(B_t, T_t, H_t, d_t, generator=generator).float()
+beta_t = torch.rand(B_t, T_t, H_t, generator=generator).float()
+
+chunk_sizes = [2 ** i for i in range(2, 14) if 2 ** i <= T_t]  # C = 1, 2: see the token loop
+seconds = [best_time(lambda c=c: delta_rule.chunked(q_t, k_t, v_t, beta_t, chunk_size=c, backend="torch"))
+           for c in chunk_sizes]
+recurrent_seconds = best_time(lambda: delta_rule.recurrent(q_t, k_t, v_t, beta_t), repeats=1)
+
+fig, ax = plt.subplots()
+ax.loglog(chunk_sizes, [s * 1e3 for s in seconds], marker="o", color=viz.MECHANISM_COLORS["delta_rule"],
+          label="chunked (torch)")
+ax.axhline(recurrent_seconds * 1e3, color=viz.PALETTE["black"], linestyle="--", label="token loop (recurrent)")
+ax.set_xscale("log", base=2)
+ax.set(xlabel="chunk size C (tokens)", ylabel="time (ms)", title=f"DeltaNet forward on this CPU: T={T_t}, H={H_t}, d={d_t}")
+ax.legend()
+plt.show()
+fastest = chunk_sizes[min(range(len(seconds)), key=seconds.__getitem__)]
+print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); token loop {recurrent_seconds * 1e3:.1f} ms")
+
+# %% [markdown]
+# On a CPU the curve is U-shaped: tiny chunks pay Python and per-call overhead for every chunk, huge
+# chunks pay the quadratic intra-chunk work. On a GPU the Triton kernels of `k3lite.kernels` run whole
+# chunks as tiles. The kernel engineer's H200 measurements, when they have been made, are in
+# `figures/bench_h200.json`:
+
+# %%
+BENCH = viz.FIGURES_DIR / "bench_h200.json"
+
+
+def show_bench_table(path):
+    """Print the benchmark records as a table, whatever columns they have."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    records = data if isinstance(data, list) else next(
+        (data[key] for key in ("rows", "results", "records") if isinstance(data.get(key), list)), [])
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(value, (list, dict)):
+                print(f"{key}: {value}")
+    if not records:
+        print("(no benchmark rows in the file)")
+        return
+    columns = list(dict.fromkeys(name for record in records for name in record))
+    cell = lambda value: f"{value:.3f}" if isinstance(value, float) else str(value)  # noqa: E731
+    widths = {name: max(len(name), *(len(cell(r.get(name, ""))) for r in records)) for name in columns}
+    print("  ".join(name.rjust(widths[name]) for name in columns))
+    for record in records:
+        print("  ".join(cell(record.get(name, "")).rjust(widths[name]) for name in columns))
+
+
+if BENCH.exists():
+    show_bench_table(BENCH)
+else:
+    print("figures/bench_h200.json is not there yet: the H200 table appears here once `python -m k3lite.bench` "
+          "has been run on the GPU and the chapter re-executed.")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1: the UT transform
+# Write `ut_transform(k, beta)` for one chunk, `k [C, K]`, `beta [C]`: return $T = (I + A)^{-1}$ with
+# $A = \mathrm{StrictTril}(\mathrm{Diag}(\beta)KK^\top)$. Use forward substitution (no general matrix inverse).
+
+# %%
+from k3lite.exercises import ch04  # noqa: E402
+
+
+def ut_transform(k, beta):
+    raise NotImplementedError
+
+
+# %%
+ch04.check_ut_transform(ut_transform)
+
+
+# %% tags=["hide-input"]
+# Solution
+def ut_transform_solution(k, beta):
+    a = torch.tril(beta[:, None] * (k @ k.T), diagonal=-1)
+    t = torch.eye(len(k), dtype=k.dtype)
+    for r in range(1, len(k)):
+        t[r] = t[r] - a[r, :r] @ t[:r]
+    return t
+
+
+ch04.check_ut_transform(ut_transform_solution)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2: one chunk of DeltaNet
+# Write `delta_chunk(q, k, v, beta, state)` for one chunk (`q, k [C, K]`, `v [C, V]`, `beta [C]`,
+# `state [K, V]`, no query scale) that returns `(o [C, V], new_state [K, V])` with matrix products only:
+# no loop over the tokens except inside the forward substitution.
+
+# %%
+def delta_chunk(q, k, v, beta, state):
+    raise NotImplementedError
+
+
+# %%
+ch04.check_delta_chunk(delta_chunk)
+
+
+# %% tags=["hide-input"]
+# Solution
+def delta_chunk_solution(q, k, v, beta, state):
+    t = ut_transform_solution(k, beta)
+    w, u = t @ (beta[:, None] * k), t @ (beta[:, None] * v)
+    corrected = u - w @ state
+    o = q @ state + (q @ k.T).tril() @ corrected
+    return o, state + k.T @ corrected
+
+
+ch04.check_delta_chunk(delta_chunk_solution)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3: the FLOP split
+# Write `chunk_flops(seq_len, chunk_size, head_dim)` returning `(state_flops, intra_chunk_flops)` per head
+# for chunked *linear attention*, in FLOPs with both products of each part, as `k3lite.flops` counts them in
+# section 6 (take `chunk_size` dividing `seq_len`). At which $C$ are the two equal?
+
+# %%
+def chunk_flops(seq_len, chunk_size, head_dim):
+    raise NotImplementedError
+
+
+# %%
+ch04.check_chunk_flops(chunk_flops)
+
+
+# %% tags=["hide-input"]
+# Solution: two products of 2·L·d·d FLOPs, and two of 2·C·C·d per chunk (L/C chunks).
+# The parts are equal when 4Ld² = 4LCd, i.e. at C = d.
+def chunk_flops_solution(seq_len, chunk_size, head_dim):
+    return 4 * seq_len * head_dim ** 2, 4 * seq_len * chunk_size * head_dim
+
+
+ch04.check_chunk_flops(chunk_flops_solution)
+
+# %% [markdown]
+# ## Summary
+#
+# * The delta rule's corrections depend on each other inside a chunk, so chapter 02's chunking is wrong for it
+#   (measured above).
+# * Writing the chunk's states as $S_0 + \sum_{i<r}k_iu_i^\top$ turns the corrections into one unit-lower-triangular
+#   system, $(I+A)U' = \mathrm{Diag}(\beta)(V - KS_0)$; the UT transform $T = (I+A)^{-1}$ gives the WY factors $W$, $U$,
+#   and then $V' = U - WS_0$ is fed to ordinary chunked linear attention.
+# * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $2Ld^2$ is fixed
+#   and the intra-chunk part $2LCd$ (multiply-adds) grows with $C$. Tensor-core tiles make $C = 64$ or $128$ the practical choice.
+# * DeltaNet still cannot forget on purpose. Chapter 05 adds a gate, and the same WY/UT machinery carries over.
