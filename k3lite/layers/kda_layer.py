@@ -61,7 +61,8 @@ class ShortConv(nn.Module):
         elif state.shape != (batch, channels, history):
             raise ValueError(f"conv state must be [{batch}, {channels}, {history}], got {tuple(state.shape)}")
         padded = torch.cat([state.to(x.dtype), x.transpose(1, 2)], dim=-1)     # [B, C, history + T]
-        y = F.conv1d(padded, self.weight.to(x.dtype).unsqueeze(1), groups=channels)
+        windows = padded.unfold(-1, self.kernel_size, 1)                       # [B, C, T, kernel]
+        y = (windows * self.weight.to(x.dtype)[:, None, :]).sum(-1)            # last tap = current token
         return F.silu(y).transpose(1, 2), padded[..., padded.shape[-1] - history:]
 
 
