@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from k3lite.layers.norms import RMSNorm
+from k3lite.ops.situ import situ_glu
 
 ACTIVATIONS = ("situ", "silu")
 SITU_BETAS = (4.0, 25.0)
@@ -30,11 +31,6 @@ def gated_activation(gate: torch.Tensor, up: torch.Tensor, activation: str,
     if activation == "silu":
         return F.silu(gate) * up
     if activation == "situ":
-        try:
-            from k3lite.ops.situ import situ_glu
-        except ModuleNotFoundError:  # TEMPORARY until k3lite.ops.situ lands
-            beta1, beta2 = situ_betas
-            return beta1 * torch.tanh(gate / beta1) * torch.sigmoid(gate) * beta2 * torch.tanh(up / beta2)
         return situ_glu(gate, up, beta1=situ_betas[0], beta2=situ_betas[1])
     raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
