@@ -20,8 +20,9 @@ def elu1(x: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- exercise 1: KV cache bytes
 
-# (num_tokens, layers, heads, head_dim, bytes_per_element): GPT-2 small in fp16, an fp32 toy, a long one.
-_CACHE_CASES = [(1, 12, 12, 64, 2), (1024, 12, 12, 64, 2), (7, 3, 5, 16, 4), (100_000, 24, 16, 128, 2)]
+# (num_tokens, layers, heads, head_dim, bytes_per_element): an fp32 toy first (with 4 bytes per element,
+# "forgot the bytes" and "forgot K or V" give different numbers), then GPT-2 small in fp16, a long one.
+_CACHE_CASES = [(7, 3, 5, 16, 4), (1, 12, 12, 64, 2), (1024, 12, 12, 64, 2), (100_000, 24, 16, 128, 2)]
 
 
 def _kv_cache_bytes_reference(num_tokens, layers, heads, head_dim, bytes_per_element):
