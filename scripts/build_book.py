@@ -128,7 +128,9 @@ def run_sphinx(src_dir: Path, build_dir: Path, book_yml: Path, *, execute: bool,
     # The chapters' kernel is the "python3" kernel; make sure it is this interpreter's.
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     strict_flags = ["-W", "--keep-going"] if strict else []
-    command = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(CONF_DIR), *strict_flags,
+    # -a: write every page even if only its neighbours changed (a new chapter changes the sidebar and
+    # the previous/next links of the others); sources are re-read, and chapters re-run, only if changed.
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-a", "-c", str(CONF_DIR), *strict_flags,
                "-d", str(build_dir / "doctrees"), "-q",
                "-D", f"nb_execution_mode={'cache' if execute else 'off'}",
                str(src_dir), str(build_dir / "html")]

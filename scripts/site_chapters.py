@@ -43,7 +43,8 @@ def listed_chapters(book: dict, chapters_dir: Path, *, only_existing: bool) -> l
         chapters.append(Chapter(entry["file"], entry["title"], int(entry.get("budget_s", 0)), notebook))
     if missing and not only_existing:
         raise SystemExit(f"book.yml lists chapters with no executed notebook in {chapters_dir}: "
-                         f"{', '.join(missing)} (run `make execute`, or pass --only-existing)")
+                         f"{', '.join(missing)} (write and execute them, or build what exists with "
+                         f"`.venv/bin/python scripts/{Path(sys.argv[0]).name} --only-existing`)")
     if missing:
         print(f"leaving out chapters not written yet: {', '.join(missing)}", file=sys.stderr)
     if not chapters:
