@@ -24,7 +24,7 @@ def execute(stem: str) -> float:
         raise SystemExit(f"no chapter source {source}")
     env = dict(os.environ, K3LITE_PROFILE="small", PYTHONHASHSEED="0")
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "jupytext", "--sync", "--execute", str(source)],
+    subprocess.run([sys.executable, "-m", "jupytext", "--sync", "--set-kernel", "python3", "--execute", str(source)],
                    check=True, env=env, cwd=CHAPTERS_DIR)
     return time.perf_counter() - start
 
