@@ -1,0 +1,98 @@
+"""Checkers for chapter 05 (Gated DeltaNet).
+
+* :func:`check_gated_delta_step` - one token of the gated delta rule for one head.
+* :func:`check_cumulative_decay` - the matrix of decays between a write at i and a read at r.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from k3lite.exercises import ExerciseFailed, attempt, expect_close
+
+
+def reference_gated_delta_step(state, k, v, g, beta):
+    """S ← exp(g)·S, then move the answer under k a fraction β towards v (against the decayed S)."""
+    decayed = torch.exp(torch.as_tensor(g, dtype=state.dtype)) * state
+    error = v - decayed.T @ k
+    return decayed + beta * torch.outer(k, error)
+
+
+def reference_cumulative_decay(g):
+    """``D[r, i] = exp(g[i+1] + ... + g[r])`` for i <= r, 0 above the diagonal."""
+    G = torch.cumsum(g, dim=0)
+    diff = G[:, None] - G[None, :]
+    lower = torch.ones(len(g), len(g), dtype=torch.bool).tril()
+    return torch.exp(diff.masked_fill(~lower, float("-inf")))
+
+
+def _step_cases():
+    generator = torch.Generator().manual_seed(5)
+    cases = []
+    for K, V, g, beta in [(4, 3, -0.7, 0.6), (8, 8, 0.0, 1.0), (6, 5, -30.0, 0.3), (5, 2, -0.05, 0.0)]:
+        state = torch.randn(K, V, generator=generator, dtype=torch.float64)
+        k = torch.nn.functional.normalize(torch.randn(K, generator=generator, dtype=torch.float64), dim=0)
+        v = torch.randn(V, generator=generator, dtype=torch.float64)
+        cases.append((state, k, v, g, beta))
+    return cases
+
+
+def _decay_after_delta(state, k, v, g, beta):
+    updated = state + beta * torch.outer(k, v - state.T @ k)
+    return torch.exp(torch.as_tensor(g, dtype=state.dtype)) * updated
+
+
+def _error_against_old_state(state, k, v, g, beta):
+    decayed = torch.exp(torch.as_tensor(g, dtype=state.dtype)) * state
+    return decayed + beta * torch.outer(k, v - state.T @ k)
+
+
+def check_gated_delta_step(gated_delta_step) -> bool:
+    """``gated_delta_step(S [K, V], k [K], v [V], g: float, beta: float) -> new S [K, V]``."""
+
+    def check():
+        for state, k, v, g, beta in _step_cases():
+            got = gated_delta_step(state.clone(), k, v, g, beta)
+            expected = reference_gated_delta_step(state, k, v, g, beta)
+            if torch.as_tensor(got).shape != expected.shape:
+                raise ExerciseFailed(f"the new state must have shape {tuple(expected.shape)} = [K, V], "
+                                     f"got {tuple(torch.as_tensor(got).shape)}.")
+            got = torch.as_tensor(got, dtype=torch.float64)
+            if g != 0.0 and beta > 0 and torch.allclose(got, _decay_after_delta(state, k, v, g, beta)):
+                raise ExerciseFailed("you decay after writing. The gate comes first: S ← exp(g)·S, then the "
+                                     "delta correction, so a new association is not shrunk on the step it is written.")
+            if g != 0.0 and beta > 0 and torch.allclose(got, _error_against_old_state(state, k, v, g, beta)):
+                raise ExerciseFailed("the error v − Sᵀk must be measured against the decayed memory "
+                                     "exp(g)·S, the one you are correcting, not the state before the gate.")
+            expect_close(got, expected, what=f"new state for K={len(k)}, g={g}, beta={beta}",
+                         hint="Decay with exp(g) (g is a log), then add beta · k (v − Sᵀk)ᵀ.")
+
+    return attempt("Gated delta step", check)
+
+
+def check_cumulative_decay(cumulative_decay) -> bool:
+    """``cumulative_decay(g [T]) -> D [T, T]`` with ``D[r, i]`` the factor from a write at i to a read at r."""
+
+    def check():
+        generator = torch.Generator().manual_seed(6)
+        for g in (-torch.rand(7, generator=generator, dtype=torch.float64),
+                  torch.tensor([0.0, -0.1, -50.0, -0.2, 0.0, -0.3], dtype=torch.float64),
+                  -3.0 * torch.rand(1, generator=generator, dtype=torch.float64)):
+            got = torch.as_tensor(cumulative_decay(g.clone()), dtype=torch.float64)
+            expected = reference_cumulative_decay(g)
+            if got.shape != expected.shape:
+                raise ExerciseFailed(f"for g of length {len(g)} expected a [{len(g)}, {len(g)}] matrix, "
+                                     f"got {tuple(got.shape)}.")
+            if not torch.isfinite(got).all():
+                raise ExerciseFailed("some entries are inf or nan: form exp(G_r − G_i) from the difference of "
+                                     "the log sums, never exp(G_r)·exp(−G_i), and mask i > r before exp.")
+            if torch.triu(got, diagonal=1).abs().max() > 0:
+                raise ExerciseFailed("entries above the diagonal (read before write, i > r) must be 0.")
+            including_write_step = expected * torch.exp(g)[None, :]
+            if len(g) > 1 and torch.allclose(got, including_write_step):
+                raise ExerciseFailed("you also multiply by the gate of the writing step i. That gate acts "
+                                     "before k_i v_iᵀ is added, so the product runs over steps i+1 … r.")
+            expect_close(got, expected, what=f"decay matrix for T={len(g)}", atol=1e-9,
+                         hint="D[r, i] = exp(G_r − G_i) with G = cumsum(g); the diagonal is 1.")
+
+    return attempt("Cumulative decay", check)
