@@ -44,7 +44,7 @@ def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, 
     tl.store(o_ptr + i_bh * V + rv, b_o.to(o_ptr.dtype.element_ty), mask=mv)
 
 
-def decode_step(kind, q, k, v, g, beta, state, scale, *, block_v=32, num_warps=4):
+def decode_step(kind, q, k, v, g, beta, state, scale, *, block_v=64, num_warps=4):
     """q, k [B,H,K]; v [B,H,V]; g [B,H] or [B,H,K]; beta [B,H]; state [B,H,K,V] float32."""
     B, H, K = q.shape
     V = v.shape[-1]
