@@ -390,24 +390,26 @@ print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); toke
 BENCH = viz.FIGURES_DIR / "bench_h200.json"
 
 
-def show_bench_table(path):
-    """Print the benchmark records as a table, whatever columns they have."""
+def milliseconds(value):
+    return "-" if value is None else f"{value:.3f}"
+
+
+def show_bench_table(path, kinds=("delta_rule", "linear_attention")):
+    """The chunked-forward rows of `python -m k3lite.bench` for the mechanisms of this chapter."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    records = data if isinstance(data, list) else next(
-        (data[key] for key in ("rows", "results", "records") if isinstance(data.get(key), list)), [])
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if not isinstance(value, (list, dict)):
-                print(f"{key}: {value}")
-    if not records:
-        print("(no benchmark rows in the file)")
-        return
-    columns = list(dict.fromkeys(name for record in records for name in record))
-    cell = lambda value: f"{value:.3f}" if isinstance(value, float) else str(value)  # noqa: E731
-    widths = {name: max(len(name), *(len(cell(r.get(name, ""))) for r in records)) for name in columns}
-    print("  ".join(name.rjust(widths[name]) for name in columns))
-    for record in records:
-        print("  ".join(cell(record.get(name, "")).rjust(widths[name]) for name in columns))
+    meta = data.get("meta", {})
+    print(f"device: {meta.get('device', '?')}, measured {meta.get('date_utc', '?')}; {meta.get('timing', '')}")
+    rows = [row for row in data.get("chunked", []) if row.get("kind") in kinds]
+    print(f"{'mechanism':>17} {'B x T x H':>14} {'D':>4} {'pass':>8} {'k3lite Triton':>14} {'fla':>8} "
+          f"{'SDPA':>8} {'Triton/fla':>11}   (ms)")
+    for row in rows:
+        shape = f"{row.get('B')}x{row.get('T')}x{row.get('H')}"
+        ratio = row.get("ratio_vs_fla")
+        print(f"{row.get('kind', '?'):>17} {shape:>14} {row.get('D', '-'):>4} {row.get('mode', '?'):>8} "
+              f"{milliseconds(row.get('k3lite_triton_ms')):>14} {milliseconds(row.get('fla_ms')):>8} "
+              f"{milliseconds(row.get('sdpa_ms')):>8} {'-' if ratio is None else f'{ratio:.2f}x':>11}")
+    if not rows:
+        print(f"(the file has no chunked rows for {', '.join(kinds)})")
 
 
 if BENCH.exists():
