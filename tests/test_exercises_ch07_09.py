@@ -51,3 +51,62 @@ def test_ch07_absorbed_output():
         ch07.check_absorbed_output(lambda p, c, w: torch.einsum("hvc,hc->hv", w, p.softmax(-1) @ c))
     with pytest.raises(ExerciseFailed, match="shape"):
         ch07.check_absorbed_output(lambda p, c, w: p @ c)
+
+
+# ---------------------------------------------------------------- chapter 09
+
+from k3lite.exercises import ch09  # noqa: E402
+
+
+def _depth_attention(values, query):
+    keys = torch.nn.functional.rms_norm(values, (values.shape[-1],), eps=1e-6)
+    weights = torch.softmax(keys @ query, dim=0)
+    return (weights.unsqueeze(-1) * values).sum(0), weights
+
+
+def test_ch09_depth_attention(capsys):
+    assert ch09.check_depth_attention(_depth_attention) is True
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda v, q: ((torch.softmax(v @ q, 0).unsqueeze(-1) * v).sum(0), torch.softmax(v @ q, 0)), "RMSNorm"),
+    (lambda v, q: (_depth_attention(v, q)[0], torch.softmax(
+        torch.nn.functional.rms_norm(v, (v.shape[-1],), eps=1e-6) @ q, dim=1)), "sum to 1"),
+    (lambda v, q: ((_depth_attention(v, q)[1].unsqueeze(-1)
+                    * torch.nn.functional.rms_norm(v, (v.shape[-1],), eps=1e-6)).sum(0), _depth_attention(v, q)[1]),
+     "as they are"),
+    (lambda v, q: (_depth_attention(v, q)[0] * 2, _depth_attention(v, q)[1]), "mixed"),
+])
+def test_ch09_depth_attention_wrong(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch09.check_depth_attention(wrong)
+
+
+def test_ch09_block_count():
+    assert ch09.check_block_count(lambda layers, per_block: (1 + layers // per_block, layers % per_block))
+    with pytest.raises(ExerciseFailed, match="embedding"):
+        ch09.check_block_count(lambda layers, per_block: (layers // per_block, layers % per_block))
+    with pytest.raises(ExerciseFailed, match="not stored"):
+        ch09.check_block_count(lambda layers, per_block: (1 + -(-layers // per_block), layers % per_block))
+    with pytest.raises(ExerciseFailed, match="block_count"):
+        ch09.check_block_count(lambda layers, per_block: (1 + layers // per_block, 0))
+
+
+def _block_sources(embedding, outputs, per_block):
+    sources = [embedding]
+    for start in range(0, len(outputs), per_block):
+        sources.append(torch.stack(outputs[start:start + per_block]).sum(0))
+    return sources
+
+
+def test_ch09_block_sources():
+    assert ch09.check_block_sources(_block_sources)
+    with pytest.raises(ExerciseFailed, match="must not be listed"):
+        ch09.check_block_sources(lambda e, outs, n: _block_sources(e, outs, n)
+                                 + ([torch.zeros_like(e)] if len(outs) % n == 0 else []))
+    with pytest.raises(ExerciseFailed, match="number of sources"):
+        ch09.check_block_sources(lambda e, outs, n: _block_sources(e, outs, n)[1:])
+    with pytest.raises(ExerciseFailed, match="sum of its sub-layer outputs"):
+        ch09.check_block_sources(lambda e, outs, n: [e] + [torch.stack(outs[s:s + n]).mean(0)
+                                                           for s in range(0, len(outs), n)])

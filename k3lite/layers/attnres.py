@@ -67,7 +67,8 @@ def attnres_mix(sources, query: torch.Tensor, *, eps: float = 1e-6):
     # Logits in float32: in bf16 a softmax over a few dozen sources loses its small weights.
     keys = F.rms_norm(values.float(), (values.shape[-1],), eps=eps)
     weights = torch.softmax(keys @ query.float(), dim=0)
-    mixed = torch.einsum("s...,s...d->...d", weights.to(values.dtype), values)
+    # A broadcast multiply and a sum: several times faster than einsum's generic path on a CPU.
+    mixed = (weights.to(values.dtype).unsqueeze(-1) * values).sum(dim=0)
     return mixed, weights
 
 

@@ -1,0 +1,536 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 09 · Attention Residuals: retrieval across depth
+#
+# KDA reads the past through a fixed state; MLA (chapter 07) re-opens exact retrieval over *tokens*.
+# K3 adds a third kind of retrieval, over *depth*. In a standard transformer the input of every layer is
+# the plain sum of the embedding and of every earlier layer's output, all with weight one. Kimi's
+# Attention Residuals (AttnRes, 2026) replace that fixed sum by a learned softmax over the earlier layers.
+#
+# This chapter:
+#
+# 1. trains a small deep byte-level language model and measures what the plain sum does with depth:
+#    the hidden state grows and each new layer becomes a small correction to it (*residual dilution*);
+# 2. writes AttnRes as math and as code, and checks the code against `k3lite.layers.attnres`;
+# 3. trains the same model with full and with block AttnRes, compares, and looks at the learned weights;
+# 4. computes what K3's blocks of 12 layers mean for a 93-layer model.
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from k3lite import data, viz
+from k3lite.layers.attnres import AttnResMixer, AttnResSources, attnres_mix, num_block_sources
+from k3lite.runtime import pick, seed_everything
+from k3lite.train import train
+
+viz.use_style()
+seed_everything(0)
+# Models this small train faster on one core: two threads spend more time agreeing than computing.
+torch.set_num_threads(1)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. The residual stream is an unweighted sum
+#
+# Number the sub-layers (each attention and each MLP is one) $1, \dots, L$. With pre-norm residuals,
+# sub-layer $l$ reads $h_l$ and writes $v_l = f_l(\mathrm{Norm}(h_l))$, and
+#
+# $$h_{l+1} = h_l + v_l = v_0 + v_1 + \dots + v_l ,$$
+#
+# where $v_0$ is the token embedding. Every earlier output enters with weight one: layer $l$ cannot choose
+# to read layer 3 more than layer 7, and if the sum has grown large, a new output must be large too to
+# change it. Let us measure this in a model small enough to train here: a byte-level language model on
+# Python standard-library source, with causal softmax attention and GELU MLPs.
+
+# %%
+D_MODEL = 48
+LAYERS = pick(6, 12)            # decoder layers; twice as many sub-layers
+HEADS = 4
+SEQ_LEN = 64
+BATCH = 8
+STEPS = pick(200, 2000)
+SUBLAYERS = 2 * LAYERS
+
+
+class Attention(nn.Module):
+    """Pre-norm causal self-attention sub-layer: returns its output v_l, not h + v_l."""
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.RMSNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, h):
+        batch, length, width = h.shape
+        q, k, v = self.qkv(self.norm(h)).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(batch, length, width))
+
+
+class MLP(nn.Module):
+    """Pre-norm GELU MLP sub-layer (width 4d)."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.norm = nn.RMSNorm(d_model)
+        self.up = nn.Linear(d_model, 4 * d_model, bias=False)
+        self.down = nn.Linear(4 * d_model, d_model, bias=False)
+
+    def forward(self, h):
+        return self.down(F.gelu(self.up(self.norm(h))))
+
+
+# %% [markdown]
+# One model class with a switch: `residual="sum"` is the standard stream; `"attnres"` (used from section 3 on)
+# mixes the earlier outputs with learned weights. With `record` set, a forward pass keeps what each sub-layer
+# read and wrote, for the plots.
+
+# %%
+class TinyLM(nn.Module):
+    def __init__(self, residual="sum", sublayers_per_block=None):
+        super().__init__()
+        if residual not in ("sum", "attnres"):
+            raise ValueError(f"residual must be 'sum' or 'attnres', got {residual!r}")
+        self.residual, self.sublayers_per_block = residual, sublayers_per_block
+        self.embed = nn.Embedding(data.VOCAB_SIZE, D_MODEL)
+        self.position = nn.Parameter(torch.zeros(SEQ_LEN, D_MODEL))
+        self.sublayers = nn.ModuleList([m for _ in range(LAYERS) for m in (Attention(D_MODEL, HEADS), MLP(D_MODEL))])
+        # One mixing point before every sub-layer and one before the final norm.
+        self.mixers = nn.ModuleList([AttnResMixer(D_MODEL) for _ in range(SUBLAYERS + 1)]) if residual == "attnres" else None
+        self.norm = nn.RMSNorm(D_MODEL)
+        self.head = nn.Linear(D_MODEL, data.VOCAB_SIZE, bias=False)
+        for name, param in self.named_parameters():
+            if param.dim() == 2 and name != "position":
+                nn.init.normal_(param, std=0.02)
+        self.record = None
+
+    def forward(self, ids):
+        embedding = self.embed(ids) + self.position[: ids.shape[1]]
+        inputs, outputs, weights = [], [], []
+        if self.residual == "sum":
+            h = embedding
+            for sublayer in self.sublayers:
+                inputs.append(h)
+                outputs.append(sublayer(h))
+                h = h + outputs[-1]
+        else:
+            sources = AttnResSources(embedding, self.sublayers_per_block)
+            for mixer, sublayer in zip(self.mixers, self.sublayers):
+                h, alpha = mixer(sources.sources())
+                inputs.append(h)
+                weights.append(alpha)
+                outputs.append(sublayer(h))
+                sources.add(outputs[-1])
+            h, alpha = self.mixers[-1](sources.sources())
+            weights.append(alpha)
+        if self.record is not None:
+            self.record.update(embedding=embedding, inputs=inputs, outputs=outputs, weights=weights, final=h)
+        return self.head(self.norm(h))
+
+
+# %%
+corpus = data.encode(data.corpus_text())
+train_ids, val_ids = data.train_val_split(corpus)
+val_batch = data.random_batch(val_ids, 32, SEQ_LEN, torch.Generator().manual_seed(1))
+print(f"corpus: {len(corpus):,d} bytes, fingerprint {data.corpus_fingerprint(data.corpus_text())}")
+print(f"model: {LAYERS} layers = {SUBLAYERS} sub-layers, d_model {D_MODEL}, {STEPS} steps of {BATCH} x {SEQ_LEN} bytes")
+
+
+def train_model(residual="sum", sublayers_per_block=None):
+    seed_everything(0)
+    model = TinyLM(residual, sublayers_per_block)
+    batches = torch.Generator().manual_seed(0)
+    history = train(model, lambda step: data.random_batch(train_ids, BATCH, SEQ_LEN, batches), steps=STEPS,
+                    lr=3e-3, warmup=20, eval_batch=val_batch, eval_every=STEPS // 4)
+    return model, history
+
+
+def inspect(model):
+    """One recorded forward pass on the validation batch."""
+    model.eval()
+    model.record = {}
+    with torch.no_grad():
+        model(val_batch[0])
+    record, model.record = model.record, None
+    return record
+
+
+def rms(x):
+    return x.pow(2).mean().sqrt().item()
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+start = time.perf_counter()
+baseline, baseline_history = train_model("sum")
+print(f"trained in {time.perf_counter() - start:.1f} s")
+
+# %%
+base = inspect(baseline)
+base_in = [rms(h) for h in base["inputs"]] + [rms(base["final"])]       # what each sub-layer (and the head) read
+base_ratio = [rms(v) / rms(h) for v, h in zip(base["outputs"], base["inputs"])]
+print(f"validation loss {baseline_history.val_loss[-1]:.2f}")
+print(f"RMS of the hidden state: embedding {base_in[0]:.2f}, after sub-layer 2 {base_in[2]:.2f}, "
+      f"at the top {base_in[-1]:.2f}  ({base_in[-1] / base_in[2]:.1f}x growth after the first layer)")
+print(f"output RMS / input RMS of the last sub-layer: {base_ratio[-1]:.2f}")
+
+# %%
+SOURCE_NAMES = ["emb"] + [f"{kind}{layer + 1}" for layer in range(LAYERS) for kind in ("A", "M")]
+READERS = SOURCE_NAMES[1:] + ["final"]          # the reader before sub-layer l is named after it
+
+
+def plot_depth(ax, series, ylabel, title, log=False):
+    for label, values, color in series:
+        ax.plot(range(len(values)), values, "o-", label=label, color=color, markersize=4)
+    ax.set_xticks(range(len(series[0][1])), READERS[: len(series[0][1])], rotation=90, fontsize=8)
+    ax.set_xlabel("sub-layer reading the hidden state (A = attention, M = MLP)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.legend()
+
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+plot_depth(axes[0], [("plain residual sum", base_in, viz.PALETTE["black"])], "RMS of the hidden state read",
+           "The hidden state grows with depth")
+plot_depth(axes[1], [("plain residual sum", base_ratio, viz.PALETTE["black"])],
+           "RMS(output) / RMS(input)", "Each new sub-layer is a smaller correction", log=True)
+plt.show()
+
+# %% [markdown]
+# Both effects the seeds name are there. After the first layer has lifted the tiny embedding, the stream
+# keeps growing, and the later sub-layers write outputs that are a few percent of what they read: a later
+# layer can only nudge the sum (dilution), and to matter more it would have to learn ever larger outputs.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. The fix as math: attention over depth
+#
+# Give every reader $l$ (a sub-layer, or the final norm) a learned *pseudo-query* $w_l \in \mathbb{R}^d$ and let it
+# attend over the earlier outputs:
+#
+# $$h_l = \sum_{i=0}^{l-1} \alpha_{i\to l}\, v_i, \qquad
+#   \alpha_{i\to l} = \frac{\exp\big(w_l^\top \mathrm{RMSNorm}(v_i)\big)}{\sum_{j=0}^{l-1} \exp\big(w_l^\top \mathrm{RMSNorm}(v_j)\big)} .$$
+#
+# - The keys are normalised, so a source is not chosen for being large; the values are *not* normalised,
+#   so what is read keeps its scale. There is no temperature.
+# - $w_l = 0$ at initialisation: every $\alpha_{i\to l} = 1/l$, and the reader starts from the **mean** of the
+#   earlier outputs instead of their sum. The mean does not grow with depth.
+# - The weights depend on the token (through $v_i$), so each position mixes depth its own way.
+#
+# **Block AttnRes.** Keeping every $v_i$ costs $O(L\,d)$ memory per token. Group consecutive sub-layers into
+# blocks, and store one source per block, the sum of its outputs $b_n = \sum_{i \in \text{block } n} v_i$. A
+# reader attends over
+#
+# $$[\,v_0,\; b_1,\; \dots,\; b_{n-1},\; b_n^{\text{partial}}\,],$$
+#
+# the embedding, the completed blocks and the running sum of the current one: $O(N\,d)$ for $N$ blocks. With one
+# sub-layer per block this is full AttnRes again.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. The code
+#
+# The read is four lines. We write it from scratch and check it against `k3lite.layers.attnres`.
+
+# %%
+def depth_attention(values, query, eps=1e-6):
+    """values [S, ..., d] (the sources), query [d] -> (mix [..., d], weights [S, ...])."""
+    keys = values * torch.rsqrt(values.pow(2).mean(-1, keepdim=True) + eps)
+    weights = torch.softmax(keys @ query, dim=0)
+    return (weights.unsqueeze(-1) * values).sum(0), weights
+
+
+generator = torch.Generator().manual_seed(0)
+values = torch.randn(5, 2, 3, 8, generator=generator) * torch.tensor([0.1, 1.0, 4.0, 0.5, 2.0])[:, None, None, None]
+query = torch.randn(8, generator=generator)
+ours, our_weights = depth_attention(values, query)
+theirs, their_weights = attnres_mix(values, query)
+print(f"same mix as k3lite: {torch.allclose(ours, theirs, atol=1e-6)}, same weights: "
+      f"{torch.allclose(our_weights, their_weights, atol=1e-6)}")
+uniform_mix, uniform_weights = AttnResMixer(8)(values)
+print(f"zero query -> weights all 1/5: {torch.allclose(uniform_weights, torch.full_like(uniform_weights, 0.2))}, "
+      f"mix = mean of sources: {torch.allclose(uniform_mix, values.mean(0), atol=1e-6)}")
+
+# %% [markdown]
+# `AttnResSources` does the block bookkeeping. With blocks of 3 sub-layers and 7 outputs written so far,
+# a reader sees the embedding, two completed blocks and a partial block holding one output:
+
+# %%
+sources = AttnResSources(torch.zeros(1, 4), sublayers_per_block=3)
+for output in range(1, 8):
+    sources.add(torch.full((1, 4), float(output)))
+print(f"{len(sources.sources())} sources, first channel of each: {[int(s[0, 0]) for s in sources.sources()]} "
+      f"(= 0, 1+2+3, 4+5+6, 7)")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. Training with AttnRes
+#
+# The same model, seed and batches; only the residual changes. Full AttnRes keeps every sub-layer output
+# as a source; block AttnRes groups the sub-layers of two decoder layers (4 sub-layers) per block.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+start = time.perf_counter()
+full_model, full_history = train_model("attnres")
+block_model, block_history = train_model("attnres", sublayers_per_block=4)
+print(f"trained both in {time.perf_counter() - start:.1f} s")
+
+# %%
+full = inspect(full_model)
+block = inspect(block_model)
+
+
+def depth_profile(record):
+    reads = [rms(h) for h in record["inputs"]] + [rms(record["final"])]
+    ratios = [rms(v) / rms(h) for v, h in zip(record["outputs"], record["inputs"])]
+    return reads, ratios
+
+
+full_in, full_ratio = depth_profile(full)
+block_in, block_ratio = depth_profile(block)
+print(f"{'residual':22s}{'val loss':>9s}{'RMS read at top':>17s}{'top/first-layer':>17s}{'last out/in':>13s}")
+for label, history, reads, ratios in [("plain sum", baseline_history, base_in, base_ratio),
+                                      ("full AttnRes", full_history, full_in, full_ratio),
+                                      ("block AttnRes (4)", block_history, block_in, block_ratio)]:
+    print(f"{label:22s}{history.val_loss[-1]:9.2f}{reads[-1]:17.2f}{reads[-1] / reads[2]:17.1f}{ratios[-1]:13.2f}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+series_in = [("plain residual sum", base_in, viz.PALETTE["black"]), ("full AttnRes", full_in, viz.PALETTE["blue"]),
+             ("block AttnRes", block_in, viz.PALETTE["orange"])]
+series_ratio = [("plain residual sum", base_ratio, viz.PALETTE["black"]), ("full AttnRes", full_ratio, viz.PALETTE["blue"]),
+                ("block AttnRes", block_ratio, viz.PALETTE["orange"])]
+plot_depth(axes[0], series_in, "RMS of the hidden state read", "Hidden-state size with depth")
+plot_depth(axes[1], series_ratio, "RMS(output) / RMS(input)", "How much each sub-layer adds", log=True)
+plt.show()
+
+# %% [markdown]
+# With AttnRes the state a sub-layer reads stays about as large as a single output, so later sub-layers write
+# outputs comparable to (or larger than) what they read instead of a few percent of it. At this size and
+# training length the validation losses are within noise of each other: the paper's gain (the same loss for
+# about 1.25× less compute) is measured at scale, and this notebook does not reproduce it. What it does show is
+# the mechanism: the hidden state no longer piles up.
+#
+# **Who contributes to the final representation?** Write the state the head reads as $h = \sum_i c_i v_i$
+# ($c_i = 1$ for the plain sum, $c_i = \alpha_{i \to \text{final}}$ for AttnRes). The share of source $i$ is its projection
+# on $h$, $\langle c_i v_i, h\rangle / \lVert h \rVert^2$; the shares sum to one.
+
+# %%
+def shares(record, weighted):
+    values = torch.stack([record["embedding"]] + record["outputs"])         # [S, B, T, d]
+    coefficients = record["weights"][-1] if weighted else torch.ones(values.shape[:-1])
+    final = record["final"]
+    projection = ((coefficients.unsqueeze(-1) * values) * final).sum(-1) / final.pow(2).sum(-1)
+    return projection.mean(dim=(1, 2))
+
+
+base_share, full_share = shares(base, weighted=False), shares(full, weighted=True)
+print(f"shares sum to one: {base_share.sum().item():.3f} (plain), {full_share.sum().item():.3f} (AttnRes)")
+top = torch.topk(full_share, 3).indices.tolist()
+print("largest shares with AttnRes: " + ", ".join(f"{SOURCE_NAMES[i]} {full_share[i].item():.2f}" for i in top))
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3.6))
+positions = np.arange(len(SOURCE_NAMES))
+ax.bar(positions - 0.2, base_share.numpy(), 0.4, label="plain residual sum", color=viz.PALETTE["black"])
+ax.bar(positions + 0.2, full_share.numpy(), 0.4, label="full AttnRes", color=viz.PALETTE["blue"])
+ax.axhline(0, color=viz.INK, linewidth=0.8)
+ax.set_xticks(positions, SOURCE_NAMES, rotation=90, fontsize=8)
+ax.set_xlabel("source (emb = token embedding, A = attention, M = MLP output)")
+ax.set_ylabel("share of the final hidden state")
+ax.set_title("Which depths the head reads")
+ax.legend()
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 5. What the queries learned
+#
+# Average $\alpha_{i \to l}$ over the validation tokens: one row per reader, one column per source. Zero
+# initialisation would give $1/l$ along each row; training moved it.
+
+# %%
+def weight_matrix(record, source_count):
+    matrix = np.full((len(record["weights"]), source_count), np.nan)
+    for reader, alpha in enumerate(record["weights"]):
+        matrix[reader, : alpha.shape[0]] = alpha.mean(dim=(1, 2)).numpy()
+    return matrix
+
+
+full_matrix = weight_matrix(full, len(SOURCE_NAMES))
+uniform = np.array([1.0 / (reader + 1) for reader in range(len(READERS))])
+moved = np.nanmax(np.abs(full_matrix - uniform[:, None]), axis=1)[1:]   # the first reader has one source
+print(f"largest departure from the uniform 1/l, per reader with a choice: min {moved.min():.2f}, max {moved.max():.2f}")
+
+fig, ax = plt.subplots(figsize=(7.5, 5.5))
+viz.heatmap(ax, full_matrix, title="Full AttnRes: mean weight α(source → reader)", xlabel="source",
+            ylabel="reader", colorbar_label="mean weight")
+ax.set_xticks(range(len(SOURCE_NAMES)), SOURCE_NAMES, rotation=90, fontsize=8)
+ax.set_yticks(range(len(READERS)), READERS, fontsize=8)
+plt.show()
+
+# %%
+block_names = ["emb"] + [f"block {n + 1}" for n in range(SUBLAYERS // 4)] + ["partial"]
+block_matrix = np.full((len(READERS), len(block_names)), np.nan)
+for reader, alpha in enumerate(block["weights"]):
+    mean = alpha.mean(dim=(1, 2)).numpy()
+    stored = len(mean) - (1 if reader % 4 else 0)       # a reader at a block boundary sees no partial sum
+    block_matrix[reader, :stored] = mean[:stored]
+    if reader % 4:
+        block_matrix[reader, -1] = mean[-1]
+
+fig, ax = plt.subplots(figsize=(6.0, 5.5))
+viz.heatmap(ax, block_matrix, title="Block AttnRes (4 sub-layers per block)", xlabel="source", ylabel="reader",
+            colorbar_label="mean weight")
+ax.set_xticks(range(len(block_names)), block_names, rotation=45, fontsize=8)
+ax.set_yticks(range(len(READERS)), READERS, fontsize=8)
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 6. K3: blocks of 12 layers over 93
+#
+# K3 applies block AttnRes with a block of 12 decoder layers (24 sub-layers). Its 93 layers cross block
+# boundaries at layers 0, 12, …, 84. The embedding is stored at the first; each later one stores the
+# finished block, so after the last layer there are the embedding and 7 full blocks, plus the running partial
+# block of the remaining 9 layers. We walk the real bookkeeping with a dummy 1-number state:
+
+# %%
+K3_LAYERS, K3_BLOCK_LAYERS, K3_HIDDEN = 93, 12, 7168
+walk = AttnResSources(torch.zeros(1), sublayers_per_block=2 * K3_BLOCK_LAYERS)
+for _ in range(2 * K3_LAYERS):
+    walk.add(torch.ones(1))
+stored, partial_sublayers = num_block_sources(2 * K3_LAYERS, 2 * K3_BLOCK_LAYERS)
+print(f"stored sources: {walk.num_stored} (embedding + {walk.num_stored - 1} full blocks) = num_block_sources: {stored}")
+print(f"partial block: {partial_sublayers} sub-layers = {partial_sublayers // 2} layers; "
+      f"the final norm reads {len(walk.sources())} sources")
+print(f"block boundaries at layers {list(range(0, K3_LAYERS, K3_BLOCK_LAYERS))}")
+
+# %% [markdown]
+# What the blocks save. Full AttnRes would keep every sub-layer output of a token alive until the last reader;
+# block AttnRes keeps at most 9. Each reader spends $2 S d$ multiply-adds (scores and mix) over its $S$ sources;
+# for scale, K3 does about $104 \times 10^9$ multiply-adds per token in its weights (about 104B active parameters).
+
+# %%
+readers = 2 * K3_LAYERS + 1
+full_sources_per_reader = np.arange(1, readers + 1)
+walk = AttnResSources(torch.zeros(1), sublayers_per_block=2 * K3_BLOCK_LAYERS)
+block_sources_per_reader = []
+for _ in range(2 * K3_LAYERS):
+    block_sources_per_reader.append(len(walk.sources()))
+    walk.add(torch.ones(1))
+block_sources_per_reader.append(len(walk.sources()))
+for label, per_reader in [("full AttnRes", full_sources_per_reader), ("block AttnRes (12 layers)", block_sources_per_reader)]:
+    kept = max(per_reader) * K3_HIDDEN * 2
+    macs = 2 * int(np.sum(per_reader)) * K3_HIDDEN
+    print(f"{label:26s}: up to {max(per_reader):3d} sources = {kept / 1e6:5.2f} MB per token (bf16); "
+          f"{macs / 1e6:6.0f}M multiply-adds per token = {100 * macs / 104e9:.2f}% of 104e9")
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.6))
+ax.plot(full_sources_per_reader, label="full AttnRes", color=viz.PALETTE["blue"])
+ax.step(range(1, readers + 1), block_sources_per_reader, where="post", label="block AttnRes, 12 layers",
+        color=viz.PALETTE["orange"])
+for boundary in range(0, K3_LAYERS, K3_BLOCK_LAYERS):
+    ax.axvline(2 * boundary + 1, color="#999999", linewidth=0.6)
+ax.set_yscale("log")
+ax.set_xlabel("reader (sub-layer index in K3's 186, plus the final norm)")
+ax.set_ylabel("sources it attends over")
+ax.set_title("K3: sources per AttnRes reader (grey: block boundaries)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# The arithmetic is negligible either way; what block AttnRes saves is memory and memory traffic: a handful of
+# stored vectors per token instead of 187. That traffic is what the seeds' "about 2 % more inference latency"
+# pays for.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1 — the AttnRes read
+# Write `depth_attention(values, query)` for `values [S, N, d]` and `query [d]`, returning `(mixed [N, d], weights [S, N])`
+# with RMS-normalised keys (no gain, eps = 1e-6) and unnormalised values.
+
+# %%
+from k3lite.exercises import ch09
+
+
+def my_depth_attention(values, query):
+    raise NotImplementedError
+
+
+# %%
+ch09.check_depth_attention(my_depth_attention)
+
+# %% tags=["hide-input"]
+# Solution
+def solution_depth_attention(values, query):
+    keys = F.rms_norm(values, (values.shape[-1],), eps=1e-6)
+    weights = torch.softmax(keys @ query, dim=0)
+    return (weights.unsqueeze(-1) * values).sum(0), weights
+
+
+ch09.check_depth_attention(solution_depth_attention)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2 — counting sources
+# Write `block_count(layers, layers_per_block)` returning `(stored_sources, layers_in_partial_block)` after the
+# last layer, counting in decoder layers. For K3, `block_count(93, 12)` is `(8, 9)`.
+
+# %%
+def my_block_count(layers, layers_per_block):
+    raise NotImplementedError
+
+
+# %%
+ch09.check_block_count(my_block_count)
+
+# %% tags=["hide-input"]
+# Solution: one stored source for the embedding, one per completed block; the rest is the partial block.
+def solution_block_count(layers, layers_per_block):
+    full_blocks, remainder = divmod(layers, layers_per_block)
+    return 1 + full_blocks, remainder
+
+
+ch09.check_block_count(solution_block_count)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 — the source list
+# Write `block_sources(embedding, outputs, sublayers_per_block)` returning the list a reader after all `outputs`
+# attends over: `[embedding, completed block sums..., partial sum]` (the partial sum only if it holds an output).
+
+# %%
+def my_block_sources(embedding, outputs, sublayers_per_block):
+    raise NotImplementedError
+
+
+# %%
+ch09.check_block_sources(my_block_sources)
+
+# %% tags=["hide-input"]
+# Solution
+def solution_block_sources(embedding, outputs, sublayers_per_block):
+    sources = [embedding]
+    for start in range(0, len(outputs), sublayers_per_block):
+        sources.append(torch.stack(outputs[start: start + sublayers_per_block]).sum(0))
+    return sources
+
+
+ch09.check_block_sources(solution_block_sources)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Summary
+#
+# - A plain residual stream hands every layer the unweighted sum of all earlier outputs; in a trained model
+#   it grows with depth and each new layer becomes a small correction (dilution).
+# - AttnRes lets every reader attend over depth with a learned pseudo-query (zero at start: the mean);
+#   keys are RMS-normalised, values are not.
+# - Block AttnRes stores one sum per block: K3's blocks of 12 layers leave 8 stored sources (embedding + 7
+#   blocks) and a partial block of 9 layers, instead of 187 sources.
+#
+# Next: chapter 10 puts KDA, MLA, latent MoE with SiTU, and block AttnRes together into K3.
