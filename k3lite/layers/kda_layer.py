@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from k3lite.layers.norms import GatedRMSNorm
+from k3lite.layers.norms import GatedRMSNorm, upcast
 from k3lite.ops import kda
 
 GATE_FORMS = ("k3", "kimi_linear")
@@ -116,10 +116,10 @@ class KDALayer(nn.Module):
         self.o_proj = nn.Linear(value_size, hidden_size, bias=False)
 
     def decay(self, x: torch.Tensor) -> torch.Tensor:
-        """Log-space decay ``g [B, T, H, K]`` (float32, <= 0) in the configured form."""
-        f = self.decay_up(self.decay_down(x)).float().unflatten(-1, (self.num_heads, self.head_dim))
-        f = f + self.dt_bias.float().view(self.num_heads, self.head_dim)
-        rate = self.A_log.float().exp().view(self.num_heads, 1)
+        """Log-space decay ``g [B, T, H, K]`` (at least float32, <= 0) in the configured form."""
+        f = upcast(self.decay_up(self.decay_down(x))).unflatten(-1, (self.num_heads, self.head_dim))
+        f = f + self.dt_bias.to(f.dtype).view(self.num_heads, self.head_dim)
+        rate = self.A_log.to(f.dtype).exp().view(self.num_heads, 1)
         if self.gate_form == "kimi_linear":
             return -rate * F.softplus(f)
         return self.gate_lower_bound * torch.sigmoid(rate * f)
@@ -134,7 +134,7 @@ class KDALayer(nn.Module):
         q = F.normalize(q.unflatten(-1, heads), dim=-1)
         k = F.normalize(k.unflatten(-1, heads), dim=-1)
         v = v.unflatten(-1, (self.num_heads, self.value_head_dim))
-        beta = torch.sigmoid(self.beta_proj(x).float())
+        beta = torch.sigmoid(upcast(self.beta_proj(x)))
         return q, k, v, self.decay(x), beta, (q_state, k_state, v_state)
 
     def forward(self, x: torch.Tensor, cache: KDACache | None = None, *, mode: str = "auto"):

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from k3lite.layers.norms import RMSNorm
+from k3lite.layers.norms import RMSNorm, upcast
 
 
 class MLACache(NamedTuple):
@@ -46,7 +46,7 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]          # [T, half]
     shape = (1, x.shape[1]) + (1,) * (x.dim() - 3) + (half,)
     cos, sin = angles.cos().view(shape), angles.sin().view(shape)
-    x1, x2 = x.float()[..., :half], x.float()[..., half:]
+    x1, x2 = upcast(x)[..., :half], upcast(x)[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
@@ -56,11 +56,11 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
 
     Query ``t`` sits at position ``offset + t`` and sees keys ``0 .. offset + t``.
     """
-    scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+    scores = (upcast(q) @ upcast(k).transpose(-1, -2)) * scale
     query_pos = offset + torch.arange(q.shape[2], device=q.device)
     key_pos = torch.arange(k.shape[2], device=q.device)
     scores = scores.masked_fill(key_pos[None, :] > query_pos[:, None], float("-inf"))
-    return (scores.softmax(dim=-1) @ v.float()).to(q.dtype)
+    return (scores.softmax(dim=-1) @ upcast(v)).to(q.dtype)
 
 
 class MLA(nn.Module):

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from k3lite.layers.norms import RMSNorm
+from k3lite.layers.norms import RMSNorm, upcast
 from k3lite.ops.situ import situ_glu
 
 ACTIVATIONS = ("situ", "silu")
@@ -76,8 +76,9 @@ class SigmoidRouter(nn.Module):
 
     def forward(self, x: torch.Tensor):
         """``x [N, D]`` -> ``(weights [N, top_k], indices [N, top_k], scores [N, E])``."""
-        scores = torch.sigmoid(F.linear(x.float(), self.weight.float()))
-        _, indices = torch.topk(scores + self.selection_bias.float(), self.top_k, dim=-1)
+        wide = upcast(x)
+        scores = torch.sigmoid(F.linear(wide, self.weight.to(wide.dtype)))
+        _, indices = torch.topk(scores + self.selection_bias.to(scores.dtype), self.top_k, dim=-1)
         selected = scores.gather(-1, indices)
         weights = selected / selected.sum(dim=-1, keepdim=True) * self.routed_scaling
         return weights, indices, scores

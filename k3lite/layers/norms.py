@@ -1,6 +1,6 @@
 """Normalisation layers shared by the K3 layers.
 
-RMSNorm is computed in float32 and cast back, so a bfloat16 model normalises with the same
+RMSNorm is computed in (at least) float32 and cast back, so a bfloat16 model normalises with the same
 accuracy as the float32 reference (the square of a bfloat16 activation loses too many bits).
 """
 
@@ -10,12 +10,17 @@ import torch
 from torch import nn
 
 
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32, or in its own dtype when that is wider (float64 stays float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension."""
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    wide = upcast(x)
+    normed = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True) + eps)
     if weight is not None:
-        normed = normed * weight.float()
+        normed = normed * weight.to(wide.dtype)
     return normed.to(x.dtype)
 
 
