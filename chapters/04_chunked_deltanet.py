@@ -118,13 +118,14 @@ print(f"naive chunking (values β·v) vs the delta rule: relative error {relativ
 # $$ (I + A)\,U' = \mathrm{Diag}(\beta)\,(V - K S_0). $$
 #
 # $I + A$ is unit lower-triangular, so it is always invertible and forward substitution solves it. With
-# $T = (I+A)^{-1}$ (the **UT transform**) the solution splits into a part that does not need $S_0$ and a part
+# $T = (I+A)^{-1}$ (the **UT transform**; the field calls this matrix $T$, not to be confused with the
+# sequence length) the solution splits into a part that does not need $S_0$ and a part
 # that does:
 #
 # $$ U' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U} \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,K}_{W}\; S_0 . $$
 #
-# ($W$ and $U$ are the **WY representation**: the product of the chunk's Householder-like transitions
-# $\prod_r (I - \beta_r k_r k_r^\top)$ equals $I - K^\top W$.) Then the chunk is exactly linear attention with the
+# ($W$ and $U$ are the **WY representation**: the product of the chunk's Householder-like transitions,
+# $(I - \beta_C k_C k_C^\top)\cdots(I - \beta_1 k_1 k_1^\top)$, equals $I - K^\top W$.) Then the chunk is exactly linear attention with the
 # corrected values $V' = U - W S_0$:
 #
 # $$ O = Q S_0 + (QK^\top\odot M)\,V', \qquad S \leftarrow S_0 + K^\top V' . $$
@@ -236,17 +237,18 @@ ours, _ = delta_rule_chunked(q_lib[1, :, 2].double() * K_lib ** -0.5, k_lib[1, :
 print(f"our chunked code (sequence 1, head 2, q scaled by K^-0.5) and k3lite {agree(ours, o_rec[1, :, 2], 1e-4)}")
 
 # %% [markdown]
-# `k3lite.kernels` runs the same chunk loop as a Triton kernel, one program per sequence and head, the chunk's
-# matrices as tiles. On a GPU it is compiled; on this CPU Triton's interpreter runs it (slowly, so the shapes
-# are small). Same algorithm, same numbers:
+# `k3lite.kernels` runs the same algorithm as a pipeline of Triton kernels on 64-token chunks (tensor-core
+# tiles), split exactly as section 2 suggests: $A$ and $T$ for every chunk at once, then $W$ and $U$ for every
+# chunk at once, then the one sequential pass over chunks ($V' = U - WS$ and the state), then the outputs of
+# every chunk at once. On a GPU it is compiled; on this CPU Triton's interpreter runs it (slowly, so the shapes
+# are small; T = 50 also tests a partial chunk). Same algorithm, same numbers:
 
 # %%
 q_tri, k_tri, v_tri = (torch.randn(1, 50, 2, 16, generator=generator).float() for _ in range(3))
 k_tri, beta_tri = unit(k_tri), torch.rand(1, 50, 2, generator=generator).float()
 o_tri_ref, s_tri_ref = delta_rule.recurrent(q_tri, k_tri, v_tri, beta_tri)
-o_tri, s_tri = delta_rule.chunked(*(x.to(device()) for x in (q_tri, k_tri, v_tri, beta_tri)), chunk_size=16,
-                                  backend="triton")
-print(f"Triton chunked kernel (C=16, T=50) and recurrent: outputs {agree(o_tri.cpu(), o_tri_ref, 1e-4)}, "
+o_tri, s_tri = delta_rule.chunked(*(x.to(device()) for x in (q_tri, k_tri, v_tri, beta_tri)), backend="triton")
+print(f"Triton chunked kernels (T=50) and recurrent: outputs {agree(o_tri.cpu(), o_tri_ref, 1e-4)}, "
       f"states {agree(s_tri.cpu(), s_tri_ref, 1e-4)}")
 
 # %% [markdown] slideshow={"slide_type": "slide"}
