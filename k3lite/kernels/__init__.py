@@ -12,9 +12,10 @@ On a machine without CUDA the kernels run through the Triton interpreter (float3
 for tiny shapes in tests and notebooks). The interpreter must be switched on before the kernel
 modules are imported, which is why they are imported lazily, after ``_ensure_backend``.
 
-Gradients of ``chunked``: the forward runs in Triton; the backward re-runs the same chunked algorithm
-written in PyTorch (``torch_chunked.py``, float32) under autograd. That is a recompute backward through
-PyTorch, not a Triton backward kernel.
+Gradients of ``chunked``: the forward runs in Triton. The backward is a hybrid (``chunk_bwd.py``): the
+sequential reverse pass over chunks is a Triton kernel; the chunk-parallel parts (intra-chunk products,
+the triangular solve, the decays) are differentiated by PyTorch autograd in float32. It is not a
+complete Triton backward.
 """
 
 from __future__ import annotations
@@ -87,34 +88,24 @@ class _Chunked(torch.autograd.Function):
 
         args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
         h0 = initial_state.float().contiguous() if initial_state is not None else None
-        o, final_state = chunk_forward(kind, *args, scale, h0)
+        o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True)
         ctx.kind, ctx.scale = kind, scale
-        ctx.save_for_backward(q, k, v, g, beta, initial_state)
+        ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"])
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_state):
-        # Recompute backward through the PyTorch chunked form (float32), not a Triton kernel.
-        from .torch_chunked import chunked_forward
+        # Sequential part in Triton, chunk-parallel parts in PyTorch (see chunk_bwd.py).
+        from .chunk_bwd import chunk_backward
 
-        saved = ctx.saved_tensors
-        with torch.enable_grad():
-            inputs = [x.detach().float().requires_grad_(x.requires_grad) if x is not None else None for x in saved]
-            o, state = chunked_forward(ctx.kind, *inputs[:5], ctx.scale, inputs[5])
-            wanted = [x for x in inputs if x is not None and x.requires_grad]
-            outs, grads_out = [o], [d_o.float()]
-            if d_state is not None:
-                outs.append(state)
-                grads_out.append(d_state.float())
-            grads = iter(torch.autograd.grad(outs, wanted, grads_out, allow_unused=True)) if wanted else iter(())
-        result = []
-        for x, orig in zip(inputs, saved):
-            if x is not None and x.requires_grad:
-                grad = next(grads)
-                result.append(grad.to(orig.dtype) if grad is not None else None)
-            else:
-                result.append(None)
-        return (None, None, *result)
+        q, k, v, g, beta, h0, h, v_new = ctx.saved_tensors
+        inputs = [x.detach().requires_grad_(need) if x is not None else None
+                  for x, need in zip((q, k, v, g, beta, h0), ctx.needs_input_grad[2:])]
+        grads = chunk_backward(ctx.kind, ctx.scale, inputs, h, v_new, d_o, d_state)
+        result = [None, None]
+        for grad, x, need in zip(grads, (q, k, v, g, beta, h0), ctx.needs_input_grad[2:]):
+            result.append(grad.to(x.dtype) if need and grad is not None else None)
+        return tuple(result)
 
 
 def chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
