@@ -248,29 +248,41 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 
 
 @triton.jit
-def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T,
+def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
+    # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
+    t_last = tl.minimum(i_t * BT + BT, T) - 1
     p_ai, m_ai = _tile(ai_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
     p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
     b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
     if GATE == 1:
         p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-        b_gs = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
+        b_gl = tl.load(p_g, mask=m_g, other=0.0)
+        b_gs = tl.exp(tl.minimum(b_gl, 0.0))
+        g_last = tl.load(g_ptr + (i_b * T + t_last) * H + i_h)
+        b_kdec = tl.exp(tl.minimum(g_last - b_gl, 0.0))
     kbase = (i_b * T * H + i_h) * K
     for i_k in range(0, tl.cdiv(K, BK)):
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
         b_x = b_k.to(tl.float32) * b_beta[:, None]
+        p_kd, m_kd = _tile(kd_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         if GATE == 1:
             b_x = b_x * b_gs[:, None]
+            tl.store(p_kd, (b_k.to(tl.float32) * b_kdec[:, None]).to(kd_ptr.dtype.element_ty), mask=m_kd)
         if GATE == 2:
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            b_x = b_x * tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
+            b_g = tl.load(p_g, mask=m_g, other=0.0)
+            b_x = b_x * tl.exp(tl.minimum(b_g, 0.0))
+            cols = i_k * BK + tl.arange(0, BK)
+            g_last = tl.load(g_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
+            b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
+            tl.store(p_kd, b_kd.to(kd_ptr.dtype.element_ty), mask=m_kd)
         b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype))
         p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
@@ -289,7 +301,8 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
                 HAS_H0: tl.constexpr):
     # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
-    #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
+    #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + K_dec^T V'
+    # (k_ptr holds K_dec = exp(G_C - G) * K when there is a gate, written by _wy_factors.)
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     rk = tl.arange(0, BK)
@@ -315,20 +328,13 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
             p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
             tl.store(p_vn, b_vn, mask=m_vn)
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-        b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
+        b_k = tl.load(p_k, mask=m_k, other=0.0)
         t_last = tl.minimum(i_t * BT + BT, T) - 1
         if GATE == 1:
-            p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-            b_g = tl.load(p_g, mask=m_g, other=0.0)
-            g_last = tl.load(g_ptr + (i_b * T + t_last) * H + i_h)
-            b_s = b_s * tl.exp(g_last)
-            b_k = b_k * tl.exp(tl.minimum(g_last - b_g, 0.0))[:, None]
+            b_s = b_s * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
         if GATE == 2:
-            p_g, m_g = _tile(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-            b_g = tl.load(p_g, mask=m_g, other=0.0)
             g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
             b_s = b_s * tl.exp(g_last)[:, None]
-            b_k = b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn)
     tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
 
@@ -411,16 +417,20 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
         _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, num_warps=warps)
         w = torch.empty_like(k)
         u = torch.empty_like(v)
-        _wy_factors[(NT, B * H)](k, v, g_arg, beta, ai, w, u, T, H, K, V, BT, min(BK, 64), BV, gate,
+        kd = torch.empty_like(k) if gate else k
+        _wy_factors[(NT, B * H)](k, v, g_arg, beta, ai, w, u, kd, T, H, K, V, BT, min(BK, 64), BV, gate,
                                  num_warps=warps)
         vn = torch.empty_like(v)
     else:
-        w, u, vn = k, v, v
+        w, u, vn, kd = k, v, v, k
     h = torch.empty(B, NT, H, K, V, device=dev, dtype=dt)
     ht = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     h0 = initial_state if initial_state is not None else ht
-    _state_pass[(triton.cdiv(V, BV), B * H)](k, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV, gate,
-                                             delta, initial_state is not None, num_warps=warps)
+    # The state pass is sequential over chunks: narrower value blocks give more programs when B*H is small.
+    BV_state = 32 if B * H * triton.cdiv(V, 64) < 132 else BV
+    BV_state = min(BV_state, BV)
+    _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
+                                                   gate, delta, initial_state is not None, num_warps=warps)
     o = torch.empty_like(v)
     _chunk_output[(triton.cdiv(V, BV), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                    min(BK, 64), BV, gate, num_warps=warps)
