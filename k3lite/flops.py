@@ -74,24 +74,30 @@ def full_attention(L: int, d_k: int, d_v: int | None = None, *, causal: bool = F
 def kda_chunked(T: int, d: int, C: int) -> Split:
     """FLOPs per head of the matrix products in ``k3lite.ops.kda.chunked`` (d_k = d_v = d).
 
-    state: ``W S``, ``(Q ⊙ e^G) S`` and the state update ``(e^{G_C - G} ⊙ K)^T V'``, each
-    ``2 T d^2``: ``6 T d^2``, exactly the d^2 term of the Kimi Linear formula.
-    intra: per chunk of c tokens the pairwise key-key and query-key sums (``2 c^2 d`` each) and
-    ``A_qk V'`` (``2 c^2 d``): ``6 T C d`` when C divides T. The triangular solves
-    (``c^2 d`` multiply-adds each for W and U) are not matrix products and are not counted, as in
-    FlopCounterMode.
+    Chunks hold P tokens (C rounded up to a power of two, the tail padded); n = ceil(T / C).
+    state, per chunk: ``[W; Q ⊙ e^G] S`` (``4 P d^2``) and the update ``(e^{G_C - G} ⊙ K)^T V'``
+    (``2 P d^2``): ``6 T d^2`` in all, exactly the d^2 term of the Kimi Linear formula.
+    intra, per chunk: ``A_qk V'`` (``2 P^2 d``) and the decayed key-key and query-key scores.
+    Those are built by halving (``kda._pairwise_decayed``): a block of b tokens costs two
+    ``(b/2) x d x (b/2)`` products for the pairs across its middle, and the halves recurse. Summed
+    over the levels that is ``2 P (P - 1) d``, so only the lower triangle is ever computed, as in a
+    kernel. Total intra: ``4 T C d - 2 T d`` when C is a power of two dividing T. The triangular
+    solve is not a matrix product and is not counted, as in FlopCounterMode.
     """
-    state = 3 * 2 * T * d * d
-    intra = sum(3 * 2 * c * c * d for c in _chunk_lengths(T, C))
+    n = len(_chunk_lengths(T, C))
+    P = 1 << (C - 1).bit_length()
+    state = n * 6 * P * d * d
+    intra = n * (2 * P * P * d + 2 * P * (P - 1) * d)
     return Split(state, intra)
 
 
 def kimi_linear_kda(T: int, d: int, C: int) -> int:
     """The Kimi Linear paper's FLOPs per head for chunked KDA: ``6 T d^2 + 3 T C d + T C^2``.
 
-    The ``6 T d^2`` are the three state products (see :func:`kda_chunked`). The paper's intra-chunk
-    terms are smaller than our dense count because a kernel computes only the lower triangles
-    (three triangular ``c x c x d`` products: ``3 T C d``) and forms the chunk's inverse
-    (``T C^2``). Compare with :func:`full_attention` ``(causal=True) = 2 T^2 d``.
+    The ``6 T d^2`` are the three state products (see :func:`kda_chunked`). The intra-chunk terms
+    count three lower-triangular ``C x C x d`` products (``3 T C d``: key-key and query-key scores
+    and ``A_qk V'``) and the chunk's inverse (``T C^2``); our torch reference does ``4 T C d``
+    there and leaves the inverse to a triangular solve. Compare with
+    :func:`full_attention` ``(causal=True) = 2 T^2 d``.
     """
     return 6 * T * d * d + 3 * T * C * d + T * C * C

@@ -47,12 +47,16 @@ def test_full_attention_matches_flop_counter_on_the_masked_quadratic_form():
     assert total == flops.full_attention(L, d_k, d_v) + 2 * L * d_k * d_v
 
 
-@pytest.mark.parametrize("T,C", [(128, 32), (100, 16)])
+@pytest.mark.parametrize("T,C", [(128, 32), (100, 16), (50, 12), (7, 1)])
 def test_kda_matmul_count_matches_flop_counter(T, C):
     d = 16
     q, k, v = (torch.randn(1, T, 1, d) for _ in range(3))
     g, beta = -torch.rand(1, T, 1, d), torch.rand(1, T, 1)
-    assert counted(kda.chunked, q, k, v, g, beta, chunk_size=C) == flops.kda_chunked(T, d, C).total
+    split = flops.kda_chunked(T, d, C)
+    assert counted(kda.chunked, q, k, v, g, beta, chunk_size=C) == split.total
+    if T % C == 0 and C & (C - 1) == 0:                  # the closed forms of the docstring
+        assert split.state == 6 * T * d * d
+        assert split.intra == 4 * T * C * d - 2 * T * d
 
 
 def test_kimi_linear_formula():
