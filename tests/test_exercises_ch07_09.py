@@ -110,3 +110,61 @@ def test_ch09_block_sources():
     with pytest.raises(ExerciseFailed, match="sum of its sub-layer outputs"):
         ch09.check_block_sources(lambda e, outs, n: [e] + [torch.stack(outs[s:s + n]).mean(0)
                                                            for s in range(0, len(outs), n)])
+
+
+# ---------------------------------------------------------------- chapter 08
+
+from k3lite.exercises import ch08  # noqa: E402
+
+
+def _route(scores, bias, top_k):
+    indices = torch.topk(scores + bias, top_k, dim=-1).indices
+    selected = scores.gather(-1, indices)
+    return selected / selected.sum(-1, keepdim=True), indices
+
+
+def test_ch08_route(capsys):
+    assert ch08.check_route(_route) is True
+    # The order of the k experts within a token does not matter.
+    assert ch08.check_route(lambda s, b, k: tuple(t.flip(-1) for t in _route(s, b, k)))
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda s, b, k: _route(s, torch.zeros_like(b), k), "bias steers"),
+    (lambda s, b, k: (_route(s + b, torch.zeros_like(b), k)[0], _route(s, b, k)[1]), "only selects"),
+    (lambda s, b, k: (s.gather(-1, _route(s, b, k)[1]), _route(s, b, k)[1]), "renormalise"),
+    (lambda s, b, k: (torch.full((s.shape[0], k), 1.0 / k, dtype=s.dtype), _route(s, b, k)[1]), "weights are wrong"),
+    (lambda s, b, k: _route(s, b, k + 1), r"\[N, top_k\]"),
+])
+def test_ch08_route_wrong(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch08.check_route(wrong)
+
+
+def _routed_macs(hidden, latent, width, top_k):
+    return top_k * 3 * (latent or hidden) * width + (2 * hidden * latent if latent else 0)
+
+
+def test_ch08_routed_macs():
+    assert ch08.check_routed_macs(_routed_macs)
+    with pytest.raises(ExerciseFailed, match="W_down"):
+        ch08.check_routed_macs(lambda d, s, w, k: k * 3 * (s or d) * w)
+    with pytest.raises(ExerciseFailed, match="three matrices"):
+        ch08.check_routed_macs(lambda d, s, w, k: k * 2 * (s or d) * w + (2 * d * s if s else 0))
+    with pytest.raises(ExerciseFailed, match="FLOPs"):
+        ch08.check_routed_macs(lambda d, s, w, k: 2 * _routed_macs(d, s, w, k))
+    with pytest.raises(ExerciseFailed, match="routed_macs"):
+        ch08.check_routed_macs(lambda d, s, w, k: k * 3 * d * w)
+
+
+def test_ch08_situ():
+    assert ch08.check_situ(lambda x, beta: beta * torch.tanh(x / beta) * torch.sigmoid(x))
+    with pytest.raises(ExerciseFailed, match="sigmoid gate"):
+        ch08.check_situ(lambda x, beta: beta * torch.tanh(x / beta))
+    with pytest.raises(ExerciseFailed, match="multiply tanh"):
+        ch08.check_situ(lambda x, beta: torch.tanh(x / beta) * torch.sigmoid(x))
+    with pytest.raises(ExerciseFailed, match="x / beta, not x"):
+        ch08.check_situ(lambda x, beta: beta * torch.tanh(x) * torch.sigmoid(x))
+    with pytest.raises(ExerciseFailed, match="situ"):
+        ch08.check_situ(lambda x, beta: x * torch.sigmoid(x))

@@ -1,0 +1,455 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 08 · Latent MoE and SiTU
+#
+# Attention decides *where* a token reads from; the feed-forward network decides what it computes with what
+# it read, and holds most of a model's parameters. K3 replaces it (in every layer but the first) by a
+# **mixture of experts**: 896 routed experts of which each token uses 16, plus 2 shared experts every token
+# uses. Three K3 details make that work:
+#
+# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss;
+# 2. **latent experts** that run in a space half the model width, which nearly halves their cost;
+# 3. **SiTU**, a bounded replacement for SiLU in the gated MLP, which is only cheap when fused.
+#
+# Each gets the same treatment: what goes wrong without it, the math, code, a check against `k3lite`.
+
+# %%
+import json
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from k3lite import data, viz
+from k3lite.layers.moe import MoE, SigmoidRouter
+from k3lite.ops.situ import situ, situ_glu
+from k3lite.runtime import pick, seed_everything
+
+viz.use_style()
+seed_everything(0)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. Routing, and the load it produces
+#
+# A router scores every routed expert $e$ for token $x$ with $s_e = \sigma(r_e^\top x)$, picks the top $k$,
+# and mixes their outputs with the selected scores renormalised:
+#
+# $$y = \sum_{e \in \mathrm{TopK}(s + b)} \frac{s_e}{\sum_{e' \in \mathrm{TopK}(s+b)} s_{e'}}\; E_e(x) \;+\; \mathrm{Shared}(x).$$
+#
+# The per-expert bias $b$ enters the *selection only*. Without it, nothing keeps the experts evenly used: real
+# tokens are far from uniform, so some experts get most of the traffic (and in a distributed model, the GPU
+# holding them is the bottleneck). Let us route real text: the bytes of the course corpus, each byte mapped to
+# a fixed random vector plus noise (a stand-in for what the context adds to a token's hidden state), through a
+# random router with 32 experts and top-4.
+
+# %%
+D_MODEL, EXPERTS, TOP_K = 64, 32, 4
+text_ids = data.encode(data.corpus_text(60_000))
+embedding = torch.randn(data.VOCAB_SIZE, D_MODEL, generator=torch.Generator().manual_seed(0))
+context = 0.5 * torch.randn(len(text_ids), D_MODEL, generator=torch.Generator().manual_seed(10))
+hidden = embedding[text_ids] + context                                  # [N, d]: one vector per byte of text
+router_weight = 0.02 * torch.randn(EXPERTS, D_MODEL, generator=torch.Generator().manual_seed(1))
+
+
+def route(scores, bias, top_k):
+    """scores [N, E] (sigmoid outputs), bias [E] -> (weights [N, k], indices [N, k])."""
+    _, indices = torch.topk(scores + bias, top_k, dim=-1)
+    selected = scores.gather(-1, indices)
+    return selected / selected.sum(-1, keepdim=True), indices
+
+
+def expert_load(indices, num_experts):
+    return torch.bincount(indices.reshape(-1), minlength=num_experts)
+
+
+scores = torch.sigmoid(hidden @ router_weight.T)
+bias = torch.zeros(EXPERTS)
+weights, indices = route(scores, bias, TOP_K)
+load = expert_load(indices, EXPERTS)
+mean_load = len(hidden) * TOP_K / EXPERTS
+print(f"{len(hidden):,d} tokens x top-{TOP_K} over {EXPERTS} experts: mean load {mean_load:.0f}")
+print(f"busiest expert {load.max().item():,d} tokens ({load.max().item() / mean_load:.1f}x the mean), "
+      f"idlest {load.min().item():,d} ({load.min().item() / mean_load:.1f}x)")
+
+# %% [markdown]
+# The same router in `k3lite.layers.moe` must pick the same experts with the same weights:
+
+# %%
+k3_router = SigmoidRouter(D_MODEL, EXPERTS, TOP_K)
+with torch.no_grad():
+    k3_router.weight.copy_(router_weight)
+k3_weights, k3_indices, _ = k3_router(hidden)
+print(f"same experts: {torch.equal(k3_indices, indices)}, same weights: {torch.allclose(k3_weights, weights)}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# **The fix: auxiliary-loss-free balancing.** After each batch, nudge the bias of every over-loaded expert down
+# and of every under-loaded one up by a fixed step, $b_e \leftarrow b_e + \gamma\,\mathrm{sign}(\bar{n} - n_e)$. No gradient
+# flows through it and the mixing weights never see it, so the model's function is not distorted by a balancing term.
+
+# %%
+BALANCE_STEPS, BATCH_TOKENS, RATE = pick(300, 1000), 2048, 1e-3
+batches = torch.Generator().manual_seed(2)
+imbalance = []
+for step in range(BALANCE_STEPS):
+    batch = torch.randint(0, len(hidden), (BATCH_TOKENS,), generator=batches)
+    _, batch_indices = route(scores[batch], bias, TOP_K)
+    batch_load = expert_load(batch_indices, EXPERTS).float()
+    imbalance.append((batch_load.max() / batch_load.mean()).item())
+    bias += RATE * torch.sign(batch_load.mean() - batch_load)
+
+_, balanced_indices = route(scores, bias, TOP_K)
+balanced_load = expert_load(balanced_indices, EXPERTS)
+print(f"after {BALANCE_STEPS} bias updates: busiest expert {balanced_load.max().item() / mean_load:.2f}x the mean, "
+      f"idlest {balanced_load.min().item() / mean_load:.2f}x; bias range {bias.min().item():+.3f} .. {bias.max().item():+.3f}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [2, 1]})
+positions = np.arange(EXPERTS + 2)
+before = np.concatenate([[len(hidden)] * 2, load.numpy()]) / len(hidden)
+after = np.concatenate([[len(hidden)] * 2, balanced_load.numpy()]) / len(hidden)
+axes[0].bar(positions - 0.2, before, 0.4, label="routed, no bias", color=viz.PALETTE["red"])
+axes[0].bar(positions + 0.2, after, 0.4, label="routed, balanced bias", color=viz.PALETTE["blue"])
+axes[0].bar([0, 1], [1, 1], 0.8, color=viz.PALETTE["black"], label="shared (every token)")
+axes[0].axhline(TOP_K / EXPERTS, color=viz.INK, linestyle="--", linewidth=1, label=f"ideal routed load k/E = {TOP_K / EXPERTS:.3f}")
+axes[0].set_xticks(positions, ["S1", "S2"] + [str(e) for e in range(EXPERTS)], fontsize=7)
+axes[0].set_xlabel("expert (S = shared)")
+axes[0].set_ylabel("fraction of tokens processed")
+axes[0].set_title("Expert load on real text")
+axes[0].legend(fontsize=8)
+axes[1].plot(imbalance, color=viz.PALETTE["blue"])
+axes[1].set_xlabel("bias update step")
+axes[1].set_ylabel("busiest / mean load (per batch)")
+axes[1].set_title("Balancing without a loss")
+plt.show()
+
+# %% [markdown]
+# The bias can only move tokens whose scores differ. Without the context noise, every copy of a byte has the
+# same hidden state and goes to the same experts, whatever the bias; the most frequent byte of this corpus
+# alone sets a floor:
+
+# %%
+counts = torch.bincount(text_ids, minlength=data.VOCAB_SIZE)
+top_byte = int(counts.argmax())
+share = counts.max().item() / len(text_ids)
+print(f"most frequent byte {bytes([top_byte])!r}: {share:.1%} of the text -> its experts carry at least "
+      f"{share / (TOP_K / EXPERTS):.1f}x the mean load")
+
+# %% [markdown]
+# Shared experts see every token; a routed expert sees about $k/E$ of them. In K3 that is $16/896$:
+
+# %%
+print(f"K3: each routed expert sees {16 / 896:.2%} of the tokens on average; the 2 shared experts see 100%")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. Latent experts: what "nearly halves" means
+#
+# K3's hidden size is $d = 7168$. Its routed experts do not read $x$ itself but a latent $z = W_{\downarrow} x$ of
+# size 3584; their summed output goes back up:
+#
+# $$y = W_{\uparrow}\,\mathrm{RMSNorm}\Big(\sum_{e} w_e\, E_e(z)\Big) + \mathrm{Shared}(x), \qquad E_e: 3584 \to 3072 \to 3584 .$$
+#
+# The router still reads the full $x$. A gated expert (gate, up, down) of width $w$ on size $s$ costs $3 s w$
+# multiply-adds per token, so halving $s$ halves every routed expert, but $W_\downarrow$ and $W_\uparrow$ cost
+# $2 \cdot 7168 \cdot 3584$ per token on top. Per token, in multiply-adds:
+
+# %%
+HIDDEN, LATENT, WIDTH, K3_TOP_K, K3_EXPERTS, SHARED_WIDTH = 7168, 3584, 3072, 16, 896, 6144
+
+
+def moe_macs(latent):
+    """Multiply-adds per token of one K3 MoE layer, by part (latent=None: experts on the hidden state)."""
+    size = HIDDEN if latent is None else latent
+    return {"routed experts": K3_TOP_K * 3 * size * WIDTH,
+            "W_down + W_up": 0 if latent is None else 2 * HIDDEN * latent,
+            "shared experts": 3 * HIDDEN * SHARED_WIDTH,
+            "router": HIDDEN * K3_EXPERTS}
+
+
+full_width, latent_space = moe_macs(None), moe_macs(LATENT)
+print(f"{'part':18s}{'experts at 7168':>18s}{'latent 3584':>16s}")
+for part in full_width:
+    print(f"{part:18s}{full_width[part] / 1e6:16.1f} M{latent_space[part] / 1e6:14.1f} M")
+routed_ratio = (latent_space["routed experts"] + latent_space["W_down + W_up"]) / full_width["routed experts"]
+layer_ratio = sum(latent_space.values()) / sum(full_width.values())
+print(f"routed experts alone      : {latent_space['routed experts'] / full_width['routed experts']:.3f} of the cost")
+print(f"routed experts + W_down/up: {routed_ratio:.3f}")
+print(f"whole MoE layer           : {layer_ratio:.3f}")
+
+# %% [markdown]
+# So the experts themselves cost exactly half; paying for the two projections brings the routed part to 0.55,
+# and the whole MoE layer (shared experts and router unchanged) to 0.60. "Nearly halves" is right for the
+# experts and generous for the layer. The same factor applies to the routed experts' *parameters*, and that is
+# the bigger prize: 896 experts at half size is about 30B parameters less per layer.
+
+# %%
+expert_params_saved = K3_EXPERTS * 3 * (HIDDEN - LATENT) * WIDTH
+print(f"parameters saved per MoE layer: {expert_params_saved / 1e9:.1f}B "
+      f"(minus {2 * HIDDEN * LATENT / 1e6:.0f}M for W_down and W_up)")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# **Checked against `k3lite`.** Build `k3lite.layers.moe.MoE` at 1/32 of K3's sizes (all ratios are unchanged:
+# every term scales by $1/32^2$), count the floating-point operations PyTorch actually runs with
+# `FlopCounterMode`, and divide by two to get multiply-adds:
+
+# %%
+SCALE, TOKENS = 32, 256
+
+
+def counted_macs_per_token(latent):
+    seed_everything(0)
+    layer = MoE(HIDDEN // SCALE, K3_EXPERTS // SCALE, K3_TOP_K, WIDTH // SCALE, num_shared_experts=2,
+                latent_size=None if latent is None else latent // SCALE)
+    x = torch.randn(TOKENS, HIDDEN // SCALE)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        layer(x)
+    return counter.get_total_flops() / 2 / TOKENS
+
+
+for latent, analytic in ((None, full_width), (LATENT, latent_space)):
+    counted = counted_macs_per_token(latent)
+    label = "experts at d" if latent is None else "latent experts"
+    print(f"{label:15s}: counted {counted:,.0f} MACs/token at 1/32 scale, formula / 32^2 = "
+          f"{sum(analytic.values()) / SCALE**2:,.0f}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. SiTU: a bounded gated activation
+#
+# The gated MLP computes $h = \mathrm{SiLU}(g) \odot u$ with $g = W_g x$, $u = W_u x$. Nothing bounds it:
+# SiLU grows like $g$ and $u$ is linear, so $h$ grows like the *product* of two activations. One token with a
+# large activation produces a quadratically larger value, which is exactly what low-precision formats (bf16,
+# FP8) and training stability dislike:
+
+# %%
+for scale in (1, 10, 100):
+    g = scale * torch.randn(4096, generator=torch.Generator().manual_seed(3))
+    u = scale * torch.randn(4096, generator=torch.Generator().manual_seed(4))
+    print(f"inputs of scale {scale:3d}: max |SiLU(g) * u| = {(F.silu(g) * u).abs().max().item():10.1f}, "
+          f"max |SiTU-GLU| = {situ_glu(g, u).abs().max().item():6.1f}")
+
+# %% [markdown]
+# K3's SiTU (soft-capped SiLU) puts a tanh cap on both factors:
+#
+# $$\mathrm{SiTU}_\beta(x) = \beta \tanh(x/\beta)\,\sigma(x), \qquad
+#   h = \mathrm{SiTU}_{\beta_1}(g) \cdot \beta_2 \tanh(u / \beta_2), \qquad \beta_1 = 4,\ \beta_2 = 25 .$$
+#
+# For $|x| \ll \beta$, $\beta\tanh(x/\beta) \approx x$ and SiTU is SiLU; as $\beta \to \infty$ it *is* SiLU. Since
+# $|\tanh| < 1$ and $0 < \sigma < 1$, $|\mathrm{SiTU}_\beta(x)| < \beta$ and $|h| < \beta_1 \beta_2 = 100$. The constants are fixed, not learned.
+
+# %%
+x = torch.linspace(-12, 12, 2401, dtype=torch.float64)
+for beta in (4.0, 25.0, 100.0, 1000.0):
+    print(f"beta = {beta:6.0f}: max |SiTU - SiLU| on [-12, 12] = {(situ(x, beta) - F.silu(x)).abs().max().item():.4f}")
+huge = 1e4 * torch.randn(100_000, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+bound = situ_glu(huge, huge.flip(0)).abs().max().item()
+print(f"inputs up to {huge.abs().max().item():,.0f}: max |h| = {bound:.2f} <= beta1 * beta2 = {4.0 * 25.0:.0f}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+x_plot = torch.linspace(-8, 40, 961)
+axes[0].plot(x_plot, F.silu(x_plot), color=viz.PALETTE["black"], label="SiLU")
+for beta, color in ((4.0, viz.PALETTE["blue"]), (10.0, viz.PALETTE["orange"]), (25.0, viz.PALETTE["green"])):
+    axes[0].plot(x_plot, situ(x_plot, beta), color=color, label=f"SiTU, β = {beta:.0f}")
+    axes[0].axhline(beta, color=color, linestyle=":", linewidth=1)
+axes[0].set_ylim(-2, 42)
+axes[0].set_xlabel("gate pre-activation x")
+axes[0].set_ylabel("activation")
+axes[0].set_title("SiTU caps SiLU at β (dotted)")
+axes[0].legend()
+grid = torch.linspace(-60, 60, 241)
+gate_grid, up_grid = torch.meshgrid(grid, grid, indexing="ij")
+surface = situ_glu(gate_grid, up_grid)
+image = axes[1].imshow(surface.numpy(), extent=(-60, 60, -60, 60), origin="lower", cmap=viz.diverging_cmap(),
+                       vmin=-100, vmax=100, aspect="auto")
+axes[1].set_xlabel("up u")
+axes[1].set_ylabel("gate g")
+axes[1].set_title("h = SiTU₄(g) · 25 tanh(u/25), |h| < 100")
+axes[1].grid(False)
+plt.colorbar(image, ax=axes[1], label="h")
+plt.show()
+
+# %% [markdown]
+# The notebook's formula and `k3lite.ops.situ` agree (the reference path of `situ_glu`):
+
+# %%
+gate = 30 * torch.randn(1000, generator=torch.Generator().manual_seed(6))
+up = 30 * torch.randn(1000, generator=torch.Generator().manual_seed(7))
+ours = 4.0 * torch.tanh(gate / 4.0) * torch.sigmoid(gate) * (25.0 * torch.tanh(up / 25.0))
+print(f"k3lite situ_glu = notebook formula: {torch.allclose(situ_glu(gate, up, backend='torch'), ours, atol=1e-5)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. The price: SiTU is only cheap when fused
+#
+# Elementwise operations are limited by memory traffic, not arithmetic. Written as ordinary PyTorch, SiTU-GLU is a
+# chain of small kernels, each reading its inputs from memory and writing its result back. Let us list the
+# operations PyTorch really runs:
+
+# %%
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class TrafficLog(TorchDispatchMode):
+    """Records every aten operation and how many full-size tensors it reads and writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.passes = [], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        reads = sum(isinstance(arg, torch.Tensor) and arg.numel() > 1 for arg in args)
+        self.ops.append(func.__name__.split(".")[0])
+        self.passes += reads + 1
+        return result
+
+
+def traffic(fn):
+    gate, up = torch.randn(8), torch.randn(8)
+    with TrafficLog() as log:
+        fn(gate, up)
+    return log
+
+
+silu_log = traffic(lambda g, u: F.silu(g) * u)
+situ_log = traffic(lambda g, u: situ_glu(g, u, backend="torch"))
+FUSED_PASSES = 3                                  # read gate, read up, write h
+print(f"SiLU-GLU, eager: {len(silu_log.ops)} kernels {silu_log.ops}, {silu_log.passes} tensor passes")
+print(f"SiTU-GLU, eager: {len(situ_log.ops)} kernels {situ_log.ops}, {situ_log.passes} tensor passes")
+print(f"either one fused: 1 kernel, {FUSED_PASSES} passes -> eager SiTU moves {situ_log.passes / FUSED_PASSES:.1f}x "
+      f"the bytes of a fused SiLU-GLU")
+
+# %% [markdown]
+# A fused kernel (one program reads `gate` and `up` once, computes everything in registers, writes `h` once)
+# moves 3 tensors whatever the formula; tanh and sigmoid are cheap next to a trip to memory. The eager version
+# moves several times more. Measured here, on this CPU (the numbers vary from run to run and machine to machine):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def best_ms(fn, repeats=5):
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * min(times)
+
+
+rows, cols = pick((1024, 3072), (8192, 3072))
+big_gate = torch.randn(rows, cols, generator=torch.Generator().manual_seed(8))
+big_up = torch.randn(rows, cols, generator=torch.Generator().manual_seed(9))
+silu_ms = best_ms(lambda: F.silu(big_gate) * big_up)
+situ_ms = best_ms(lambda: situ_glu(big_gate, big_up, backend="torch"))
+print(f"[{rows} x {cols}] float32 on the CPU: SiLU-GLU eager {silu_ms:.1f} ms, SiTU-GLU eager {situ_ms:.1f} ms "
+      f"({situ_ms / silu_ms:.1f}x)")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### On an H200
+#
+# `python -m k3lite.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
+# `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
+# `figures/bench_h200.json`. The seeds claim an unfused SiTU runs almost 3× slower than the fused SiLU path.
+
+# %%
+BENCH = Path("../figures/bench_h200.json")
+situ_bench = json.loads(BENCH.read_text()).get("situ", {}) if BENCH.exists() else {}
+if not situ_bench:
+    print("figures/bench_h200.json has no SiTU measurement yet: run `python -m k3lite.bench` on an H200 "
+          "and re-execute this chapter.")
+else:
+    print(f"H200, {situ_bench['shape'][0]} x {situ_bench['shape'][1]}, {situ_bench['dtype']}:")
+    print(f"{'':22s}{'forward':>10s}{'fwd+bwd':>10s}   (ms)")
+    for name, label in (("silu_mul_fused", "SiLU-GLU fused"), ("silu_mul_eager", "SiLU-GLU eager"),
+                        ("situ_eager", "SiTU-GLU eager"), ("situ_fused", "SiTU-GLU fused")):
+        print(f"{label:22s}{situ_bench[name + '_fwd_ms']:10.4f}{situ_bench[name + '_fwd+bwd_ms']:10.4f}")
+    for mode in ("fwd", "fwd+bwd"):
+        unfused = situ_bench[f"situ_eager_{mode}_ms"] / situ_bench[f"silu_mul_fused_{mode}_ms"]
+        print(f"{mode:8s}: SiTU eager / SiLU fused = {unfused:.2f}x (the seeds' 'almost 3x'); "
+              f"SiTU fused / SiLU fused = {situ_bench[f'fused_over_silu_mul_{mode}']:.2f}x")
+
+# %% [markdown]
+# Fused, SiTU costs what SiLU costs: both are one pass over memory. That is why the activation could change
+# at all: a model component is only as cheap as the kernel that runs it.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1 — routing
+# Write `route(scores, bias, top_k)` for sigmoid scores `[N, E]` and a selection bias `[E]`, returning the mixing
+# weights `[N, k]` and the chosen expert indices `[N, k]`.
+
+# %%
+from k3lite.exercises import ch08
+
+
+def my_route(scores, bias, top_k):
+    raise NotImplementedError
+
+
+# %%
+ch08.check_route(my_route)
+
+# %% tags=["hide-input"]
+# Solution: the bias picks, the scores weigh.
+def solution_route(scores, bias, top_k):
+    indices = torch.topk(scores + bias, top_k, dim=-1).indices
+    selected = scores.gather(-1, indices)
+    return selected / selected.sum(-1, keepdim=True), indices
+
+
+ch08.check_route(solution_route)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2 — what a latent saves
+# Write `routed_macs(hidden, latent, expert_width, top_k)`: multiply-adds per token of the routed experts of one
+# layer (gated experts: gate, up, down), including `W_down` and `W_up` when `latent` is not `None`.
+
+# %%
+def my_routed_macs(hidden, latent, expert_width, top_k):
+    raise NotImplementedError
+
+
+# %%
+ch08.check_routed_macs(my_routed_macs)
+
+# %% tags=["hide-input"]
+# Solution
+def solution_routed_macs(hidden, latent, expert_width, top_k):
+    size = hidden if latent is None else latent
+    projections = 0 if latent is None else 2 * hidden * latent
+    return top_k * 3 * size * expert_width + projections
+
+
+ch08.check_routed_macs(solution_routed_macs)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 — SiTU
+# Write `situ(x, beta)`.
+
+# %%
+def my_situ(x, beta):
+    raise NotImplementedError
+
+
+# %%
+ch08.check_situ(my_situ)
+
+# %% tags=["hide-input"]
+# Solution
+def solution_situ(x, beta):
+    return beta * torch.tanh(x / beta) * torch.sigmoid(x)
+
+
+ch08.check_situ(solution_situ)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Summary
+#
+# - A sigmoid router with top-k picks experts; a selection-only bias, nudged by the measured load, balances them
+#   without an auxiliary loss and without touching the mixing weights.
+# - Latent experts (3584 instead of 7168) cost exactly half; with `W_down` and `W_up` the routed part costs 0.55
+#   and the whole MoE layer 0.60 of the full-width version.
+# - SiTU caps SiLU with tanh: $|h| < eta_1eta_2 = 100$, SiLU recovered as $eta 	o \infty$. Eager PyTorch runs it as a
+#   chain of memory-bound kernels; fused, it costs what SiLU costs.
