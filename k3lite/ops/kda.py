@@ -64,37 +64,44 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
         return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
                            initial_state=initial_state, chunk_size=chunk_size)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
-    q, k, v, g = (_into_chunks(heads_first(x, dtype), chunk_size) for x in (scale * q, k, v, g))
-    beta = _into_chunks(beta.transpose(1, 2).to(dtype)[..., None], chunk_size)[..., 0]
+    q, k, v, g = (_into_chunks(x.to(dtype), chunk_size) for x in (scale * q, k, v, g))
+    beta = _into_chunks(beta.to(dtype)[..., None], chunk_size)[..., 0]
     S = start_state(initial_state, dims, dtype, q.device)
     # A few hundred tokens at a time: the intermediates then stay in the CPU cache (1.5x faster
     # at T = 4096 than all chunks at once) and memory stays bounded for long sequences.
     # Splitting the sequence and carrying S gives exactly the same result.
     chunks_per_segment = max(1, SEGMENT_TOKENS // chunk_size)
     outputs = []
-    for first in range(0, q.shape[2], chunks_per_segment):
+    for first in range(0, q.shape[0], chunks_per_segment):
         part = slice(first, first + chunks_per_segment)
-        prepared = _prepare_chunks(*(t[:, :, part] for t in (q, k, v, g, beta)))
-        o_part, S = _carry(*prepared, S)
+        o_part, S = _carry(*_prepare_chunks(q[part], k[part], v[part], g[part], beta[part]), S)
         outputs.append(o_part)
-    o = torch.cat(outputs, dim=2)[:, :, :, :chunk_size].flatten(2, 3)[:, :, :dims.T]   # drop padding
-    return tokens_first(o, out_dtype), S
+    return _from_chunks(torch.cat(outputs), chunk_size, dims.T).to(out_dtype), S
 
 
 def _into_chunks(x, chunk_size):
-    """``[B, H, T, D]`` -> ``[B, H, n, P, D]``: n chunks of C tokens, each padded to a power of two P.
+    """``[B, T, H, D]`` -> ``[n, B, H, P, D]``: n chunks of C tokens, each padded to a power of two P.
 
     Padding tokens have k = v = q = 0, beta = 0 and g = 0: they write nothing, decay nothing, and
     their outputs are dropped, so the result is unchanged. P is a power of two so that a chunk can
-    be halved down to single tokens (:func:`_pairwise_decayed`).
+    be halved down to single tokens (:func:`_pairwise_decayed`). The chunk axis comes first so
+    that every chunk is one contiguous block when :func:`_carry` walks through them.
     """
-    B, H, T, D = x.shape
+    B, T, H, D = x.shape
     n = -(-T // chunk_size)
     P = 1 << (chunk_size - 1).bit_length()
     if n * chunk_size > T:
-        x = F.pad(x, (0, 0, 0, n * chunk_size - T))
-    x = x.reshape(B, H, n, chunk_size, D)
-    return F.pad(x, (0, 0, 0, P - chunk_size)) if P > chunk_size else x
+        x = F.pad(x, (0, 0, 0, 0, 0, n * chunk_size - T))
+    x = x.reshape(B, n, chunk_size, H, D).permute(1, 0, 3, 2, 4)
+    if P > chunk_size:
+        x = F.pad(x, (0, 0, 0, P - chunk_size))
+    return x.contiguous()
+
+
+def _from_chunks(o, chunk_size, T):
+    """``[n, B, H, P, V]`` -> ``[B, T, H, V]``, dropping the padding tokens."""
+    n, B, H, _, V = o.shape
+    return o[..., :chunk_size, :].permute(1, 0, 3, 2, 4).reshape(B, n * chunk_size, H, V)[:, :T]
 
 
 def _prepare_chunks(q, k, v, g, beta):
@@ -106,31 +113,31 @@ def _prepare_chunks(q, k, v, g, beta):
     lower-triangular system for the whole chunk,
     ``(I + A) U = Diag(beta) (V - (exp(G) * K) S_0)``, ``A[r, i] = beta_r sum_d k_rd k_id exp(G_rd - G_id)``,
     whose solution splits into ``U - W S_0`` (the WY form): U and W need no memory.
-    Shapes: ``[B, H, n, P, *]``; returns the tensors :func:`_carry` consumes.
+    Shapes: ``[n, B, H, P, *]``; returns the tensors :func:`_carry` consumes.
     """
     P, K = q.shape[-2], q.shape[-1]
-    G = g.to(torch.float64).cumsum(dim=-2)                  # log-decay from chunk start through token r
-    kk, qk = _pairwise_decayed(k, q, G)                     # [B, H, n, P, P] each, zero above the diagonal
-    A = beta[..., :, None] * kk.tril(-1)                    # strictly lower: earlier tokens only
-    decay_from_start = torch.exp(G.to(q.dtype))             # exp(G_r) <= 1
+    # Scores between tokens of a chunk, and the log-decays G_r (from the chunk start through r) and
+    # G_last - G_i (from i to the chunk end), all from one pass of halving (_pairwise_decayed).
+    kk, qk, G, G_to_end = _pairwise_decayed(k, q, g)       # kk, qk [n, B, H, P, P]
+    A = beta[..., :, None] * kk                             # strictly lower: earlier tokens only
+    decay_from_start = torch.exp(G)                         # exp(G_r) <= 1
     # Forward substitution for (I + A)^-1 Diag(beta) (the UT transform), both right-hand sides at once:
     # W says how the incoming memory enters u, U how the chunk's values do.
     eye = torch.eye(P, dtype=q.dtype, device=q.device)
     rhs = beta[..., None] * torch.cat((decay_from_start * k, v), dim=-1)
     W, U = _solve_unit_lower(eye + A, rhs).split((K, v.shape[-1]), dim=-1)
     q_decayed = q * decay_from_start                        # q_r reads S_0 decayed up to token r
-    k_to_end = k * torch.exp((G[..., -1:, :] - G).to(k.dtype))  # k_i decayed from token i to the chunk end
-    chunk_decay = decay_from_start[..., -1, :, None]        # [B, H, n, K, 1]: S_0 decayed over the chunk
+    k_to_end = k * torch.exp(G_to_end)                     # k_i decayed from token i to the chunk end
+    chunk_decay = decay_from_start[..., -1, :, None]        # [n, B, H, K, 1]: S_0 decayed over the chunk
     # Both reads of the incoming memory (W S_0 and q S_0) as one product per chunk.
-    reads_memory = torch.cat((W, q_decayed), dim=-2)        # [B, H, n, 2P, K]
+    reads_memory = torch.cat((W, q_decayed), dim=-2)        # [n, B, H, 2P, K]
     return reads_memory, U, qk, k_to_end.transpose(-1, -2), chunk_decay
 
 
 def _carry(reads_memory, U, qk, k_to_end_T, chunk_decay, S):
     """Walk through the chunks in order, passing the memory S ``[B, H, K, V]`` along."""
     P = U.shape[-2]
-    # Chunk axis first, so that each chunk's slice is one contiguous block for the matrix products.
-    per_chunk = zip(*(t.movedim(2, 0).contiguous() for t in (reads_memory, U, qk, k_to_end_T, chunk_decay)))
+    per_chunk = zip(reads_memory, U, qk, k_to_end_T, chunk_decay)      # along the chunk axis
     outputs = []
     for reads_c, U_c, qk_c, k_to_end_T_c, decay_c in per_chunk:
         W_S, q_S = (reads_c @ S).split(P, dim=-2)
@@ -139,39 +146,51 @@ def _carry(reads_memory, U, qk, k_to_end_T, chunk_decay, S):
         outputs.append(q_S + qk_c @ new_values)
         # Memory at the end: incoming memory decayed over the chunk, plus each write decayed to the end.
         S = decay_c * S + k_to_end_T_c @ new_values
-    return torch.stack(outputs, dim=2), S
+    return torch.stack(outputs), S
 
 
-def _pairwise_decayed(k, q, G):
-    """Decayed key-key and query-key scores of one block, 0 above the diagonal: two ``[..., b, b]``.
+def _pairwise_decayed(k, q, g):
+    """Decayed scores between the tokens of a block, and the block's own log-decay sums.
 
-    ``kk[r, i] = sum_d k_rd k_id exp(G_rd - G_id)`` and ``qk[r, i]`` the same with ``q_r``, for i <= r.
+    Returns, for a block of b tokens (b a power of two):
+
+    * ``kk[r, i] = sum_d k_rd k_id exp(G_rd - G_id)`` for i < r, else 0 (the delta rule's A);
+    * ``qk[r, i]``, the same with ``q_r`` and for i <= r (what q_r sees of token i's write);
+    * ``before[r] = sum_{j<=r} g_j`` and ``after[i] = sum_{j>i} g_j``, summed within the block.
+
     ``exp(G_r - G_i)`` is how much of channel d of token i's write survives until token r. Forming
     it as ``exp(G_r) * exp(-G_i)`` overflows once a span decays by more than e^88 (g = -20 per step
-    does that in 5 tokens), and a ``[b, b, K]`` table of pairwise factors costs b*K work per token.
-    Instead, split the block in halves at the boundary token m:
+    does that in 5 tokens); taking ``G_r - G_i`` as a difference of two running sums loses digits
+    (at G = -2560 a float32 step is 2.4e-4); and a ``[b, b, K]`` table of pairwise factors costs
+    b*K work per token. Instead, split the block in halves at the boundary token m:
 
+    * pairs inside a half are the same problem at half the size (both halves at once, batched),
+      and each half reports its own ``before`` and ``after``;
     * a pair across the boundary (i <= m < r) factors through m,
-      ``exp(G_r - G_i) = exp(G_r - G_m) * exp(G_m - G_i)``: both exponents are <= 0, so both
-      factors are <= 1, nothing overflows, and the whole cross block is one matrix product;
-    * pairs inside a half are the same problem at half the size (both halves at once, batched);
+      ``exp(G_r - G_i) = exp(before_right[r]) * exp(after_left[i])``: both exponents are sums of
+      gates <= 0, so both factors are <= 1, nothing overflows, and the cross block is one matrix
+      product;
     * a single token pairs only with itself, with decay exp(0) = 1.
 
-    The block above the diagonal (i > r, the future) is never computed: it is filled with zeros.
-    ``G`` comes in float64: at G = -2560 a float32 step (ulp) is 2.4e-4, so a difference of two
-    such sums would be wrong in the fourth digit. The block size b must be a power of two.
+    Every sum is built by adding sums of the same sign, so no digits cancel. The block above the
+    diagonal (the future) is never computed: it is filled with zeros.
     """
     b = k.shape[-2]
     if b == 1:
-        return (k * k).sum(dim=-1, keepdim=True), (q * k).sum(dim=-1, keepdim=True)   # [..., 1, 1]
+        qk = (q * k).sum(dim=-1, keepdim=True)                 # [..., 1, 1]
+        return torch.zeros_like(qk), qk, g, torch.zeros_like(g)
     half = b // 2
-    G_m = G[..., half - 1:half, :]                              # log-decay at the boundary token m
-    to_right = torch.exp((G[..., half:, :] - G_m).to(k.dtype))  # from m to each r of the right half
-    k_left_T = (k[..., :half, :] * torch.exp((G_m - G[..., :half, :]).to(k.dtype))).transpose(-1, -2)
+    kk_in, qk_in, before, after = _pairwise_decayed(*(t.unflatten(-2, (2, half)) for t in (k, q, g)))
+    to_right = torch.exp(before[..., 1, :, :])                 # decay from m to each r of the right half
+    k_left_T = (k[..., :half, :] * torch.exp(after[..., 0, :, :])).transpose(-1, -2)   # from each i to m
     cross_k = (k[..., half:, :] * to_right) @ k_left_T         # [..., half, half]
     cross_q = (q[..., half:, :] * to_right) @ k_left_T
-    inside_k, inside_q = _pairwise_decayed(*(t.unflatten(-2, (2, half)) for t in (k, q, G)))
-    return _assemble(inside_k, cross_k), _assemble(inside_q, cross_q)
+    # Extend the halves' sums to the whole block: the right half's prefixes also run over the
+    # whole left half, the left half's suffixes over the whole right half.
+    left_total, right_total = before[..., 0, -1:, :], before[..., 1, -1:, :]
+    before = torch.cat((before[..., 0, :, :], before[..., 1, :, :] + left_total), dim=-2)
+    after = torch.cat((after[..., 0, :, :] + right_total, after[..., 1, :, :]), dim=-2)
+    return _assemble(kk_in, cross_k), _assemble(qk_in, cross_q), before, after
 
 
 def _assemble(inside, cross):
