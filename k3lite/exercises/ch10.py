@@ -1,0 +1,143 @@
+"""Checkers for chapter 10 (Kimi K3: the whole hybrid).
+
+1. :func:`check_layer_counts` — KDA and MLA layers of a stack of macrocycles (with or without a final MLA).
+2. :func:`check_decode_cache_bytes` — decode memory of one sequence: MLA latents plus KDA states.
+3. :func:`check_attnres_sources` — stored AttnRes sources and the size of the unfinished block.
+"""
+
+from __future__ import annotations
+
+from k3lite.exercises import ExerciseFailed, attempt, expect_equal
+
+# ---------------------------------------------------------------- exercise 1: layer counts
+
+# (num_cycles, layers_per_cycle, final_mla)
+_LAYER_CASES = [(23, 4, True), (23, 4, False), (2, 4, True), (6, 4, False), (5, 3, True), (1, 2, False)]
+
+
+def _layer_counts_reference(num_cycles: int, layers_per_cycle: int, final_mla: bool) -> tuple[int, int]:
+    return num_cycles * (layers_per_cycle - 1), num_cycles + int(final_mla)
+
+
+def check_layer_counts(layer_counts) -> bool:
+    """``layer_counts(num_cycles, layers_per_cycle, final_mla) -> (num_kda, num_mla)``.
+
+    A macrocycle is ``layers_per_cycle - 1`` KDA layers followed by one MLA layer; ``final_mla=True``
+    appends one more MLA layer after the last cycle (Kimi K3: 23 cycles of 4, plus one).
+    """
+
+    def check():
+        for case in _LAYER_CASES:
+            num_cycles, per_cycle, final_mla = case
+            got = layer_counts(*case)
+            expected = _layer_counts_reference(*case)
+            if not (isinstance(got, tuple) and len(got) == 2):
+                raise ExerciseFailed(f"layer_counts{case}: return a pair (num_kda, num_mla), got {got!r}.")
+            if final_mla and tuple(got) == (expected[0], num_cycles):
+                raise ExerciseFailed(f"layer_counts{case}: the final MLA layer after the last cycle is missing.")
+            if got[0] == num_cycles * per_cycle:
+                raise ExerciseFailed(f"layer_counts{case}: every cycle ends with an MLA layer, "
+                                     "so only layers_per_cycle - 1 of its layers are KDA.")
+            if sum(got) != sum(expected):
+                raise ExerciseFailed(f"layer_counts{case}: the two counts add up to {sum(got)}, but the stack has "
+                                     f"{sum(expected)} layers (cycles x layers per cycle, plus the final MLA if any).")
+            expect_equal(tuple(got), expected, what=f"layer_counts{case}",
+                         hint="Count the KDA layers per cycle, then the MLA layers (one per cycle, plus the final one).")
+
+    return attempt("Exercise 1 (KDA and MLA layers of a macrocycle stack)", check)
+
+
+# ---------------------------------------------------------------- exercise 2: decode cache bytes
+
+LATENT_BYTES = 2   # MLA latents and rope keys are cached in bf16
+STATE_BYTES = 4    # KDA states are kept in float32
+
+# (context, num_kda_layers, num_mla_layers, num_heads, head_dim, latent_dim, rope_dim)
+_CACHE_CASES = [
+    (1_048_576, 69, 24, 96, 128, 512, 64),
+    (0, 69, 24, 96, 128, 512, 64),
+    (8192, 69, 24, 96, 128, 512, 64),
+    (1000, 6, 3, 4, 32, 32, 16),
+    (77, 2, 1, 3, 8, 12, 4),
+]
+
+
+def _decode_cache_bytes_reference(context, num_kda_layers, num_mla_layers, num_heads, head_dim, latent_dim, rope_dim):
+    latents = context * num_mla_layers * (latent_dim + rope_dim) * LATENT_BYTES
+    states = num_kda_layers * num_heads * head_dim * head_dim * STATE_BYTES
+    return latents + states
+
+
+def check_decode_cache_bytes(decode_cache_bytes) -> bool:
+    """``decode_cache_bytes(context, num_kda_layers, num_mla_layers, num_heads, head_dim, latent_dim, rope_dim) -> int``.
+
+    Bytes one sequence holds after ``context`` tokens: every MLA layer caches ``latent_dim + rope_dim``
+    numbers per token in bf16; every KDA layer keeps a ``num_heads x head_dim x head_dim`` state in
+    float32. (The short-convolution tails are left out.)
+    """
+
+    def check():
+        for case in _CACHE_CASES:
+            context, kda_layers, mla_layers, heads, head_dim, latent, rope = case
+            got = decode_cache_bytes(*case)
+            expected = _decode_cache_bytes_reference(*case)
+            states = kda_layers * heads * head_dim * head_dim * STATE_BYTES
+            latents = expected - states
+            if got == latents:
+                raise ExerciseFailed(f"decode_cache_bytes{case}: the KDA states are missing; they are held "
+                                     "even before the first token.")
+            rope_bytes = context * mla_layers * rope * LATENT_BYTES
+            if rope_bytes and got == expected - rope_bytes:
+                raise ExerciseFailed(f"decode_cache_bytes{case}: the shared rope key (rope_dim numbers) is cached "
+                                     "next to the latent.")
+            if context and got == expected + (context - 1) * states:
+                raise ExerciseFailed(f"decode_cache_bytes{case}: a KDA state does not grow with the context; "
+                                     "count it once per layer.")
+            if got in (states // 2 + latents, states + 2 * latents):
+                raise ExerciseFailed(f"decode_cache_bytes{case}: latents are bf16 ({LATENT_BYTES} bytes), "
+                                     f"states float32 ({STATE_BYTES} bytes).")
+            if got == latents + states // head_dim:
+                raise ExerciseFailed(f"decode_cache_bytes{case}: each head's state is head_dim x head_dim "
+                                     "(keys by values), not a vector.")
+            expect_equal(got, expected, what=f"decode_cache_bytes{case}",
+                         hint="Latents: context x MLA layers x (latent + rope) x 2 bytes; "
+                              "states: KDA layers x heads x head_dim^2 x 4 bytes.")
+
+    return attempt("Exercise 2 (decode memory of one sequence)", check)
+
+
+# ---------------------------------------------------------------- exercise 3: AttnRes sources
+
+# (num_layers, block_size)
+_SOURCE_CASES = [(93, 12), (92, 12), (96, 12), (9, 3), (5, 2), (7, 10)]
+
+
+def _attnres_sources_reference(num_layers: int, block_size: int) -> tuple[int, int]:
+    full_blocks, partial = divmod(num_layers, block_size)
+    return 1 + full_blocks, partial
+
+
+def check_attnres_sources(attnres_sources) -> bool:
+    """``attnres_sources(num_layers, block_size) -> (stored_sources, layers_in_partial_block)``.
+
+    After the whole stack, block AttnRes holds the embedding and one sum per *completed* block of
+    ``block_size`` decoder layers; the layers after the last completed block form the running
+    partial block (0 when the blocks divide the stack).
+    """
+
+    def check():
+        for case in _SOURCE_CASES:
+            got = attnres_sources(*case)
+            expected = _attnres_sources_reference(*case)
+            if not (isinstance(got, tuple) and len(got) == 2):
+                raise ExerciseFailed(f"attnres_sources{case}: return a pair (stored_sources, layers_in_partial_block), "
+                                     f"got {got!r}.")
+            if tuple(got) == (expected[0] - 1, expected[1]):
+                raise ExerciseFailed(f"attnres_sources{case}: the token embedding is a stored source too.")
+            if expected[1] and tuple(got) == (expected[0] + 1, expected[1]):
+                raise ExerciseFailed(f"attnres_sources{case}: the unfinished block is the running partial sum, "
+                                     "not a stored source.")
+            expect_equal(tuple(got), expected, what=f"attnres_sources{case}",
+                         hint="Stored: 1 + completed blocks; partial: the layers left after the last completed block.")
+
+    return attempt("Exercise 3 (AttnRes sources after the stack)", check)
