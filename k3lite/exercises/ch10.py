@@ -93,7 +93,8 @@ def check_decode_cache_bytes(decode_cache_bytes) -> bool:
             if context and got == expected + (context - 1) * states:
                 raise ExerciseFailed(f"decode_cache_bytes{case}: a KDA state does not grow with the context; "
                                      "count it once per layer.")
-            if got in (states // 2 + latents, states + 2 * latents):
+            wrong_byte_sizes = {states // 2 + latents} | ({states + 2 * latents} if latents else set())
+            if got in wrong_byte_sizes:
                 raise ExerciseFailed(f"decode_cache_bytes{case}: latents are bf16 ({LATENT_BYTES} bytes), "
                                      f"states float32 ({STATE_BYTES} bytes).")
             if got == latents + states // head_dim:
