@@ -1,0 +1,476 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 01 · GPT-2 and the KV cache
+#
+# GPT-2 (2019) is the starting point of the whole course. Every later chapter changes one part of
+# it, so we build it here from its pieces, check our pieces against `k3lite.gpt2`, count its
+# parameters exactly, and then look hard at the one structure that the rest of the course is
+# about: **the KV cache**, the memory that softmax attention needs while it generates text.
+#
+# By the end of this chapter you will have
+#
+# 1. written a GPT-2 block by hand and checked it against the library,
+# 2. counted GPT-2 small's 124,439,808 parameters component by component,
+# 3. shown that decoding with a KV cache gives the same logits as recomputing everything,
+# 4. measured what the cache saves (compute) and what it costs (memory that grows with every token),
+# 5. trained a tiny GPT-2 on a CPU and sampled from it.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from k3lite import accounting, data, runtime, viz
+from k3lite.exercises import ch01
+from k3lite.gpt2 import GPT2, GPT2Config, causal_attention
+from k3lite.train import train
+
+viz.use_style()
+# One thread: the printed numbers then do not depend on how many cores the machine has
+# (a matrix product split over two threads adds in a different order), and on a shared
+# two-core machine a single thread is not slower.
+torch.set_num_threads(1)
+generator = runtime.seed_everything(0)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. The model in four equations
+#
+# Token ids $t_1, \dots, t_T$ become vectors by adding a learned token embedding and a learned
+# position embedding:
+#
+# $$x^{(0)}_i = W_{te}[t_i] + W_{pe}[i].$$
+#
+# Then $L$ identical **pre-LayerNorm blocks** each add two things to this *residual stream*:
+#
+# $$h = x + \mathrm{Attn}\big(\mathrm{LN}_1(x)\big), \qquad x' = h + \mathrm{MLP}\big(\mathrm{LN}_2(h)\big).$$
+#
+# **Causal multi-head attention.** Each head $h$ projects the normalised stream to queries,
+# keys and values of width $d_h = d/H$ and mixes the values of the *earlier* tokens:
+#
+# $$o_i = \sum_{j \le i} \operatorname{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_h}}\right) v_j .$$
+#
+# The heads are concatenated and projected back to width $d$.
+#
+# **MLP.** Two linear maps with a GELU (tanh approximation) in between, four times wider than
+# the stream: $\mathrm{MLP}(x) = W_2\, \mathrm{GELU}(W_1 x + b_1) + b_2$.
+#
+# Finally a last LayerNorm, and the logits are scores against every token embedding,
+# $\ell_i = W_{te}\, \mathrm{LN}_f(x^{(L)}_i)$: the output matrix *is* the input matrix (tied embeddings).
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Building the block by hand
+#
+# We write each piece as a plain function of tensors. The weights come from a `k3lite` block, so
+# the two must agree to the last rounding error.
+
+# %%
+def layer_norm(x, weight, bias, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # the biased variance, as PyTorch uses
+    return (x - mean) / torch.sqrt(variance + eps) * weight + bias
+
+
+def attention(x, w_qkv, b_qkv, w_out, b_out, n_head):
+    batch, steps, width = x.shape
+    head_dim = width // n_head
+    q, k, v = (x @ w_qkv.T + b_qkv).split(width, dim=-1)
+    # [B, T, d] -> [B, H, T, d_h]: every head works on its own slice of the width
+    q, k, v = (t.view(batch, steps, n_head, head_dim).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim)
+    future = torch.triu(torch.ones(steps, steps, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(future, float("-inf"))
+    mixed = scores.softmax(dim=-1) @ v
+    return mixed.transpose(1, 2).reshape(batch, steps, width) @ w_out.T + b_out
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def mlp(x, w_up, b_up, w_down, b_down):
+    return gelu_tanh(x @ w_up.T + b_up) @ w_down.T + b_down
+
+
+def block(x, p, n_head):
+    """One pre-LayerNorm block; ``p`` maps names to the block's weight tensors."""
+    x = x + attention(layer_norm(x, p["ln_1.weight"], p["ln_1.bias"]),
+                      p["attn.qkv.weight"], p["attn.qkv.bias"], p["attn.proj.weight"], p["attn.proj.bias"], n_head)
+    return x + mlp(layer_norm(x, p["ln_2.weight"], p["ln_2.bias"]),
+                   p["mlp.fc.weight"], p["mlp.fc.bias"], p["mlp.proj.weight"], p["mlp.proj.bias"])
+
+
+# %% [markdown]
+# The library's model, small enough for a CPU (bytes as tokens, so a vocabulary of 256):
+
+# %%
+tiny = GPT2Config.tiny()
+model = GPT2(tiny).eval()
+print(tiny)
+print(f"parameters: {accounting.count_parameters(model):,}")
+
+# %%
+x = torch.randn(2, 16, tiny.n_embd, generator=generator)
+weights = {name: tensor.detach() for name, tensor in model.blocks[0].state_dict().items()}
+with torch.no_grad():
+    by_hand = block(x, weights, tiny.n_head)
+    by_library = model.blocks[0](x)
+print(f"one block, max |hand - k3lite| = {(by_hand - by_library).abs().max().item():.1e}")
+
+# %% [markdown]
+# Now the whole model: embeddings, every block, the final LayerNorm and the tied output head.
+
+# %%
+def gpt2_forward(idx, model):
+    steps = idx.shape[1]
+    x = model.wte.weight[idx] + model.wpe.weight[:steps]
+    for layer in model.blocks:
+        x = block(x, {n: t.detach() for n, t in layer.state_dict().items()}, model.config.n_head)
+    x = layer_norm(x, model.ln_f.weight, model.ln_f.bias)
+    return x @ model.wte.weight.T
+
+
+idx = torch.randint(0, tiny.vocab_size, (2, 24), generator=generator)
+with torch.no_grad():
+    difference = (gpt2_forward(idx, model) - model(idx)).abs().max().item()
+print(f"whole model, max |hand - k3lite| logits = {difference:.1e}")
+print(f"close to float32 rounding: {difference < 1e-4}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. Counting 124,439,808 parameters
+#
+# Each block has two LayerNorms ($2d$ each: a scale and a shift), the query-key-value projection
+# ($d \cdot 3d + 3d$), the output projection ($d^2 + d$) and the MLP ($d \cdot 4d + 4d$ up,
+# $4d \cdot d + d$ down): $12d^2 + 13d$ in all. Add the two embedding tables and the final
+# LayerNorm, and the output head adds nothing because it is tied to $W_{te}$.
+
+# %%
+small = GPT2Config()
+parts = accounting.gpt2_parameter_breakdown(small)
+print(f"{'component':<22}{'parameters':>14}")
+print(f"{'wte (50257 x 768)':<22}{parts['wte']:>14,}")
+print(f"{'wpe (1024 x 768)':<22}{parts['wpe']:>14,}")
+for name, count in accounting.gpt2_block_parameters(small).items():
+    print(f"{'  block: ' + name:<22}{count:>14,}")
+print(f"{'each block':<22}{parts['each block']:>14,}")
+print(f"{'12 blocks':<22}{parts['all blocks']:>14,}")
+print(f"{'ln_f':<22}{parts['ln_f']:>14,}")
+print(f"{'total':<22}{accounting.gpt2_parameter_count(small):>14,}")
+
+# %% [markdown]
+# An analytic count is only as good as its check. PyTorch's `meta` device builds a module with
+# shapes but no storage, so we can count the real `GPT2` module of every size, even XL, in
+# milliseconds and without allocating 6 GB:
+
+# %%
+print(f"{'size':<8}{'analytic':>16}{'counted on meta':>18}")
+for size in ("small", "medium", "large", "xl"):
+    config = getattr(GPT2Config, size)()
+    analytic = accounting.gpt2_parameter_count(config)
+    counted = accounting.meta_param_count(lambda: GPT2(config))
+    print(f"{size:<8}{analytic:>16,}{counted:>18,}")
+
+# %% [markdown]
+# The embeddings are almost a third of the small model; the share falls as the models get wider and deeper:
+
+# %%
+for size in ("small", "medium", "large", "xl"):
+    config = getattr(GPT2Config, size)()
+    size_parts = accounting.gpt2_parameter_breakdown(config)
+    share = (size_parts["wte"] + size_parts["wpe"]) / accounting.gpt2_parameter_count(config)
+    print(f"embeddings are {share:.0%} of GPT-2 {size}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. Generating text, and the work it repeats
+#
+# To generate, the model predicts one token from the logits at the last position, appends it,
+# and runs again. Run naively, step $n$ recomputes the keys and values of all $n$ earlier tokens,
+# although they have not changed: a token's key and value depend only on the tokens before it.
+#
+# The fix is to keep them. The **KV cache** stores, for every layer, the keys and values of the
+# tokens seen so far; a decoding step then computes projections for the *one* new token, appends
+# its key and value, and lets its query attend to the whole cache.
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### The cache changes the work, not the answer
+#
+# We sample 64 tokens with the cache, then, at every one of those positions, compare the cached
+# step's logits with a full recomputation of the whole prefix.
+
+# %%
+prompt = data.encode("def ")[None, :]
+sampled = model.generate(prompt, 64, temperature=1.0, generator=torch.Generator().manual_seed(0))
+with torch.no_grad():
+    logits, cache = model(sampled[:, :prompt.shape[1]], model.new_cache())
+    worst = 0.0
+    for position in range(prompt.shape[1], sampled.shape[1]):
+        step_logits, cache = model(sampled[:, position:position + 1], cache)
+        full_logits = model(sampled[:, :position + 1])[:, -1]
+        worst = max(worst, (step_logits[:, -1] - full_logits).abs().max().item())
+print(f"positions compared: {sampled.shape[1] - prompt.shape[1]}")
+print(f"max |cached - recomputed| logits <= 1e-4: {worst <= 1e-4}")
+same_tokens = torch.equal(model.generate(prompt, 64, temperature=0),
+                          model.generate(prompt, 64, temperature=0, use_cache=False))
+print(f"greedy tokens identical with and without cache: {same_tokens}")
+
+# %% [markdown]
+# Inside the cache: one key and one value tensor per layer, laid out `[B, T, H, d_h]`.
+
+# %%
+print(f"cached tokens: {cache.length}")
+print(f"keys of layer 0: {tuple(cache.keys[0].shape)}")
+print(f"bytes held (float32): {cache.nbytes():,}")
+print(f"formula, {cache.length} tokens x {accounting.gpt2_kv_bytes_per_token(tiny, torch.float32):,} B/token: "
+      f"{accounting.gpt2_kv_bytes_per_sequence(tiny, cache.length, torch.float32):,}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### What the cache saves: compute
+#
+# Counting multiply-adds (2 FLOPs each) for GPT-2 small, one token costs $24d^2$ per layer for
+# its projections plus $4 d n$ per layer to score and mix the $n$ keys it can see, plus $2dV$ for
+# its logits. With the cache, step $n$ pays that once; without it, it pays it for all $n$ tokens
+# of the prefix again.
+
+# %%
+positions = list(range(0, small.n_ctx, 8))
+with_cache = [accounting.gpt2_forward_flops(small, 1, n) for n in positions]
+without_cache = [accounting.gpt2_forward_flops(small, n + 1) for n in positions]
+fig, ax = plt.subplots()
+ax.plot(positions, [f / 1e9 for f in without_cache], label="recompute the prefix", color=viz.PALETTE["red"])
+ax.plot(positions, [f / 1e9 for f in with_cache], label="with a KV cache", color=viz.PALETTE["blue"])
+ax.set_yscale("log")
+ax.set_xlabel("position of the generated token")
+ax.set_ylabel("GFLOPs for that one token")
+ax.set_title("GPT-2 small: compute per generated token")
+ax.legend()
+plt.show()
+
+# %%
+last = small.n_ctx - 1
+print(f"token {last}: {with_cache[-1] / 1e9:.2f} GFLOPs with the cache, "
+      f"{accounting.gpt2_forward_flops(small, last + 1) / 1e9:.0f} GFLOPs without "
+      f"({accounting.gpt2_forward_flops(small, last + 1) / accounting.gpt2_forward_flops(small, 1, last):.0f}x)")
+
+# %% [markdown]
+# On this machine, for the tiny model (times vary from run to run, so the output is not checked):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import time
+
+for use_cache in (True, False):
+    start = time.perf_counter()
+    model.generate(prompt, 120, temperature=0, use_cache=use_cache)
+    print(f"use_cache={use_cache}: {time.perf_counter() - start:.3f} s for 120 tokens")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 4. What the cache costs: memory that grows with every token
+#
+# Per token, multi-head attention caches one key and one value per layer and head:
+#
+# $$\text{bytes per token} = 2 \cdot L \cdot H \cdot d_h \cdot \text{bytes per element}.$$
+
+# %%
+bf16_per_token = accounting.gpt2_kv_bytes_per_token(small, "bf16")
+print(f"GPT-2 small, bf16: 2 x {small.n_layer} x {small.n_head} x {small.head_dim} x 2 = {bf16_per_token:,} bytes per token")
+full_context = accounting.gpt2_kv_bytes_per_sequence(small, small.n_ctx, "bf16")
+print(f"a full {small.n_ctx}-token context: {full_context / 2**20:.1f} MiB per sequence")
+
+# %%
+fig, ax = plt.subplots()
+lengths = list(range(0, 1025, 32))
+for size, color in zip(("small", "medium", "large", "xl"), viz.CYCLE):
+    config = getattr(GPT2Config, size)()
+    ax.plot(lengths, [accounting.gpt2_kv_bytes_per_sequence(config, n, "bf16") / 2**20 for n in lengths],
+            label=f"GPT-2 {size}", color=color)
+ax.set_xlabel("sequence length (tokens)")
+ax.set_ylabel("KV cache per sequence (MiB, bf16)")
+ax.set_title("The KV cache grows linearly with the sequence")
+ax.legend()
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Bytes read per decoding step
+#
+# Generating one token is a handful of matrix-vector products: the arithmetic is small and the
+# time goes into *reading* from GPU memory (HBM). Each step reads every weight once (shared by the
+# whole batch) and, for each sequence, the entire cache so far. With a batch of sequences the
+# cache reads overtake the weights:
+
+# %%
+fig, ax = plt.subplots()
+steps_at = list(range(0, 1024, 16))
+weights_read = accounting.gpt2_decode_bytes_read(small, 0)["weights"]
+ax.axhline(weights_read / 2**20, color=viz.PALETTE["black"], linestyle="--", label="weights (any batch)")
+for batch, color in ((1, viz.PALETTE["sky"]), (8, viz.PALETTE["blue"]), (32, viz.PALETTE["red"])):
+    cache_read = [accounting.gpt2_decode_bytes_read(small, n, batch_size=batch)["kv_cache"] / 2**20 for n in steps_at]
+    ax.plot(steps_at, cache_read, label=f"KV cache, batch {batch}", color=color)
+ax.set_xlabel("position of the generated token")
+ax.set_ylabel("MiB read from HBM per step (bf16)")
+ax.set_title("GPT-2 small: what one decoding step reads")
+ax.legend()
+plt.show()
+
+# %%
+crossover = next(n for n in range(small.n_ctx)
+                 if accounting.gpt2_decode_bytes_read(small, n, batch_size=32)["kv_cache"] > weights_read)
+print(f"weights read per step: {weights_read / 2**20:.1f} MiB")
+print(f"with 32 sequences, the cache reads exceed the weights from position {crossover} on")
+
+# %% [markdown]
+# This linear growth is the failure the next chapters attack. Linear attention (chapter 02)
+# replaces the growing cache by a **fixed-size state**; the rest of the course is about making
+# that state remember as well as the cache does.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 5. Training a tiny GPT-2 on a CPU
+#
+# The corpus is the source code of a few modules of Python's standard library (the same bytes on
+# every machine, nothing downloaded), read as bytes. A uniform guess over 256 byte values has a
+# loss of $\ln 256$. The model is smaller than `GPT2Config.tiny()`: three blocks of width 96, a
+# context of 128 bytes. At this size, more optimiser steps teach more than more width in the same
+# half-minute of CPU.
+
+# %%
+text = data.corpus_text()
+ids = data.encode(text)
+train_ids, val_ids = data.train_val_split(ids)
+print(f"corpus: {len(ids):,} bytes, fingerprint {data.corpus_fingerprint(text)}")
+print(f"uniform guess: loss {math.log(256):.2f}")
+
+# %%
+runtime.seed_everything(0)
+student_config = GPT2Config.tiny(n_embd=96, n_layer=3)
+student = GPT2(student_config).to(runtime.device())
+print(f"parameters: {accounting.count_parameters(student):,}")
+steps = runtime.pick(500, 5000)
+batch_generator = torch.Generator().manual_seed(0)
+
+
+def sample(model, length=100):
+    """A seeded sample (temperature 0.8) continuing "def ", decoded to text."""
+    prompt = data.encode("def ")[None, :].to(runtime.device())
+    tokens = model.generate(prompt, length, temperature=0.8, generator=torch.Generator().manual_seed(0))
+    return data.decode(tokens[0].cpu())
+
+
+print("before training:", repr(sample(student)))
+
+
+def next_batch(step):
+    inputs, targets = data.random_batch(train_ids, 8, 128, batch_generator)
+    return inputs.to(runtime.device()), targets.to(runtime.device())
+
+
+val_batch = tuple(t.to(runtime.device()) for t in data.random_batch(val_ids, 16, 128, torch.Generator().manual_seed(1)))
+history = train(student, next_batch, steps=steps, lr=6e-3, warmup=20, eval_batch=val_batch, eval_every=25)
+print(f"validation loss: {history.val_loss[0]:.2f} at step 0 -> {history.val_loss[-1]:.2f} after {steps} steps")
+
+# %%
+fig, ax = plt.subplots()
+ax.plot(history.steps, history.train_loss, label="training batch", color=viz.PALETTE["sky"], linewidth=1)
+ax.plot(history.val_steps, history.val_loss, "o-", label="validation", color=viz.PALETTE["blue"])
+ax.axhline(math.log(256), color=viz.PALETTE["black"], linestyle="--", label="uniform guess")
+ax.set_xlabel("optimiser step")
+ax.set_ylabel("cross-entropy (nats per byte)")
+ax.set_title("A tiny GPT-2 learning Python source")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# The same seeded sample after training (temperature 0.8, with the KV cache). With one thread the
+# training and the sampling repeat bit for bit, so this text is checked like any other output.
+
+# %%
+print(sample(student))
+
+# %% [markdown]
+# Before training: arbitrary bytes. After half a minute: the *layout* of Python (line breaks,
+# indentation, brackets, a colon closing a line, frequent letter pairs), but hardly any words yet.
+# Words need many more steps; the full profile (`K3LITE_PROFILE=full`, meant for a GPU) trains ten times longer.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# ### Exercise 1: the cache of any GPT-2
+#
+# Write `kv_bytes_per_token(config, bytes_per_element)` for a `GPT2Config`: the number of bytes
+# one token adds to the KV cache.
+
+# %%
+def kv_bytes_per_token(config, bytes_per_element):
+    raise NotImplementedError
+
+
+# %%
+ch01.check_kv_bytes_per_token(kv_bytes_per_token)
+
+# %% tags=["hide-input"]
+# Solution
+def kv_bytes_per_token(config, bytes_per_element):
+    return 2 * config.n_layer * config.n_head * config.head_dim * bytes_per_element
+
+
+ch01.check_kv_bytes_per_token(kv_bytes_per_token)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2: parameters of one block
+#
+# Write `block_parameters(n_embd)`: the parameters of one GPT-2 block of width `n_embd` (MLP
+# four times wider, biases everywhere, two LayerNorms). For 768 it must give 7,087,872.
+
+# %%
+def block_parameters(n_embd):
+    raise NotImplementedError
+
+
+# %%
+ch01.check_block_parameters(block_parameters)
+
+# %% tags=["hide-input"]
+# Solution
+def block_parameters(n_embd):
+    d = n_embd
+    layer_norms = 2 * (2 * d)
+    attention_part = (d * 3 * d + 3 * d) + (d * d + d)
+    mlp_part = (d * 4 * d + 4 * d) + (4 * d * d + d)
+    return layer_norms + attention_part + mlp_part
+
+
+ch01.check_block_parameters(block_parameters)
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3: one decoding step of attention
+#
+# Write `attention_step(q, k_cache, v_cache)`: a single new query `[B, 1, H, d_h]` attends to all
+# `T` cached keys and values `[B, T, H, d_h]` (its own key is already the last one). No mask is
+# needed: why?
+
+# %%
+def attention_step(q, k_cache, v_cache):
+    raise NotImplementedError
+
+
+# %%
+ch01.check_attention_step(attention_step)
+
+# %% tags=["hide-input"]
+# Solution: the newest token may see every cached token, so nothing is masked.
+def attention_step(q, k_cache, v_cache):
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k_cache) / math.sqrt(q.shape[-1])
+    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(dim=-1), v_cache)
+
+
+ch01.check_attention_step(attention_step)
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Summary
+#
+# * GPT-2 is embeddings, $L$ pre-LayerNorm blocks (causal softmax attention, GELU MLP), a final
+#   LayerNorm and a tied output head; GPT-2 small has exactly 124,439,808 parameters.
+# * The KV cache makes each generated token cost one token's worth of compute, with identical results.
+# * Its price is memory: 36,864 bytes per token for GPT-2 small in bf16, growing without bound,
+#   and read in full at every step.
+#
+# Next: linear attention folds the whole history into a state whose size does not depend on the
+# sequence length.
