@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from k3lite import data, viz
+from k3lite import accounting, data, viz
+from k3lite.k3 import K3Config
 from k3lite.layers.moe import MoE, SigmoidRouter
 from k3lite.ops.situ import situ, situ_glu
 from k3lite.runtime import pick, seed_everything
@@ -207,6 +208,14 @@ def counted_macs_per_token(latent):
         layer(x)
     return counter.get_total_flops() / 2 / TOKENS
 
+
+published = K3Config.published()
+moe_params = accounting.k3_moe_layer_parameters(published)
+print(f"k3lite.accounting, published K3: {published.top_k} experts x {accounting.k3_expert_parameters(published):,d} "
+      f"weights = {published.top_k * accounting.k3_expert_parameters(published) / 1e6:.1f}M (routed, per token); "
+      f"always-on weights {moe_params['always'] / 1e6:.1f}M "
+      f"(notebook: {latent_space['routed experts'] / 1e6:.1f}M and "
+      f"{(latent_space['W_down + W_up'] + latent_space['shared experts'] + latent_space['router']) / 1e6:.1f}M)")
 
 for latent, analytic in ((None, full_width), (LATENT, latent_space)):
     counted = counted_macs_per_token(latent)
