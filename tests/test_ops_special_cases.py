@@ -155,3 +155,48 @@ def test_triton_backend_without_kernels_package_says_so(monkeypatch):
     q, k, v, beta, _, _ = inputs()
     with pytest.raises(RuntimeError, match="backend='torch'"):
         delta_rule.chunked(q, k, v, beta, backend="triton")
+
+
+def test_auto_backend_picks_triton_for_cuda_tensors():
+    from k3lite._validate import resolve_backend
+    assert resolve_backend("auto", types.SimpleNamespace(is_cuda=True)) == "triton"
+    assert resolve_backend("auto", torch.zeros(1)) == "torch"
+    assert resolve_backend("torch", types.SimpleNamespace(is_cuda=True)) == "torch"
+
+
+@pytest.mark.parametrize("kind", ["linear_attention", "delta_rule", "gated_delta_rule", "kda"])
+def test_triton_backend_agrees_with_torch(kind):
+    """The seam to the kernels package, end to end (on a CPU: the Triton interpreter, tiny shapes)."""
+    pytest.importorskip("k3lite.kernels")      # switches on the interpreter before triton loads
+    modules = {"linear_attention": linear_attention, "delta_rule": delta_rule,
+               "gated_delta_rule": gated_delta_rule, "kda": kda}
+    q, k, v, beta, g_head, state = inputs()
+    # One sequence of 12 tokens and one head: the interpreter is slow.
+    q, k, v, beta, g_head = (x[:1, :12, :1] for x in (q, k, v, beta, g_head))
+    state = state[:1, :1]
+    args = {"linear_attention": (q, k, v), "delta_rule": (q, k, v, beta),
+            "gated_delta_rule": (q, k, v, g_head, beta),
+            "kda": (q, k, v, g_head[..., None].expand(1, 12, 1, K).contiguous(), beta)}[kind]
+    module = modules[kind]
+    for backend_result, torch_result in (
+        (module.chunked(*args, initial_state=state, backend="triton"),
+         module.chunked(*args, initial_state=state, backend="torch")),
+        (module.step(*(x[:, 0] for x in args), state=state, backend="triton"),
+         module.step(*(x[:, 0] for x in args), state=state, backend="torch")),
+    ):
+        assert_same(backend_result, torch_result)
+
+
+@pytest.mark.parametrize("block", [1, 2, 8, 64])
+def test_kda_halving_matches_the_pairwise_table(block):
+    """The fast intra-chunk scores equal their definition, even under gates of -20 per step."""
+    gen = torch.Generator().manual_seed(block)
+    k, q = (F.normalize(torch.randn(3, block, K, generator=gen), dim=-1) for _ in range(2))
+    g = -20 * torch.rand(3, block, K, generator=gen)
+    g[0] = -0.01 * torch.rand(block, K, generator=gen)          # and gentle ones
+    kk, qk, before, after = kda._pairwise_decayed(k, q, g)
+    kk_ref, qk_ref = kda._pairwise_decayed_table(k, q, g)
+    assert (kk - kk_ref).abs().max().item() <= TOL and (qk - qk_ref).abs().max().item() <= TOL
+    g64 = g.double()
+    assert torch.allclose(before.double(), g64.cumsum(-2), rtol=1e-6, atol=1e-6)
+    assert torch.allclose(after.double(), g64.sum(-2, keepdim=True) - g64.cumsum(-2), rtol=1e-6, atol=1e-5)

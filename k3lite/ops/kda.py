@@ -193,6 +193,25 @@ def _pairwise_decayed(k, q, g):
     return _assemble(kk_in, cross_k), _assemble(qk_in, cross_q), before, after
 
 
+def _pairwise_decayed_table(k, q, g):
+    """The definition behind :func:`_pairwise_decayed`, for reading and testing (any block size).
+
+    Builds the full ``[b, b, K]`` table of ``G_r - G_i = sum_{i<j<=r} g_j`` (each span summed
+    directly, a "segment sum"), sets the future (i > r, where the sum would be a growth) to -inf
+    *before* exp so it becomes exactly 0, and contracts over the channels. Same numbers as the
+    halving, with b*K work per token instead of about log2(b)*K.
+    """
+    b = k.shape[-2]
+    later = torch.ones(b, b, dtype=torch.bool, device=k.device).triu(1)[:, :, None]   # [r, i, 1]: i > r
+    # steps[j, i] = g_j where j > i, else 0; a running sum down j up to r is sum_{i<j<=r} g_j.
+    steps = g[..., :, None, :].expand(*g.shape[:-1], b, g.shape[-1]).masked_fill(~later.transpose(0, 1), 0.0)
+    log_decay = steps.cumsum(dim=-3).masked_fill(later, float("-inf"))
+    k_decayed = torch.exp(log_decay) * k[..., None, :, :]                 # [..., r, i, K]
+    kk = (k_decayed @ k[..., :, :, None]).squeeze(-1).tril(-1)
+    qk = (k_decayed @ q[..., :, :, None]).squeeze(-1)
+    return kk, qk
+
+
 def _assemble(inside, cross):
     """``[[inside_0, 0], [cross, inside_1]]``: the block lower-triangular matrix of a split block."""
     top = torch.cat((inside[..., 0, :, :], torch.zeros_like(cross)), dim=-1)
