@@ -1,0 +1,242 @@
+# %% [markdown] slideshow={"slide_type": "slide"}
+# # 00 · Introduction: seven years in one lineage
+#
+# In 2019 GPT-2 small had 124 million parameters. In 2026 Kimi K3 has about 2.8 trillion. The
+# article this course starts from opens with the ratio, 22,580, and then asks whether the seven
+# years in between were *just* scale. They were not: almost every part of the model that mixes
+# tokens has been replaced, each time to fix a specific failure of the part before it.
+#
+# This course rebuilds that lineage step by step, in code that runs on a laptop. Each chapter
+# shows the failure of the previous step with an experiment, writes the fix as math, builds it,
+# and checks it against the `k3lite` package.
+
+# %%
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+from k3lite import accounting, runtime, viz
+from k3lite.exercises import ch00
+from k3lite.gpt2 import GPT2Config
+from k3lite.k3 import K3Config
+
+viz.use_style()
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 1. The ratio, computed
+#
+# Claims in this course are printed by a cell, never just quoted. Here is GPT-2 small's exact
+# parameter count (chapter 01 derives it) and Kimi K3's total from its published configuration
+# (chapter 10 builds it):
+
+# %%
+gpt2_exact = accounting.gpt2_parameter_count(GPT2Config())
+k3_total = accounting.k3_param_counts(K3Config.published())["total"]
+print(f"GPT-2 small, exact: {gpt2_exact:,} parameters")
+print(f"Kimi K3, from its configuration: {k3_total:,} parameters ({k3_total / 1e12:.2f}e12)")
+
+# %% [markdown]
+# The ratio depends on which two totals one divides:
+
+# %%
+ratios = [
+    ("2.8e12 / 124e6 (both rounded)", 2.8e12 / 124e6),
+    ("2.8e12 / GPT-2's exact count", 2.8e12 / gpt2_exact),
+    ("K3's configured total / GPT-2's exact count", k3_total / gpt2_exact),
+]
+for label, ratio in ratios:
+    print(f"{label:<46}{ratio:>12,.1f}")
+
+# %% [markdown]
+# The seeds' 22,580 comes from the rounded numbers: 2.8 trillion divided by a GPT-2 of
+# exactly 124 million gives 22,580.6. With GPT-2's exact size the same 2.8e12 gives 22,500.8, and
+# K3's total as configured (about 2.78e12) gives 22,336.0. The headline is right to within 1%; its
+# five significant figures are not. Every one of these "GPT-2s inside K3" would also be a different
+# network: K3 spends 98% of its parameters on routed experts, of which each token uses 16 of 896.
+
+# %%
+k3_config = K3Config.published()
+k3_counts = accounting.k3_param_counts(k3_config)
+print(f"routed experts: {k3_counts['routed_experts'] / k3_total:.0%} of K3's parameters; "
+      f"each token uses {k3_config.top_k} of {k3_config.num_experts}")
+print(f"active per token: {k3_counts['active']:,} ({k3_counts['active'] / 1e9:.0f}e9), "
+      f"{k3_counts['active'] / gpt2_exact:,.0f} GPT-2 smalls")
+
+# %%
+fig, ax = plt.subplots(figsize=(6.4, 3.6))
+models = [(f"GPT-2 {size}", accounting.gpt2_parameter_count(getattr(GPT2Config, size)()), viz.MECHANISM_COLORS["gpt2"])
+          for size in ("small", "medium", "large", "xl")]
+models += [("K3, active per token", k3_counts["active"], viz.PALETTE["sky"]),
+           ("K3, total", k3_total, viz.MECHANISM_COLORS["k3"])]
+ax.barh([name for name, _, _ in models], [count for _, count, _ in models], color=[c for _, _, c in models])
+ax.set_xscale("log")
+ax.set_xlim(1e7, 3e13)
+for row, (_, count, _) in enumerate(models):
+    ax.text(count * 1.3, row, f"{count:.3g}", va="center", fontsize=9)
+ax.invert_yaxis()
+ax.set_xlabel("parameters (log scale)")
+ax.set_title("Parameter counts: GPT-2 (2019) and Kimi K3 (2026)")
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 2. The lineage: what each step fixes
+#
+# The course follows one thread: **how a model remembers the tokens it has read**.
+#
+# * **GPT-2** keeps every key and value (the KV cache). Exact recall, but memory and reading
+#   time grow with every token.
+# * **Linear attention** folds the history into a fixed-size matrix $S_t = S_{t-1} + k_t v_t^\top$.
+#   Constant memory, but writes only *add*: associations pile up and interfere.
+# * **DeltaNet** first reads what the key already retrieves and writes only the correction,
+#   $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top$: targeted overwrites.
+#   But nothing fades unless it is overwritten.
+# * **Gated DeltaNet** decays the whole state by a learned $\alpha_t \in (0, 1]$ each step, so
+#   stale memories can be cleared in bulk. One rate per head, though, forgets every channel alike.
+# * **KDA** (Kimi Delta Attention) gives every key channel its own decay rate, $\mathrm{Diag}(\alpha_t)$.
+#   Still a fixed-size state, so exact recall of distant tokens is lost.
+# * **Kimi K3** interleaves three KDA layers with one MLA layer (softmax attention over a
+#   compressed cache) for exact retrieval, adds a latent mixture of experts with the SiTU
+#   activation, and Attention Residuals that retrieve across *depth*.
+
+# %%
+LINEAGE = [
+    ("GPT-2", "2019", "01", "softmax attention + KV cache", "the baseline"),
+    ("Linear attention", "2020", "02", "S += k vᵀ (fixed-size state)", "cache grows with every token"),
+    ("DeltaNet", "2021", "03-04", "S += β k (v − Sᵀk)ᵀ", "additive writes interfere"),
+    ("Gated DeltaNet", "2024", "05", "S ← α S, then the delta write", "nothing fades"),
+    ("KDA (Kimi Linear)", "2025", "06", "S ← Diag(α) S, α per channel", "one decay per head is too coarse"),
+    ("Kimi K3", "2026", "07-10", "3 KDA : 1 MLA, latent MoE, AttnRes", "a fixed state forgets exact tokens"),
+]
+# K3 gets the MLA colour here: next to KDA, its own blue would not stand out.
+COLORS = [viz.MECHANISM_COLORS[key] for key in ("gpt2", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "mla")]
+
+
+def draw_lineage(ax):
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.6, len(LINEAGE) * 1.2)
+    ax.axis("off")
+    for row, ((name, year, chapter, rule, fixes), color) in enumerate(zip(LINEAGE, COLORS)):
+        y = (len(LINEAGE) - 1 - row) * 1.2
+        ax.add_patch(FancyBboxPatch((0.1, y - 0.35), 3.6, 0.7, boxstyle="round,pad=0.05",
+                                    facecolor=color, edgecolor=viz.INK, alpha=0.9))
+        text_color = "white" if color not in (viz.PALETTE["sky"], viz.PALETTE["orange"]) else viz.INK
+        ax.text(1.9, y + 0.08, name, ha="center", va="center", fontsize=11, weight="bold", color=text_color)
+        ax.text(1.9, y - 0.2, f"{year} · chapter {chapter}", ha="center", va="center", fontsize=8, color=text_color)
+        ax.text(4.0, y + 0.12, rule, ha="left", va="center", fontsize=9.5)
+        if row:
+            ax.text(4.0, y - 0.2, f"fixes: {fixes}", ha="left", va="center", fontsize=9, style="italic",
+                    color=viz.PALETTE["red"])
+            ax.add_patch(FancyArrowPatch((1.9, y + 0.82), (1.9, y + 0.42), arrowstyle="-|>",
+                                         mutation_scale=14, color=viz.INK))
+        else:
+            ax.text(4.0, y - 0.2, fixes, ha="left", va="center", fontsize=9, style="italic")
+
+
+fig, ax = plt.subplots(figsize=(8.0, 6.2))
+draw_lineage(ax)
+ax.set_title("From GPT-2 to Kimi K3: each step fixes a failure of the one before")
+plt.show()
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 3. How to run the course
+#
+# **Two commands.** From the repository root, `make book` creates a virtual environment,
+# installs `k3lite`, executes every chapter and builds the static site in `_build/html`;
+# `make test` runs the unit tests of `k3lite` and checks every chapter notebook. `make lab` opens
+# the chapters in JupyterLab.
+#
+# **CPU or GPU.** Everything runs on a CPU. Each chapter asks `k3lite.runtime.profile()` for a
+# size: `"small"` on a CPU (it fits the chapter's time budget on a two-core laptop) and `"full"`
+# on a GPU (bigger models, longer training). The environment variable `K3LITE_PROFILE=small`
+# or `=full` overrides the choice, for instance to reproduce the stored notebooks on a GPU.
+# Triton kernels run natively on a GPU and, slowly, in Triton's interpreter on a CPU.
+#
+# **How the notebooks are tested.** Each chapter is a pair: `chapters/NN_slug.py` (the source,
+# in the py:percent format) and `NN_slug.ipynb` (executed, with its outputs stored). `make test`
+# re-runs every notebook under `nbval` and compares each cell's new output with the stored one,
+# so every printed number in the book is re-derived on every test run. That is why printed
+# numbers are rounded and every random draw is seeded; the few cells whose output genuinely
+# varies (timings, the machine's name) are marked `# NBVAL_IGNORE_OUTPUT`, like the next one.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(runtime.describe())
+print(f"profile in this session: {runtime.profile()}; a size chosen by pick(small, full): {runtime.pick('small', 'full')}")
+
+# %% [markdown]
+# `book.yml` at the repository root lists the chapters in reading order with the time each must
+# execute within on a two-core CPU; `make timings` measures them.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Exercises
+#
+# Every chapter ends with exercises. You write the body of a function; a checker from
+# `k3lite.exercises` runs it and says *correct*, *not attempted yet*, or what is wrong. The
+# solution cell below each exercise is folded in the book; try first.
+#
+# ### Exercise 1: what each step fixes
+#
+# Map every step of the lineage to the failure it fixes (a letter):
+
+# %%
+for letter, failure in ch00.FAILURES.items():
+    print(f"({letter}) {failure}")
+
+
+# %%
+def match():
+    """Return {step: letter} for every step in ch00.LINEAGE_FIXES."""
+    raise NotImplementedError
+
+
+# %%
+ch00.check_lineage(match)
+
+
+# %% tags=["hide-input"]
+# Solution
+def match():
+    return {
+        "linear attention": "a",
+        "DeltaNet": "b",
+        "Gated DeltaNet": "c",
+        "KDA": "d",
+        "K3 (KDA + MLA hybrid)": "e",
+    }
+
+
+ch00.check_lineage(match)
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2: the GPT-2 behind 22,580
+#
+# Taking the seeds' 2.8e12 for K3, what GPT-2 parameter count makes the ratio exactly 22,580?
+# Compare it with the exact 124,439,808.
+
+# %%
+def implied_count():
+    raise NotImplementedError
+
+
+# %%
+ch00.check_implied_gpt2_count(implied_count)
+
+
+# %% tags=["hide-input"]
+# Solution
+def implied_count():
+    return 2.8e12 / 22_580
+
+
+ch00.check_implied_gpt2_count(implied_count)
+print(f"implied: {implied_count():,.0f}; exact: {gpt2_exact:,}; "
+      f"the implied count is {gpt2_exact - implied_count():,.0f} smaller")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Next
+#
+# Chapter 01 builds GPT-2 from its pieces and measures the structure the whole lineage is about:
+# the KV cache, which grows by 36,864 bytes for every token GPT-2 small reads.
+
+# %%
+print(f"GPT-2 small KV cache, bf16: {accounting.gpt2_kv_bytes_per_token(GPT2Config(), 'bf16'):,} bytes per token")
