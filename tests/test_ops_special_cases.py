@@ -167,7 +167,11 @@ def test_auto_backend_picks_triton_for_cuda_tensors():
 @pytest.mark.parametrize("kind", ["linear_attention", "delta_rule", "gated_delta_rule", "kda"])
 def test_triton_backend_agrees_with_torch(kind):
     """The seam to the kernels package, end to end (on a CPU: the Triton interpreter, tiny shapes)."""
-    pytest.importorskip("k3lite.kernels")      # switches on the interpreter before triton loads
+    kernels = pytest.importorskip("k3lite.kernels")
+    try:
+        kernels.interpreting()
+    except RuntimeError as err:   # triton was loaded first (torch.utils.flop_counter does that)
+        pytest.skip(f"Triton interpreter unavailable in this session: {err}")
     modules = {"linear_attention": linear_attention, "delta_rule": delta_rule,
                "gated_delta_rule": gated_delta_rule, "kda": kda}
     q, k, v, beta, g_head, state = inputs()
