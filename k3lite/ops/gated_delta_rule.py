@@ -89,8 +89,12 @@ def _decay_between(g):
 def _chunk(q, k, v, g, beta, S):
     """One chunk of C tokens (q already scaled). q, k, v ``[B, H, C, *]``, g, beta ``[B, H, C]``.
 
-    Same derivation as ``kda._chunk``; a scalar decay factors out of the key dot product, so the
-    pairwise terms are plain matrix products scaled by ``exp(G_r - G_i)``.
+    Write ``u_r = beta_r (v_r - (exp(g_r) S_{r-1})^T k_r)`` for what token r actually adds; then
+    ``S_r = exp(G_r) S_0 + sum_{i<=r} exp(G_r - G_i) k_i u_i^T`` (G: log-decay summed from the
+    chunk start). Putting that into the definition of u gives one unit lower-triangular system,
+    ``(I + A) U = Diag(beta) (V - exp(G) K S_0)`` with ``A[r, i] = beta_r exp(G_r - G_i) k_r . k_i``,
+    solved as ``U - W S_0`` (the WY form). The decay is one number per head, so it factors out of
+    the key dot product: the pairwise terms are plain matrix products scaled by ``exp(G_r - G_i)``.
     """
     C = q.shape[-2]
     G = g.cumsum(dim=-1)                                    # log-decay from chunk start through token r

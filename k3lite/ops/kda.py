@@ -16,6 +16,11 @@ Three forms, side by side:
 * :func:`recurrent` - the token loop, the definition;
 * :func:`chunked`   - the same numbers from matrix products over chunks of C tokens (WY/UT form);
 * :func:`step`      - one decode token.
+
+What is new compared with Gated DeltaNet is inside a chunk: the decay between two tokens is a
+K-vector, so it no longer factors out of the key dot product. :func:`_pairwise_decayed_table`
+computes those scores straight from the definition; :func:`_pairwise_decayed` gets the same
+numbers by halving the chunk, with matrix products and every decay factor <= 1.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
         return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
                            initial_state=initial_state, chunk_size=chunk_size)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
-    q, k, v, g = (_into_chunks(x.to(dtype), chunk_size) for x in (scale * q, k, v, g))
+    q, k, v, g = (_into_chunks(x.to(dtype), chunk_size) for x in (q, k, v, g))
     beta = _into_chunks(beta.to(dtype)[..., None], chunk_size)[..., 0]
     S = start_state(initial_state, dims, dtype, q.device)
     # A few hundred tokens at a time: the intermediates then stay in the CPU cache (1.5x faster
@@ -74,7 +79,7 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
     outputs = []
     for first in range(0, q.shape[0], chunks_per_segment):
         part = slice(first, first + chunks_per_segment)
-        o_part, S = _carry(*_prepare_chunks(q[part], k[part], v[part], g[part], beta[part]), S)
+        o_part, S = _carry(*_prepare_chunks(scale * q[part], k[part], v[part], g[part], beta[part]), S)
         outputs.append(o_part)
     return _from_chunks(torch.cat(outputs), chunk_size, dims.T).to(out_dtype), S
 
