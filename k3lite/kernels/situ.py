@@ -7,8 +7,12 @@
     dup   = dh * f(gate) * (1 - tanh^2(u/b2))
 
 Eager PyTorch runs each of these as its own pass over memory; here one program loads gate and up once,
-does all the arithmetic in registers and writes h once. tanh and sigmoid are written with exp
-(tanh y = (1 - e^{-2y}) / (1 + e^{-2y})), which exists on every Triton backend, the interpreter included.
+does all the arithmetic in registers and writes h once. tanh is written with exp (tanh y = 1 - 2/(e^{2y}+1)),
+which saturates correctly at both ends and exists on every Triton backend, the interpreter included.
+Near 0 it loses relative (not absolute) precision: about 1e-3 relative at |x/beta| = 1e-4.
+
+Measured on an H200 (8192 x 3072, bf16): a variant with one division per element and a Taylor fix near 0
+ran slower (0.068 ms against 0.054 ms forward), so this plain form is the one kept.
 """
 
 from __future__ import annotations
@@ -21,59 +25,36 @@ BLOCK = 2048
 WARPS = 8
 
 
-# tanh y = (1 - e)/(1 + e) with e = exp(-2y), sigmoid x = 1/(1 + exp(-x)). Exponents are clamped
-# (to 40 for the sigmoid, 20 for the tanhs: both functions are flat to float32 precision beyond) so the
-# product (1 + e1)(1 + e2)(1 + e3) stays below 6e34 and one division serves all three ratios: exps and
-# divisions are what this memory-bound kernel spends its instructions on. Near y = 0 the numerator
-# 1 - e cancels, so it is replaced there by (1 + e) times the odd Taylor series of tanh.
 @triton.jit
-def _exp_clamped(x, bound: tl.constexpr):
-    return tl.exp(tl.minimum(tl.maximum(x, -bound), bound))
-
-
-@triton.jit
-def _tanh_numerator(y, e):
-    y2 = y * y
-    series = y * (1.0 - y2 * (1.0 / 3.0) + y2 * y2 * (2.0 / 15.0))
-    return tl.where(tl.abs(y) < 0.08, (1.0 + e) * series, 1.0 - e)
+def _tanh(y):
+    return 1.0 - 2.0 / (tl.exp(2.0 * y) + 1.0)
 
 
 @triton.jit
 def _situ_glu_fwd(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexpr):
-    # h = b1 b2 (1 - e2)(1 - e3) / ((1 + e1)(1 + e2)(1 + e3)),  e1 = e^-x, e2 = e^(-2x/b1), e3 = e^(-2u/b2)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(up_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    e1 = _exp_clamped(-x, 40.0)
-    e2 = _exp_clamped(-2.0 * x / beta1, 20.0)
-    e3 = _exp_clamped(-2.0 * u / beta2, 20.0)
-    num = _tanh_numerator(x / beta1, e2) * _tanh_numerator(u / beta2, e3)
-    h = (beta1 * beta2) * num / ((1.0 + e1) * (1.0 + e2) * (1.0 + e3))
+    sig = 1.0 / (1.0 + tl.exp(-x))
+    h = beta1 * _tanh(x / beta1) * sig * (beta2 * _tanh(u / beta2))
     tl.store(out_ptr + offs, h.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _situ_glu_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, beta1, beta2, BLOCK: tl.constexpr):
-    # sigmoid = 1/p1, 1 - sigmoid = e1/p1, tanh_x = (1 - e2)/p2, 1 - tanh_x^2 = 4 e2/p2^2, same for u
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(up_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    e1 = _exp_clamped(-x, 40.0)
-    e2 = _exp_clamped(-2.0 * x / beta1, 20.0)
-    e3 = _exp_clamped(-2.0 * u / beta2, 20.0)
-    p1, p2, p3 = 1.0 + e1, 1.0 + e2, 1.0 + e3
-    inv = 1.0 / (p1 * p2 * p3)
-    r1, r2, r3 = p2 * p3 * inv, p1 * p3 * inv, p1 * p2 * inv
-    sig = r1
-    tx = _tanh_numerator(x / beta1, e2) * r2
-    tu = _tanh_numerator(u / beta2, e3) * r3
+    sig = 1.0 / (1.0 + tl.exp(-x))
+    tx = _tanh(x / beta1)
+    tu = _tanh(u / beta2)
     f = beta1 * tx * sig
-    df = 4.0 * e2 * r2 * r2 * sig + beta1 * tx * sig * (e1 * r1)
+    df = (1.0 - tx * tx) * sig + beta1 * tx * sig * (1.0 - sig)
     tl.store(dgate_ptr + offs, (dh * beta2 * tu * df).to(dgate_ptr.dtype.element_ty), mask=mask)
-    tl.store(dup_ptr + offs, (dh * f * 4.0 * e3 * r3 * r3).to(dup_ptr.dtype.element_ty), mask=mask)
+    tl.store(dup_ptr + offs, (dh * f * (1.0 - tu * tu)).to(dup_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
