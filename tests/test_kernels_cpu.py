@@ -133,6 +133,13 @@ def test_situ_kernel_forward_and_backward():
 
 def test_silu_and_mul_kernel():
     gen = torch.Generator().manual_seed(1)
-    gate, up = torch.randn(5000, generator=gen), torch.randn(5000, generator=gen)
+    gate = torch.randn(5000, generator=gen).requires_grad_(True)
+    up = torch.randn(5000, generator=gen).requires_grad_(True)
     out = kernels.silu_and_mul(gate, up)
-    assert rel_err(out, torch.nn.functional.silu(gate.double()) * up.double()) < 1e-6
+    g64, u64 = gate.detach().double().requires_grad_(True), up.detach().double().requires_grad_(True)
+    ref = torch.nn.functional.silu(g64) * u64
+    assert rel_err(out, ref) < 1e-6
+    dh = torch.randn(5000, generator=gen)
+    out.backward(dh)
+    ref.backward(dh.double())
+    assert rel_err(gate.grad, g64.grad) < 1e-5 and rel_err(up.grad, u64.grad) < 1e-5
