@@ -11,6 +11,7 @@ else from k3lite), so it depends on torch only.
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import NamedTuple
 
 import torch
@@ -105,16 +106,18 @@ def check_state(state, dims: Dims, name: str = "initial_state") -> None:
         raise ValueError(f"{name} must have shape [B, H, K, V] = {expected}, got {tuple(state.shape)}")
 
 
-def check_chunk_size(chunk_size) -> None:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+def check_chunk_size(chunk_size) -> int:
+    """Tokens per chunk: any integer >= 1 (returned as a Python int)."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, Integral) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    return int(chunk_size)
 
 
 def resolve_scale(scale, K: int) -> float:
     """The factor applied to q: ``K ** -0.5`` unless given."""
     if scale is None:
         return K ** -0.5
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, bool) or not isinstance(scale, Real):
         raise ValueError(f"scale must be a number or None, got {scale!r}")
     return float(scale)
 

@@ -63,7 +63,7 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
     the hand-over of the memory from one chunk to the next is a loop (:func:`_carry`).
     """
     dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state)
-    _validate.check_chunk_size(chunk_size)
+    chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
     if _validate.resolve_backend(backend, q) == "triton":
         return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,

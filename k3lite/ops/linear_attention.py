@@ -88,7 +88,7 @@ def parallel(q, k, v, *, scale=None, feature_map=None, normalize=False):
 def chunked(q, k, v, *, chunk_size=64, scale=None, initial_state=None, backend="auto"):
     """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``."""
     dims = _validate.check_inputs(q, k, v, state=initial_state)
-    _validate.check_chunk_size(chunk_size)
+    chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
     if _validate.resolve_backend(backend, q) == "triton":
         return triton_call("chunked", KIND, q, k, v, None, None, scale=scale,
