@@ -343,7 +343,7 @@ runtime.seed_everything(0)
 student_config = GPT2Config.tiny(n_embd=96, n_layer=3)
 student = GPT2(student_config).to(runtime.device())
 print(f"parameters: {accounting.count_parameters(student):,}")
-steps = runtime.pick(500, 5000)
+steps = runtime.pick(400, 4000)
 batch_generator = torch.Generator().manual_seed(0)
 
 
