@@ -108,6 +108,20 @@ def test_interpreter_refuses_half_precision():
         kernels.situ_glu(q, q)
 
 
+def test_interpreter_works_when_triton_was_imported_first():
+    # torch.utils.flop_counter imports triton in compiled mode; the kernels must still interpret.
+    import subprocess
+    import sys
+
+    code = ("import torch.utils.flop_counter, sys; assert 'triton' in sys.modules; "
+            "import torch; from k3lite import kernels; q = torch.randn(1, 3, 1, 16); "
+            "o, s = kernels.chunked('linear_attention', q, q, q, scale=1.0); x = q[0, :, 0]; "
+            "print(float((o[0, :, 0] - (x @ x.T).tril() @ x).abs().max()))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert float(result.stdout.strip().splitlines()[-1]) < 1e-4
+
+
 def test_unknown_kind_is_rejected():
     q = torch.randn(1, 4, 1, 16)
     with pytest.raises(ValueError, match="kind"):

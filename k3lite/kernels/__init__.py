@@ -21,6 +21,7 @@ complete Triton backward.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -43,16 +44,27 @@ def _ensure_backend() -> bool:
             import triton.language.standard as tl_standard
         except ImportError as err:  # pragma: no cover - depends on the install
             raise ImportError("backend='triton' needs the triton package: pip install 'k3lite[kernels]'") from err
-        if _INTERPRETING:
-            from triton.runtime.interpreter import InterpretedFunction
-
-            if not isinstance(tl_standard.zeros, InterpretedFunction):
+        if _INTERPRETING and not _is_interpreted(tl_standard):
+            # Someone imported triton before us (torch.utils.flop_counter does): re-import its Python
+            # side with the interpreter switched on. The compiled extension triton._C stays loaded
+            # (it cannot be loaded twice); earlier importers keep their own, compiled-mode, objects.
+            for name in [m for m in sys.modules if (m == "triton" or m.startswith("triton."))
+                         and not m.startswith("triton._C")]:
+                del sys.modules[name]
+            import triton.language.standard as tl_standard
+            if not _is_interpreted(tl_standard):
                 raise RuntimeError(
                     "triton was imported before k3lite.kernels could switch on its CPU interpreter; "
                     "import k3lite.kernels first, or set TRITON_INTERPRET=1 before starting Python"
                 )
         _CHECKED = True
     return _INTERPRETING
+
+
+def _is_interpreted(tl_standard) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl_standard.zeros, InterpretedFunction)
 
 
 def interpreting() -> bool:
