@@ -336,8 +336,8 @@ def main(argv=None):
                         else "median of 2 wall-clock runs after one warm-up (CPU, Triton interpreter)",
                         "inputs": "L2-normalized keys, beta = sigmoid(randn), GDN g = logsigmoid(randn + 4), "
                                   "KDA g = -5 sigmoid(randn - 2); fwd+bwd = forward + autograd.grad of all inputs",
-                        "backward_note": "k3lite chunked backward recomputes through the PyTorch chunked form "
-                                         "(kernels/torch_chunked.py); it is not a Triton backward"},
+                        "backward_note": "k3lite chunked backward: Triton reverse state pass + PyTorch autograd of the "
+                                         "chunk-parallel parts (kernels/chunk_bwd.py); not a complete Triton backward"},
                "chunked": [], "decode": [], "situ": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
 

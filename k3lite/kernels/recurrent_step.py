@@ -21,6 +21,8 @@ from .chunk_fwd import DELTA_OF_KIND, GATE_OF_KIND
 def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale,
                  K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                  GATE: tl.constexpr, DELTA: tl.constexpr):
+    # One program: state block S [K, BV] of one head. Load S once; S *= exp(g); for the delta rule
+    # v <- beta (v - S^T k); S += k v^T; o = S^T (scale q); store S once.
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     rk = tl.arange(0, BK)
     rv = i_v * BV + tl.arange(0, BV)

@@ -32,6 +32,7 @@ def _tanh(y):
 
 @triton.jit
 def _situ_glu_fwd(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexpr):
+    # h = f(gate) t(up), one element per lane, float32 arithmetic, one read of each input, one write.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -43,6 +44,7 @@ def _situ_glu_fwd(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexp
 
 @triton.jit
 def _situ_glu_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, beta1, beta2, BLOCK: tl.constexpr):
+    # dgate = dh t(up) f'(gate), dup = dh f(gate) t'(up); recomputes f and t instead of storing them.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -59,6 +61,7 @@ def _situ_glu_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, beta1, beta2,
 
 @triton.jit
 def _silu_mul_fwd(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # out = gate sigmoid(gate) up.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -68,6 +71,7 @@ def _silu_mul_fwd(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _silu_mul_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, BLOCK: tl.constexpr):
+    # dgate = dh up sigmoid(gate) (1 + gate (1 - sigmoid(gate))), dup = dh gate sigmoid(gate).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
