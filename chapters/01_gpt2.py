@@ -136,6 +136,25 @@ with torch.no_grad():
 print(f"whole model, max |hand - k3lite| logits = {difference:.1e}")
 print(f"close to float32 rounding: {difference < 1e-4}")
 
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Real checkpoints
+#
+# Published GPT-2 weights use Hugging Face's names (`transformer.h.0.attn.c_attn.weight`, ...)
+# and store the projections as `Conv1D`, whose weight is `[in, out]`: the transpose of an
+# `nn.Linear` weight. `GPT2.from_hf(state_dict)` renames and transposes; `to_hf_state_dict()` goes
+# the other way. Nothing can be downloaded here, so we check the round trip on our own model.
+# The head count cannot be read off the shapes: without `config=`, `from_hf` assumes GPT-2's 64
+# dimensions per head, which our tiny model (32 per head) does not use.
+
+# %%
+exported = model.to_hf_state_dict()
+for name in ("transformer.h.0.attn.c_attn.weight", "transformer.h.0.mlp.c_fc.weight", "lm_head.weight"):
+    print(f"{name:<38}{tuple(exported[name].shape)}")
+print(f"ours: blocks.0.attn.qkv.weight        {tuple(model.blocks[0].attn.qkv.weight.shape)}")
+reloaded = GPT2.from_hf(exported, config=tiny).eval()
+with torch.no_grad():
+    print(f"round trip, identical logits: {torch.equal(reloaded(idx), model(idx))}")
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 2. Counting 124,439,808 parameters
 #
@@ -169,6 +188,7 @@ for size in ("small", "medium", "large", "xl"):
     analytic = accounting.gpt2_parameter_count(config)
     counted = accounting.meta_param_count(lambda: GPT2(config))
     print(f"{size:<8}{analytic:>16,}{counted:>18,}")
+print(f"XL's weights in float32 would take {4 * accounting.gpt2_parameter_count(GPT2Config.xl()) / 1e9:.1f} GB")
 
 # %% [markdown]
 # The embeddings are almost a third of the small model; the share falls as the models get wider and deeper:
@@ -342,6 +362,7 @@ print(f"uniform guess: loss {math.log(256):.2f}")
 runtime.seed_everything(0)
 student_config = GPT2Config.tiny(n_embd=96, n_layer=3)
 student = GPT2(student_config).to(runtime.device())
+print(student_config)
 print(f"parameters: {accounting.count_parameters(student):,}")
 steps = runtime.pick(400, 4000)
 batch_generator = torch.Generator().manual_seed(0)
