@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from k3lite import mixers  # noqa: E402
 
-DEFAULT_PAIRS = (4, 8, 16, 32, 64)
+DEFAULT_PAIRS = (8, 16, 32, 64, 96)
 
 
 def parse_args(argv):
@@ -34,10 +34,10 @@ def parse_args(argv):
     parser.add_argument("--mechanisms", nargs="+", default=list(mixers.MECHANISMS), choices=mixers.MECHANISMS)
     parser.add_argument("--pairs", nargs="+", type=int, default=list(DEFAULT_PAIRS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--d-model", type=int, default=32)
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--num-heads", type=int, default=2)
     parser.add_argument("--vocab-size", type=int, default=256)

@@ -76,7 +76,7 @@ def check_cumulative_decay(cumulative_decay) -> bool:
     def check():
         generator = torch.Generator().manual_seed(6)
         for g in (-torch.rand(7, generator=generator, dtype=torch.float64),
-                  torch.tensor([0.0, -0.1, -50.0, -0.2, 0.0, -0.3], dtype=torch.float64),
+                  torch.tensor([0.0, -0.1, -1000.0, -0.2, 0.0, -0.3], dtype=torch.float64),
                   -3.0 * torch.rand(1, generator=generator, dtype=torch.float64)):
             got = torch.as_tensor(cumulative_decay(g.clone()), dtype=torch.float64)
             expected = reference_cumulative_decay(g)
