@@ -27,6 +27,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import torch.nn.functional as F
 from IPython.display import Markdown, display
 from matplotlib.patches import Patch
 
@@ -34,9 +35,9 @@ from k3lite import accounting, data, flops, viz
 from k3lite.gpt2 import GPT2, GPT2Config
 from k3lite.k3 import K3, K3Config
 from k3lite.layers.attnres import num_block_sources
-from k3lite.ops import gated_delta_rule
+from k3lite.ops import gated_delta_rule, situ
 from k3lite.runtime import device, pick, seed_everything
-from k3lite.train import evaluate, train
+from k3lite.train import train
 
 viz.use_style()
 seed_everything(0)
@@ -159,7 +160,8 @@ for label, config in [("seeds: 23 x 4", seed_reading), ("published", k3)]:
 # %%
 for label, num_layers in [("seeds: 92 layers", 92), ("published: 93", k3.num_layers)]:
     stored, partial_sublayers = num_block_sources(2 * num_layers, 2 * k3.attnres_block_size)
-    print(f"{label:17s}: {math.ceil(num_layers / k3.attnres_block_size)} blocks; stored sources {stored} "
+    print(f"{label:17s}: {num_layers} / {k3.attnres_block_size} = {num_layers / k3.attnres_block_size:.2f} -> "
+          f"{math.ceil(num_layers / k3.attnres_block_size)} blocks; stored sources {stored} "
           f"(embedding + {stored - 1} finished blocks) + a partial block of {partial_sublayers // 2} layers")
 
 # %% [markdown]
@@ -575,6 +577,22 @@ for t in (1, 2, 3):
     print(f"t = {t}: read-back factor {factor:.4f}; prod alpha_(x+1..x+t) = {after:.4f}, "
           f"prod alpha_(x..x+t) = {including:.4f}")
 
+# %% [markdown]
+# **SiTU's formula.** The summary defines SiTU as $\beta \tanh(x/\beta)\,\sigma(x)$. Compare with
+# `k3lite.ops.situ` (chapter 08), check that a large $\beta$ gives back SiLU, and that K3's gated form
+# with $\beta_1 = 4, \beta_2 = 25$ stays within $\beta_1\beta_2$ even for huge inputs:
+
+# %%
+x = torch.linspace(-60, 60, 2001)
+by_formula = 4.0 * torch.tanh(x / 4.0) * torch.sigmoid(x)
+situ_matches = torch.allclose(situ.situ(x, 4.0), by_formula, atol=1e-6)
+silu_limit = (situ.situ(x, 1e6) - F.silu(x)).abs().max().item()
+huge = 1e4 * torch.randn(4096, generator=torch.Generator().manual_seed(4))
+glu_bound = situ.situ_glu(huge, huge.flip(0), beta1=4.0, beta2=25.0, backend="torch").abs().max().item()
+print(f"k3lite SiTU equals beta tanh(x/beta) sigmoid(x) (beta = 4): {situ_matches}")
+print(f"beta = 1e6: max |SiTU - SiLU| on [-60, 60] below 1e-3: {silu_limit < 1e-3}")
+print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x beta2 = 100: {glu_bound <= 100}")
+
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### The ledger
 #
@@ -624,6 +642,9 @@ ledger = [
      "the extra FLOPs are negligible"),
     ("AttnRes gives a 1.25x compute advantage", "A B C", "-", "ch 09 (toy training)",
      "not checkable here: a scaling-law result, needs training runs at many scales"),
+    ("SiTU = beta tanh(x / beta) sigmoid(x) replaces SiLU", "A C",
+     f"matches k3lite: {situ_matches}; SiLU as beta -> inf: {silu_limit < 1e-3}", f"{HERE} §6; ch 08",
+     "holds" if situ_matches and silu_limit < 1e-3 else "does not hold"),
     ("unfused SiTU runs almost 3x slower", "A C", "see the H200 cell below", "ch 08; figures/bench_h200.json",
      "not checkable on this CPU: a GPU kernel timing (cell below reads the H200 benchmark)"),
     ("chunk size C = 64 or 128 suits tensor cores", "B C", f"K3 chunk_size = {k3.chunk_size}", "ch 04; bench_h200.json",
@@ -690,13 +711,13 @@ else:
     meta = bench.get("meta", {})
     dates = [run.get("date_utc", "?") for run in meta.get("runs", [])] or [meta.get("date_utc", "?")]
     print(f"{meta.get('device', '?')}; runs {', '.join(dates)}")
-    situ = bench.get("situ", {})
+    situ_bench = bench.get("situ", {})
     for mode in ("fwd", "fwd+bwd"):
-        eager, fused = situ.get(f"situ_eager_{mode}_ms"), situ.get(f"situ_fused_{mode}_ms")
-        silu_fused, silu_eager = situ.get(f"silu_mul_fused_{mode}_ms"), situ.get(f"silu_mul_eager_{mode}_ms")
+        eager, fused = situ_bench.get(f"situ_eager_{mode}_ms"), situ_bench.get(f"situ_fused_{mode}_ms")
+        silu_fused, silu_eager = situ_bench.get(f"silu_mul_fused_{mode}_ms"), situ_bench.get(f"silu_mul_eager_{mode}_ms")
         if None in (eager, fused, silu_fused, silu_eager):
             continue
-        print(f"SiTU {mode:>7} (shape {situ.get('shape')}): unfused SiTU / fused SiLU-and-mul = {eager / silu_fused:.1f}x, "
+        print(f"SiTU {mode:>7} (shape {situ_bench.get('shape')}): unfused SiTU / fused SiLU-and-mul = {eager / silu_fused:.1f}x, "
               f"/ unfused SiLU-and-mul = {eager / silu_eager:.1f}x, / fused SiTU = {eager / fused:.1f}x "
               "(claim: almost 3x slower)")
     for row in bench.get("chunked", []):
