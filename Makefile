@@ -1,3 +1,4 @@
+# nbval compares against outputs stored with the small profile, so tests always run with it.
 # The two set-up commands of the README are `make book` and `make test`; both create .venv first.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -34,14 +35,14 @@ book: $(STAMP)
 	$(PY) scripts/build_book.py --execute $(EXECUTE)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests $(NOTEBOOKS) --nbval \
+	K3LITE_PROFILE=small $(PY) -m pytest -q -p no:cacheprovider tests $(NOTEBOOKS) --nbval \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests
 
 nbval: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(NOTEBOOKS) --nbval \
+	K3LITE_PROFILE=small $(PY) -m pytest -q -p no:cacheprovider $(NOTEBOOKS) --nbval \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 lab: $(STAMP)
