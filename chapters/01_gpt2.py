@@ -410,6 +410,53 @@ print(sample(student))
 # indentation, brackets, a colon closing a line, frequent letter pairs), but hardly any words yet.
 # Words need many more steps; the full profile (`K3LITE_PROFILE=full`, meant for a GPU) trains ten times longer.
 
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Where the trained model looks
+#
+# The attention weights of two heads of the last block on two lines of Python, computed with the
+# functions written at the top of the chapter. Everything above the diagonal is zero (the causal
+# mask) and every row sums to one: each byte's query spreads a fixed budget over its past.
+# Head 1 has found something useful: once the second line starts, the bytes of the new line look
+# back at the line break, which tells them where the line began (and so how deep the indentation is).
+
+# %%
+def attention_weights(x, p, n_head, head):
+    """Softmax weights [T, T] of one head of a block, for the residual stream ``x`` [1, T, d]."""
+    steps, width = x.shape[1], x.shape[2]
+    normed = layer_norm(x, p["ln_1.weight"], p["ln_1.bias"])
+    q, k, _ = (normed @ p["attn.qkv.weight"].T + p["attn.qkv.bias"]).split(width, dim=-1)
+    head_dim = width // n_head
+    q, k = (t.view(steps, n_head, head_dim)[:, head] for t in (q[0], k[0]))
+    scores = q @ k.T / math.sqrt(head_dim)
+    return scores.masked_fill(torch.triu(torch.ones(steps, steps, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+
+
+text_snippet = "        if self.width <= 0:\n            raise Value"
+snippet = data.encode(text_snippet)[None, :].to(runtime.device())
+student.eval()
+with torch.no_grad():
+    stream = student.wte(snippet) + student.wpe.weight[:snippet.shape[1]]
+    for layer in student.blocks[:-1]:
+        stream = layer(stream)
+    last = {n: t for n, t in student.blocks[-1].state_dict().items()}
+    heads_shown = (1, 3)
+    weights_by_head = {h: attention_weights(stream, last, student_config.n_head, h).cpu() for h in heads_shown}
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+for ax, (head, head_weights) in zip(axes, weights_by_head.items()):
+    viz.heatmap(ax, head_weights, title=f"last block, head {head}", xlabel="key position (byte)",
+                ylabel="query position (byte)", colorbar_label="attention weight")
+fig.tight_layout()
+plt.show()
+
+# %%
+line_break = text_snippet.index("\n")
+after = weights_by_head[1][line_break + 1:]
+print(f"rows sum to one: {torch.allclose(weights_by_head[1].sum(-1), torch.ones(snippet.shape[1]), atol=1e-5)}")
+print(f"weight above the diagonal: {weights_by_head[1].triu(1).abs().sum().item():.1f}")
+share = (after.argmax(dim=-1) == line_break).float().mean().item()
+print(f"head 1: the line break (byte {line_break}) is the most attended key for {share:.0%} of the bytes after it")
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
