@@ -237,7 +237,8 @@ best_gate = switch_gates(grid[i:i + 1], grid[j:j + 1])[0]            # [T, K]
 G = torch.cumsum(best_gate.clamp_min(-30.0), dim=0)
 surviving = torch.exp(G[-1][None, :] - G)                               # [T, K]
 
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+fig.subplots_adjust(wspace=0.5)
 viz.heatmap(left, best_gate.T, title="Per-channel log-decay g", xlabel="step t",
             ylabel="key channel d", colorbar_label="g (log α)")
 viz.heatmap(right, surviving.T, title="What survives to the last step", xlabel="written at step t",
@@ -330,12 +331,12 @@ for mechanism in mechanisms:
 ax.set_xscale("log", base=2)
 ax.set_xticks(pairs, labels=[str(p) for p in pairs])
 ax.axhline(1 / 128, color=viz.PALETTE["black"], lw=1, ls=":")
-ax.text(pairs[0], 0.04, "chance (1/128)", fontsize=8)
+ax.text(pairs[0], 0.03, "chance (1/128)", fontsize=8)
 ax.set_xlabel("key-value pairs in the context")
 ax.set_ylabel("held-out recall accuracy")
 ax.set_ylim(-0.02, 1.04)
 ax.set_title(f"MQAR, width {config['d_model']}, {config['steps']} training steps")
-ax.legend(fontsize=8, loc="lower left")
+ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
 plt.show()
 
 # %% [markdown]
