@@ -160,21 +160,28 @@ v = torch.randn(B, T, H, V, generator=generator)
 g = -2 * torch.rand(B, T, H, Kd, generator=generator)
 beta = torch.rand(B, T, H, generator=generator)
 
+
+def agreement(got, expected, tol):
+    """'agree within tol', or by how much they differ (the assert below would then fail too)."""
+    worst = (got - expected).abs().max().item()
+    return f"agree within {tol:.0e}" if worst < tol else f"DIFFER by {worst:.1e}"
+
+
 ours, our_state = kda_recurrent(q, k, v, g, beta)
 reference, reference_state = kda.recurrent(q, k, v, g, beta)
 chunked, chunked_state = kda.chunked(q, k, v, g, beta, chunk_size=16, backend="torch")
-print(f"max |ours − kda.recurrent| output {(ours - reference).abs().max().item():.1e}, "
-      f"state {(our_state - reference_state).abs().max().item():.1e}")
-print(f"max |ours − kda.chunked|   output {(ours - chunked).abs().max().item():.1e}, "
-      f"state {(our_state - chunked_state).abs().max().item():.1e}")
+print(f"ours vs kda.recurrent: output {agreement(ours, reference, 1e-5)}, "
+      f"state {agreement(our_state, reference_state, 1e-5)}")
+print(f"ours vs kda.chunked:   output {agreement(ours, chunked, 1e-4)}, "
+      f"state {agreement(our_state, chunked_state, 1e-4)}")
 
 no_decay, _ = kda.recurrent(q, k, v, torch.zeros_like(g), beta)
 deltanet, _ = delta_rule.recurrent(q, k, v, beta)
-print(f"KDA with g = 0               vs DeltaNet:       max diff {(no_decay - deltanet).abs().max().item():.1e}")
+print(f"KDA with g = 0          vs DeltaNet:       {agreement(no_decay, deltanet, 1e-5)}")
 g_head = g[..., 0]                                  # one log-gate per token and head
 equal_channels, _ = kda.recurrent(q, k, v, g_head[..., None].expand_as(g), beta)
 gdn, _ = gated_delta_rule.recurrent(q, k, v, g_head, beta)
-print(f"KDA with equal channels      vs Gated DeltaNet: max diff {(equal_channels - gdn).abs().max().item():.1e}")
+print(f"KDA with equal channels vs Gated DeltaNet: {agreement(equal_channels, gdn, 1e-5)}")
 assert torch.allclose(ours, reference, atol=1e-5) and torch.allclose(ours, chunked, atol=1e-4)
 assert torch.allclose(no_decay, deltanet, atol=1e-5) and torch.allclose(equal_channels, gdn, atol=1e-5)
 
