@@ -19,13 +19,15 @@ import torch
 import triton
 import triton.language as tl
 
+from .chunk_fwd import dot_precision
 from .torch_chunked import _to_chunks, chunk_parts, from_chunks
 
 
 @triton.jit
 def _state_grad_pass(dvo_ptr, dho_ptr, kd_ptr, w_ptr, keep_ptr, dht_ptr, dv_ptr, dnext_ptr, dh0_ptr, NT,
                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                     DELTA: tl.constexpr, HAS_KEEP: tl.constexpr, HAS_DHT: tl.constexpr):
+                     DELTA: tl.constexpr, HAS_KEEP: tl.constexpr, HAS_DHT: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr):
     # Inputs in chunk layout [B*H, NT, C, *] (float32, zero-padded rows). One program owns D[:, v-block].
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     rk = tl.arange(0, BK)
@@ -45,7 +47,7 @@ def _state_grad_pass(dvo_ptr, dho_ptr, kd_ptr, w_ptr, keep_ptr, dht_ptr, dv_ptr,
         row_k = chunk * C * K + rc[:, None] * K + rk[None, :]
         row_v = chunk * C * V + rc[:, None] * V + rv[None, :]
         b_kd = tl.load(kd_ptr + row_k, mask=mk[None, :], other=0.0)
-        b_dv = tl.load(dvo_ptr + row_v, mask=mv[None, :], other=0.0) + tl.dot(b_kd, d)
+        b_dv = tl.load(dvo_ptr + row_v, mask=mv[None, :], other=0.0) + tl.dot(b_kd, d, input_precision=DOT_PRECISION)
         tl.store(dv_ptr + row_v, b_dv, mask=mv[None, :])
         if HAS_KEEP:
             b_keep = tl.load(keep_ptr + chunk * K + rk, mask=mk, other=0.0)
@@ -53,11 +55,11 @@ def _state_grad_pass(dvo_ptr, dho_ptr, kd_ptr, w_ptr, keep_ptr, dht_ptr, dv_ptr,
         d += tl.load(dho_ptr + chunk * K * V + s_off, mask=m_kv, other=0.0)
         if DELTA:
             b_w = tl.load(w_ptr + row_k, mask=mk[None, :], other=0.0)
-            d -= tl.dot(tl.trans(b_w), b_dv)
+            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
     tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + s_off, d, mask=m_kv)
 
 
-def state_grad_pass(dvo, dho, k_dec, w, keep, d_state):
+def state_grad_pass(dvo, dho, k_dec, w, keep, d_state, precision):
     """Reverse sequential pass; all tensors float32 in chunk layout. Returns dV', D per chunk, dL/dh_0."""
     B, H, NT, C, V = dvo.shape
     K = k_dec.shape[-1]
@@ -72,7 +74,7 @@ def state_grad_pass(dvo, dho, k_dec, w, keep, d_state):
     c = lambda x: x.contiguous() if x is not None else dvo  # noqa: E731  (placeholder pointer when absent)
     _state_grad_pass[(triton.cdiv(V, BV), B * H)](
         c(dvo), c(dho), c(k_dec), c(w), c(keep), c(d_state), dv, dnext, dh0, NT, K, V, C, BK, BV,
-        w is not None, keep is not None, d_state is not None, num_warps=4)
+        w is not None, keep is not None, d_state is not None, precision, num_warps=4)
     return dv, dnext, dh0
 
 
@@ -98,7 +100,8 @@ def chunk_backward(kind, scale, inputs, h, v_new, d_o, d_state, chunk=64):
         w = parts["w"].detach() if parts["w"] is not None else None
         keep = parts["keep"].detach() if parts["keep"] is not None else None
         d_state = d_state.float().contiguous() if d_state is not None else None
-        dv_new, dnext, dh0 = state_grad_pass(dvo, dho, parts["k_dec"].detach(), w, keep, d_state)
+        dv_new, dnext, dh0 = state_grad_pass(dvo, dho, parts["k_dec"].detach(), w, keep, d_state,
+                                                 dot_precision(q.dtype))
         grads = {"q_dec": d_qdec, "a_qk": d_aqk, "u": dv_new, "k_dec": vn @ dnext.transpose(-1, -2)}
         if keep is not None:
             d_keep = (hc * dnext).sum(-1)                           # [B, H, NT, K]

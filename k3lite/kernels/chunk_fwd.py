@@ -6,7 +6,8 @@ DELTA selects the delta rule (WY/UT form) over plain linear attention.
 
 Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s
-  2. _intra_chunk         Aqk = scale * tril(Q K^T * exp(G_r - G_i)),  Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
+  2. _intra_chunk         Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
+                          Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
   3. _solve_unit_lower    Ai = (I + Akk)^-1 by forward substitution on 16x16 blocks, then block merging
   4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V
   5. _state_pass          per chunk: h = S;  V' = U - W S;  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
@@ -18,6 +19,9 @@ or is factored through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_
 both factors <= 1. exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow.
 Exponents are clamped with minimum(x, 0): that is exact where the value is used and keeps padded
 rows and masked entries finite.
+
+Every tl.dot takes its input precision from the DOT_PRECISION constexpr (see dot_precision below):
+"ieee" for float32 inputs, "tf32" otherwise; the triangular solve is always "ieee".
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def _chunk_cumsum(g_ptr, out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.co
 @triton.jit
 def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                       GATE: tl.constexpr, DELTA: tl.constexpr):
+                       GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Gate kinds 0 and 1: the decay exp(G_r - G_i) is a scalar per (r, i), so one [BT, BT] product
     # Q K^T (and K K^T) per chunk, then decay, causal mask, beta rows, scale.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
@@ -81,9 +85,9 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
         p_k, m_k = _tile(k_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         b_q = tl.load(p_q, mask=m_q, other=0.0)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
-        acc_qk += tl.dot(b_q, tl.trans(b_k))
+        acc_qk += tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION)
         if DELTA:
-            acc_kk += tl.dot(b_k, tl.trans(b_k))
+            acc_kk += tl.dot(b_k, tl.trans(b_k), input_precision=DOT_PRECISION)
     rows = tl.arange(0, BT)
     if GATE == 1:
         p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
@@ -106,7 +110,7 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
 @triton.jit
 def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                          H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                         BK: tl.constexpr):
+                         BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Gate kind 2 (per channel). One program per (chunk, row sub-block i) writes rows i*BC..i*BC+BC-1.
     #   off-diagonal blocks (i, j < i): anchor a = i*BC - 1 (last row before block i), so
     #       A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd)), both factors <= 1 -> tl.dot
@@ -144,8 +148,8 @@ def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale,
             b_kc = tl.load(p_kc, mask=m_kc, other=0.0).to(tl.float32)
             b_gc = tl.load(p_gc, mask=m_gc, other=0.0)
             b_kc = b_kc * tl.exp(tl.minimum(b_ga[None, :] - b_gc, 0.0))
-            a_qk = tl.dot(b_qr, tl.trans(b_kc)) * scale
-            a_kk = tl.dot(b_kr, tl.trans(b_kc)) * b_beta[:, None]
+            a_qk = tl.dot(b_qr, tl.trans(b_kc), input_precision=DOT_PRECISION) * scale
+            a_kk = tl.dot(b_kr, tl.trans(b_kc), input_precision=DOT_PRECISION) * b_beta[:, None]
             p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
             p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
             tl.store(p_aqk, a_qk, mask=m_aqk)
@@ -200,7 +204,13 @@ def _store_block(a_ptr, x, row0, col0, T, stride, BC: tl.constexpr):
 
 
 @triton.jit
-def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+def _mm(a, b, DOT_PRECISION: tl.constexpr):
+    return tl.dot(a, b, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                      DOT_PRECISION: tl.constexpr):
     # Ai = (I + Akk)^-1 for a 64x64 unit lower-triangular matrix split into 4x4 blocks of 16:
     #   Ai_ii = (I + A_ii)^-1 (forward substitution),  Ai_ij = -Ai_ii sum_{j <= m < i} A_im Ai_mj.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
@@ -219,15 +229,13 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
     a30 = _load_block(a, r0 + 3 * BC, 0, T, S, BC)
     a31 = _load_block(a, r0 + 3 * BC, BC, T, S, BC)
     a32 = _load_block(a, r0 + 3 * BC, 2 * BC, T, S, BC)
-    t10 = -tl.dot(t11, tl.dot(a10, t00, input_precision="ieee"), input_precision="ieee")
-    t21 = -tl.dot(t22, tl.dot(a21, t11, input_precision="ieee"), input_precision="ieee")
-    t32 = -tl.dot(t33, tl.dot(a32, t22, input_precision="ieee"), input_precision="ieee")
-    t20 = -tl.dot(t22, tl.dot(a20, t00, input_precision="ieee") + tl.dot(a21, t10, input_precision="ieee"),
-                  input_precision="ieee")
-    t31 = -tl.dot(t33, tl.dot(a31, t11, input_precision="ieee") + tl.dot(a32, t21, input_precision="ieee"),
-                  input_precision="ieee")
-    t30 = -tl.dot(t33, tl.dot(a30, t00, input_precision="ieee") + tl.dot(a31, t10, input_precision="ieee")
-                  + tl.dot(a32, t20, input_precision="ieee"), input_precision="ieee")
+    t10 = -_mm(t11, _mm(a10, t00, DOT_PRECISION), DOT_PRECISION)
+    t21 = -_mm(t22, _mm(a21, t11, DOT_PRECISION), DOT_PRECISION)
+    t32 = -_mm(t33, _mm(a32, t22, DOT_PRECISION), DOT_PRECISION)
+    t20 = -_mm(t22, _mm(a20, t00, DOT_PRECISION) + _mm(a21, t10, DOT_PRECISION), DOT_PRECISION)
+    t31 = -_mm(t33, _mm(a31, t11, DOT_PRECISION) + _mm(a32, t21, DOT_PRECISION), DOT_PRECISION)
+    t30 = -_mm(t33, _mm(a30, t00, DOT_PRECISION) + _mm(a31, t10, DOT_PRECISION) + _mm(a32, t20, DOT_PRECISION),
+               DOT_PRECISION)
     zero = tl.zeros([BC, BC], dtype=tl.float32)
     _store_block(o, t00, r0, 0, T, S, BC)
     _store_block(o, zero, r0, BC, T, S, BC)
@@ -250,7 +258,7 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 @triton.jit
 def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr):
+                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
     # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
@@ -283,14 +291,15 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
             g_last = tl.load(g_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
             b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
             tl.store(p_kd, b_kd.to(kd_ptr.dtype.element_ty), mask=m_kd)
-        b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype))
+        b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype), input_precision=DOT_PRECISION)
         p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
     vbase = (i_b * T * H + i_h) * V
     for i_v in range(0, tl.cdiv(V, BV)):
         p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_v = tl.load(p_v, mask=m_v, other=0.0)
-        b_u = tl.dot(b_ai.to(b_v.dtype), (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype))
+        b_xv = (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype)
+        b_u = tl.dot(b_ai.to(b_v.dtype), b_xv, input_precision=DOT_PRECISION)
         p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
 
@@ -299,7 +308,7 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
 def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
-                HAS_H0: tl.constexpr):
+                HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
     #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + K_dec^T V'
     # (k_ptr holds K_dec = exp(G_C - G) * K when there is a gate, written by _wy_factors.)
@@ -324,7 +333,7 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         if DELTA:
             p_w, m_w = _tile(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
             b_w = tl.load(p_w, mask=m_w, other=0.0)
-            b_vn = (b_vn.to(tl.float32) - tl.dot(b_w, b_s.to(dtype))).to(dtype)
+            b_vn = (b_vn.to(tl.float32) - tl.dot(b_w, b_s.to(dtype), input_precision=DOT_PRECISION)).to(dtype)
             p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
             tl.store(p_vn, b_vn, mask=m_vn)
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
@@ -335,14 +344,14 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         if GATE == 2:
             g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
             b_s = b_s * tl.exp(g_last)[:, None]
-        b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn)
+        b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
     tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
 
 
 @triton.jit
 def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr):
+                  BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # O = scale * (exp(G) * Q) h + Aqk V'   (Aqk already carries the scale and the causal mask)
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
@@ -364,14 +373,14 @@ def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_eg = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
             b_q = (b_q.to(tl.float32) * b_eg).to(b_h.dtype)
-        acc += tl.dot(b_q.to(b_h.dtype), b_h)
+        acc += tl.dot(b_q.to(b_h.dtype), b_h, input_precision=DOT_PRECISION)
     acc = acc * scale
     p_a, m_a = _tile(aqk_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
     p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
     b_vn = tl.load(p_vn, mask=m_vn, other=0.0)
     rows = tl.arange(0, BT)
     b_a = tl.where(rows[:, None] >= rows[None, :], tl.load(p_a, mask=m_a, other=0.0), 0.0)
-    acc += tl.dot(b_a.to(b_vn.dtype), b_vn)
+    acc += tl.dot(b_a.to(b_vn.dtype), b_vn, input_precision=DOT_PRECISION)
     p_o, m_o = _tile(o_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
     tl.store(p_o, acc.to(o_ptr.dtype.element_ty), mask=m_o)
 
@@ -384,42 +393,75 @@ def _block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
-def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
-    """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
-    (float32) and, when asked, the intermediates the backward pass reuses (G, h, V')."""
+def dot_precision(dtype) -> str:
+    """tl.dot input precision: exact float32 ("ieee") for float32 inputs, TF32 tensor cores otherwise.
+
+    On Hopper a float32 tl.dot defaults to TF32 (10-bit mantissa); that made a float32 model drift, so
+    float32 runs ask for IEEE products. In bf16/fp16 runs the setting only touches the float32
+    intermediates (decayed keys, A matrices), where TF32 keeps the tensor cores busy.
+    """
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+# The triangular inverse amplifies rounding in its inputs; its 16x16 products are few, so always exact.
+SOLVE_PRECISION = "ieee"
+
+
+def chunk_prepare(kind, q, k, v, g, beta, scale):
+    """Stages 1-4 (chunk-parallel): G, Aqk, and for the delta kinds Akk, Ai, W, U, K_dec.
+    Returns a dict; absent entries are None. The backward pass calls this again to recompute them."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     V = v.shape[-1]
     BT, BC = CHUNK, SUB
     BK, BV = _block(K), min(64, _block(V))
     NT = triton.cdiv(T, BT)
-    dev, dt = q.device, q.dtype
-    warps = 4
+    dev, prec, warps = q.device, dot_precision(q.dtype), 4
 
     G = None
     if gate:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
         _chunk_cumsum[(NT, B * H)](g, G, T, H, K, BT, min(BK, 64), gate == 2, num_warps=warps)
-    if beta is None:
-        beta = q  # unused placeholder pointer (linear attention)
+    beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
     akk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32) if delta else aqk
     g_arg = G if G is not None else q
     if gate == 2:
-        _intra_chunk_channel[(NT * (BT // BC), B * H)](q, k, G, beta, aqk, akk, scale, T, H, K, BT, BC, BK,
-                                                       num_warps=warps)
+        _intra_chunk_channel[(NT * (BT // BC), B * H)](q, k, G, beta_arg, aqk, akk, scale, T, H, K, BT, BC, BK,
+                                                       prec, num_warps=warps)
     else:
-        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate, delta,
-                                        num_warps=warps)
+        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate,
+                                        delta, prec, num_warps=warps)
+    parts = {"G": G, "aqk": aqk, "akk": None, "ai": None, "w": None, "u": None, "kd": k}
     if delta:
         ai = torch.empty_like(akk)
-        _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, num_warps=warps)
+        _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, num_warps=warps)
         w = torch.empty_like(k)
         u = torch.empty_like(v)
         kd = torch.empty_like(k) if gate else k
-        _wy_factors[(NT, B * H)](k, v, g_arg, beta, ai, w, u, kd, T, H, K, V, BT, min(BK, 64), BV, gate,
-                                 num_warps=warps)
+        _wy_factors[(NT, B * H)](k, v, g_arg, beta_arg, ai, w, u, kd, T, H, K, V, BT, min(BK, 64), BV, gate,
+                                 prec, num_warps=warps)
+        parts.update(akk=akk, ai=ai, w=w, u=u, kd=kd)
+    return parts
+
+
+def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
+    """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
+    (float32) and, when asked, the intermediates the backward pass reuses (G, h, V')."""
+    gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    BT = CHUNK
+    BK, BV = _block(K), min(64, _block(V))
+    NT = triton.cdiv(T, BT)
+    dev, dt, prec, warps = q.device, q.dtype, dot_precision(q.dtype), 4
+
+    parts = chunk_prepare(kind, q, k, v, g, beta, scale)
+    G, aqk = parts["G"], parts["aqk"]
+    g_arg = G if G is not None else q
+    if delta:
+        w, u, kd = parts["w"], parts["u"], parts["kd"]
         vn = torch.empty_like(v)
     else:
         w, u, vn, kd = k, v, v, k
@@ -430,10 +472,10 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     BV_state = 32 if B * H * triton.cdiv(V, 64) < 132 else BV
     BV_state = min(BV_state, BV)
     _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
-                                                   gate, delta, initial_state is not None, num_warps=warps)
+                                                   gate, delta, initial_state is not None, prec, num_warps=warps)
     o = torch.empty_like(v)
     _chunk_output[(triton.cdiv(V, BV), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
-                                                   min(BK, 64), BV, gate, num_warps=warps)
+                                                   min(BK, 64), BV, gate, prec, num_warps=warps)
     if keep_intermediates:
         return o, ht, {"G": G, "h": h, "vn": vn, "aqk": aqk}
     return o, ht
