@@ -1,7 +1,8 @@
 """Triton kernels on a CUDA GPU in bf16 and fp16 at realistic shapes, against the float32 `recurrent`.
 
 Tolerances are the field's, as relative RMS error (||x - ref|| / ||ref||): output and state 5e-3,
-dq/dk/dv 8e-3, dg/dbeta 2e-2. Skipped without CUDA.
+dq/dk/dv 8e-3, dg/dbeta 2e-2. float32 inputs must do much better (exact, non-TF32 products): 1e-4.
+Skipped without CUDA.
 """
 
 import pytest
@@ -70,6 +71,41 @@ def test_chunked_against_float32_recurrent(kind, T, dtype):
             errors[name] = rel_err(x.grad, ref.grad)
     bad = {n: f"{e:.2e}" for n, e in errors.items() if not e <= TOL[n]}
     assert not bad, f"relative RMS errors over tolerance: {bad} (all: { {n: f'{e:.1e}' for n, e in errors.items()} })"
+
+
+@pytest.mark.parametrize("kind", ["delta_rule", "kda"])
+def test_float32_inputs_get_exact_products(kind):
+    # float32 inputs run every tl.dot with input_precision="ieee"; TF32 products would leave errors
+    # around 1e-3, two orders of magnitude above this tolerance.
+    inputs = make_inputs(kind, 2, 1000, torch.float32, seed=3)
+    leaves = [x.clone().requires_grad_(True) if x is not None else None for x in inputs]
+    o, state = call(kind, "chunked", *leaves[:5], initial_state=leaves[5], backend="triton")
+    refs = [x.detach().double().requires_grad_(True) if x is not None else None for x in inputs]
+    o_ref, state_ref = call(kind, "recurrent", *refs[:5], initial_state=refs[5])
+    errors = {"o": rel_err(o, o_ref), "state": rel_err(state, state_ref)}
+    d_o, d_state = torch.randn_like(o), torch.randn_like(state)
+    torch.autograd.backward([o, state], [d_o, d_state])
+    torch.autograd.backward([o_ref, state_ref], [d_o.double(), d_state.double()])
+    for name, x, ref in zip(["q", "k", "v", "g", "beta", "h0"], leaves, refs):
+        if x is not None:
+            errors[name] = rel_err(x.grad, ref.grad)
+    bad = {n: f"{e:.2e}" for n, e in errors.items() if not e <= 1e-4}
+    assert not bad, f"float32 relative errors over 1e-4: {bad}"
+
+
+@pytest.mark.parametrize("kind", ["gated_delta_rule", "kda"])
+def test_hybrid_backward_agrees_with_triton_backward(kind):
+    inputs = make_inputs(kind, 2, 1000, torch.bfloat16, seed=4)
+    grads = {}
+    for backward in ("triton", "hybrid"):
+        leaves = [x.clone().requires_grad_(True) if x is not None else None for x in inputs]
+        o, state = kernels.chunked(kind, *leaves[:5], scale=D ** -0.5, initial_state=leaves[5], backward=backward)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        d_o = torch.randn(o.shape, device="cuda", generator=gen).to(o.dtype)
+        torch.autograd.backward([o, state], [d_o, 0.1 * torch.randn(state.shape, device="cuda", generator=gen)])
+        grads[backward] = [x.grad for x in leaves if x is not None]
+    for a, b in zip(grads["triton"], grads["hybrid"]):
+        assert rel_err(a, b) < 1e-2
 
 
 @pytest.mark.parametrize("kind", list(OPS))

@@ -12,10 +12,14 @@ On a machine without CUDA the kernels run through the Triton interpreter (float3
 for tiny shapes in tests and notebooks). The interpreter must be switched on before the kernel
 modules are imported, which is why they are imported lazily, after ``_ensure_backend``.
 
-Gradients of ``chunked``: the forward runs in Triton. The backward is a hybrid (``chunk_bwd.py``): the
-sequential reverse pass over chunks is a Triton kernel; the chunk-parallel parts (intra-chunk products,
-the triangular solve, the decays) are differentiated by PyTorch autograd in float32. It is not a
-complete Triton backward.
+Gradients of ``chunked``: by default every stage of the backward is a Triton kernel
+(``chunk_bwd_triton.py``: the reverse state pass plus the chunk-parallel gradients through the
+intra-chunk products, the triangular solve, the WY factors and the decays). ``backward="hybrid"`` keeps
+the earlier path for comparison (``chunk_bwd.py``): Triton reverse state pass, PyTorch autograd in
+float32 through the chunk-parallel parts.
+
+Precision: every tl.dot takes ``input_precision`` from a DOT_PRECISION constexpr, "ieee" when the
+inputs are float32 (Hopper would otherwise use TF32 for float32 products) and "tf32" otherwise.
 """
 
 from __future__ import annotations
@@ -95,44 +99,58 @@ def _check_kind(kind):
 
 class _Chunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
+    def forward(ctx, kind, scale, backward, q, k, v, g, beta, initial_state):
         from .chunk_fwd import chunk_forward
 
         args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
         h0 = initial_state.float().contiguous() if initial_state is not None else None
         o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True)
-        ctx.kind, ctx.scale = kind, scale
+        ctx.kind, ctx.scale, ctx.backward_kind = kind, scale, backward
         ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"])
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_state):
-        # Sequential part in Triton, chunk-parallel parts in PyTorch (see chunk_bwd.py).
-        from .chunk_bwd import chunk_backward
-
         q, k, v, g, beta, h0, h, v_new = ctx.saved_tensors
-        inputs = [x.detach().requires_grad_(need) if x is not None else None
-                  for x, need in zip((q, k, v, g, beta, h0), ctx.needs_input_grad[2:])]
-        grads = chunk_backward(ctx.kind, ctx.scale, inputs, h, v_new, d_o, d_state)
-        result = [None, None]
-        for grad, x, need in zip(grads, (q, k, v, g, beta, h0), ctx.needs_input_grad[2:]):
+        needs = ctx.needs_input_grad[3:]
+        if ctx.backward_kind == "hybrid":
+            # Sequential part in Triton, chunk-parallel parts through PyTorch autograd (see chunk_bwd.py).
+            from .chunk_bwd import chunk_backward
+
+            inputs = [x.detach().requires_grad_(need) if x is not None else None
+                      for x, need in zip((q, k, v, g, beta, h0), needs)]
+            grads = chunk_backward(ctx.kind, ctx.scale, inputs, h, v_new, d_o, d_state)
+        else:
+            from .chunk_bwd_triton import chunk_backward
+
+            args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
+            grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, h, v_new, d_o, d_state)
+        result = [None, None, None]
+        for grad, x, need in zip(grads, (q, k, v, g, beta, h0), needs):
             result.append(grad.to(x.dtype) if need and grad is not None else None)
         return tuple(result)
 
 
-def chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
+BACKWARDS = ("triton", "hybrid")
+
+
+def chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64, backward="triton"):
     """Chunked forward of one mixer through the Triton pipeline; differentiable.
 
     The Triton pipeline always works on 64-token chunks (tensor-core tiles); ``chunk_size`` is accepted
     for a uniform signature and does not change the result, which is the same for every chunk size.
+    ``backward`` picks the gradient path: "triton" (all stages Triton kernels, chunk_bwd_triton.py) or
+    "hybrid" (Triton reverse state pass plus PyTorch autograd, chunk_bwd.py), kept for comparison.
     """
     _check_kind(kind)
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
     _check_tensors(q, k, v, g, beta)
     if initial_state is not None:
         _check_tensors(initial_state.float())
-    return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
+    return _Chunked.apply(kind, float(scale), backward, q, k, v, g, beta, initial_state)
 
 
 def step(kind, q, k, v, g=None, beta=None, *, state, scale):

@@ -1,0 +1,413 @@
+"""Backward of the chunked pipeline, every stage a Triton kernel (the default backward of ``chunked``).
+
+Forward recap (chunk_fwd.py), per chunk of BT tokens, G the chunk-local cumulative log-gate:
+    X_w = diag(beta) exp(G) K,  X_u = diag(beta) V,  Ai = (I + Akk)^-1,  W = Ai X_w,  U = Ai X_u
+    V'  = U - W h_c,   O = scale (exp(G) Q) h_c + Aqk V',   h_{c+1} = diag(exp(G_C)) h_c + K_dec^T V'
+    K_dec = exp(G_C - G) K,  Aqk = scale tril(Q K^T (.) decay),  Akk = diag(beta) strict_tril(K K^T (.) decay)
+Stages 1-4 of the forward (G, Aqk, Akk, Ai, W, U, K_dec) are recomputed with the forward's kernels; the
+forward keeps h_c and V'. Backward stages, one kernel each (dX is the float32 gradient of X):
+  1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
+  2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
+                         D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0)
+  3. _bwd_state_grads    dQ = scale exp(G) dO h^T,  dK = exp(G_C - G) V' D^T,  dW = -dV' h^T,
+                         dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
+  4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
+                         dAi = dV' X_u^T + dW X_w^T;  dAkk = -Ai^T dAi Ai^T on the strict lower triangle
+  5. _bwd_intra          dAqk, dAkk through the decayed products into dq, dk, dG, dbeta (anchored decays)
+  6. _bwd_gate_cumsum    dg = reverse chunk-local cumulative sum of dG (summed over channels for one gate per head)
+Gates are handled per channel throughout (a scalar gate is broadcast over K); without a gate G = 0.
+Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
+into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _tile, _vec,
+                        chunk_prepare, dot_precision)
+
+
+@triton.jit
+def _load_f32(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
+    return tl.load(p, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store(base, x, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
+    tl.store(p, x, mask=m)
+
+
+@triton.jit
+def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
+    # Row t of a [T, n_cols] view as a float32 vector; zeros when t is past the end.
+    c = tl.arange(0, BC)
+    return tl.load(base + t * stride + c, mask=c < tl.where(t < T, n_cols, 0), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _bwd_local_output(aqk_ptr, vn_ptr, do_ptr, dv_ptr, daqk_ptr, scale, T, H: tl.constexpr, V: tl.constexpr,
+                      BT: tl.constexpr, BV: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Stage 1, one program per chunk: over value blocks, dV'_o = Aqk^T dO (into dv_ptr) and
+    # dAqk = dO V'^T; stored as scale * causal(dAqk), the gradient of the unscaled decayed Q K^T.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    a_base = (i_b * T * H + i_h) * BT
+    vbase = (i_b * T * H + i_h) * V
+    rows = tl.arange(0, BT)
+    causal = rows[:, None] >= rows[None, :]
+    b_a = tl.where(causal, _load_f32(aqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT), 0.0)
+    d_a = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_v in range(0, tl.cdiv(V, BV)):
+        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_vn = _load_f32(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_dv = tl.dot(tl.trans(b_a), b_do, input_precision=DOT_PRECISION)
+        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        d_a += tl.dot(b_do, tl.trans(b_vn), input_precision=DOT_PRECISION)
+    _store(daqk_ptr + a_base, tl.where(causal, d_a * scale, 0.0), i_t * BT, 0, T, BT, H * BT, BT, BT)
+
+
+@triton.jit
+def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
+                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                    BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
+    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
+    #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    rk = tl.arange(0, BK)
+    rv = i_v * BV + tl.arange(0, BV)
+    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
+    state_off = rk[:, None] * V + rv[None, :]
+    if HAS_DHT:
+        d = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + state_off, mask=mask_kv, other=0.0)
+    else:
+        d = tl.zeros([BK, BV], dtype=tl.float32)
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    for i in range(0, NT):
+        i_t = NT - 1 - i
+        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+        tl.store(dh_ptr + h_off + state_off, d, mask=mask_kv)
+        b_kd = _load_f32(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_dv += tl.dot(b_kd, d, input_precision=DOT_PRECISION)
+        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_q = _load_f32(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        if GATED:
+            t_last = tl.minimum(i_t * BT + BT, T) - 1
+            d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
+            b_q = b_q * tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
+        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
+        if DELTA:
+            b_w = _load_f32(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
+    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
+
+
+@triton.jit
+def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr, dq_ptr, dk_ptr, dw_ptr, dg_ptr,
+                     scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr):
+    # Stage 3, one program per (key block, chunk): over value blocks accumulate
+    #   P = dO h^T,  R = V' D^T,  dW = -dV' h^T,  dkeep = sum_v h * D   (h = h_c, D = dh_{c+1})
+    # then dQ = scale exp(G) P,  dK = exp(G_C - G) R,  dG = Q dQ - K dK (+ sum_r K dK + exp(G_C) dkeep on row G_C).
+    i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    h_base = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+    p_acc = tl.zeros([BT, BK], dtype=tl.float32)
+    r_acc = tl.zeros([BT, BK], dtype=tl.float32)
+    dw = tl.zeros([BT, BK], dtype=tl.float32)
+    dkeep = tl.zeros([BK], dtype=tl.float32)
+    for i_v in range(0, tl.cdiv(V, BV)):
+        b_h = _load_f32(h_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
+        b_d = _load_f32(dh_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
+        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_vn = _load_f32(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        p_acc += tl.dot(b_do, tl.trans(b_h), input_precision=DOT_PRECISION)
+        r_acc += tl.dot(b_vn, tl.trans(b_d), input_precision=DOT_PRECISION)
+        if DELTA:
+            b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+            dw -= tl.dot(b_dv, tl.trans(b_h), input_precision=DOT_PRECISION)
+        if GATED:
+            dkeep += tl.sum(b_h * b_d, axis=1)
+    b_q = _load_f32(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    dq = scale * p_acc
+    dk = r_acc
+    if GATED:
+        t_last = tl.minimum(i_t * BT + BT, T) - 1
+        b_g = _load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
+        dq = dq * tl.exp(tl.minimum(b_g, 0.0))
+        dk = dk * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
+        kdk = b_k * dk
+        rows = tl.arange(0, BT)
+        on_last = (i_t * BT + rows) == t_last
+        last_row = tl.sum(kdk, axis=0) + tl.exp(g_last) * dkeep
+        dg = b_q * dq - kdk + tl.where(on_last[:, None], last_row[None, :], 0.0)
+        _store(dg_ptr + kbase, dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    _store(dq_ptr + kbase, dq, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    _store(dk_ptr + kbase, dk, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    if DELTA:
+        _store(dw_ptr + kbase, dw, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+
+
+@triton.jit
+def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_ptr, dbeta_ptr, dakk_ptr, T,
+            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+            BV: tl.constexpr, GATED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
+    # Stage 4, one program per chunk. U = Ai X_u, W = Ai X_w with X_u = beta V, X_w = beta exp(G) K:
+    #   dX_u = Ai^T dU (dU = dV'):  dv = beta dX_u,  dbeta += sum_v dX_u V,  dAi += dU X_u^T
+    #   dX_w = Ai^T dW:  dk += beta exp(G) dX_w,  dG += dX_w X_w,  dbeta += sum_d dX_w exp(G) K,  dAi += dW X_w^T
+    #   Ai = (I + Akk)^-1  =>  dAkk = -Ai^T dAi Ai^T, kept on the strict lower triangle (where Akk lives).
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    a_base = (i_b * T * H + i_h) * BT
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    b_ai = _load_f32(ai_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    d_ai = tl.zeros([BT, BT], dtype=tl.float32)
+    d_beta = tl.zeros([BT], dtype=tl.float32)
+    for i_v in range(0, tl.cdiv(V, BV)):
+        b_du = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_v = _load_f32(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_dxu = tl.dot(tl.trans(b_ai), b_du, input_precision=DOT_PRECISION)
+        _store(dv_ptr + vbase, b_dxu * b_beta[:, None], i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        d_beta += tl.sum(b_dxu * b_v, axis=1)
+        d_ai += tl.dot(b_du, tl.trans(b_v * b_beta[:, None]), input_precision=DOT_PRECISION)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        b_dw = _load_f32(dw_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_eg = tl.full([BT, BK], 1.0, dtype=tl.float32)
+        if GATED:
+            b_eg = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK), 0.0))
+        b_kg = b_k * b_eg
+        b_dxw = tl.dot(tl.trans(b_ai), b_dw, input_precision=DOT_PRECISION)
+        d_ai += tl.dot(b_dw, tl.trans(b_kg * b_beta[:, None]), input_precision=DOT_PRECISION)
+        d_beta += tl.sum(b_dxw * b_kg, axis=1)
+        p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + b_beta[:, None] * b_eg * b_dxw, mask=m_dk)
+        if GATED:
+            p_dg, m_dg = _tile(dg_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + b_dxw * b_kg * b_beta[:, None], mask=m_dg)
+    d_akk = -tl.dot(tl.dot(tl.trans(b_ai), d_ai, input_precision=SOLVE_PRECISION), tl.trans(b_ai),
+                    input_precision=SOLVE_PRECISION)
+    rows = tl.arange(0, BT)
+    _store(dakk_ptr + a_base, tl.where(rows[:, None] > rows[None, :], d_akk, 0.0), i_t * BT, 0, T, BT, H * BT, BT, BT)
+    p_db, m_db = _vec(dbeta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    tl.store(p_db, d_beta, mask=m_db)
+
+
+@triton.jit
+def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
+               H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+               GATED: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Stage 5, one program per (chunk, sub-block i of BC rows). With e[r, c, d] = exp(G_rd - G_cd), c <= r,
+    # dA = scale dAqk (query side) and dB = dAkk (key side, rows scaled by beta in the forward):
+    #   rows of block i:     dq_r  = sum_c dA[r, c] k_c e[r, c],   dkr_r = sum_c dB[r, c] k_c e[r, c]
+    #   columns of block i:  dkc_c = sum_r (dA[r, c] q_r + beta_r dB[r, c] k_r) e[r, c]
+    # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc.
+    # Blocks j < i (rows) use the anchor a = first row of block i - 1; blocks j > i (columns) the anchor
+    # a = last row of block i; every factor exp(G_r - G_a), exp(G_a - G_c) is <= 1, as in the forward.
+    # The diagonal block uses exact pairwise differences, one row or column at a time.
+    i_tc, i_bh = tl.program_id(0), tl.program_id(1)
+    n_sub: tl.constexpr = BT // BC
+    i_t, i_i = i_tc // n_sub, i_tc % n_sub
+    i_b, i_h = i_bh // H, i_bh % H
+    row0 = i_t * BT + i_i * BC
+    if row0 >= T:
+        return
+    kbase = (i_b * T * H + i_h) * K
+    a_base = (i_b * T * H + i_h) * BT
+    b_base = i_b * T * H + i_h
+    b_q = _load_f32(q_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    b_k = _load_f32(k_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    b_g = tl.zeros([BC, BK], dtype=tl.float32)
+    if GATED:
+        b_g = _load_f32(g_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    b_beta = tl.zeros([BC], dtype=tl.float32)
+    if DELTA:
+        p_b, m_b = _vec(beta_ptr + b_base, row0, T, H, BC)
+        b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    dq = tl.zeros([BC, BK], dtype=tl.float32)
+    dkr = tl.zeros([BC, BK], dtype=tl.float32)
+    dkc = tl.zeros([BC, BK], dtype=tl.float32)
+
+    if i_i > 0:
+        g_a = tl.zeros([BK], dtype=tl.float32)
+        if GATED:
+            g_a = _load_row(g_ptr + kbase, row0 - 1, T, K, H * K, BK)
+        for i_j in range(0, i_i):
+            col0 = i_t * BT + i_j * BC
+            b_kc = _load_f32(k_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
+            if GATED:
+                b_kc = b_kc * tl.exp(tl.minimum(g_a[None, :] - _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK),
+                                                0.0))
+            d_a = _load_f32(daqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+            dq += tl.dot(d_a, b_kc, input_precision=DOT_PRECISION)
+            if DELTA:
+                d_b = _load_f32(dakk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+                dkr += tl.dot(d_b, b_kc, input_precision=DOT_PRECISION)
+        if GATED:
+            row_decay = tl.exp(tl.minimum(b_g - g_a[None, :], 0.0))
+            dq = dq * row_decay
+            dkr = dkr * row_decay
+
+    n_valid = tl.cdiv(tl.minimum(T - i_t * BT, BT), BC)
+    if i_i + 1 < n_valid:
+        g_z = tl.zeros([BK], dtype=tl.float32)
+        if GATED:
+            g_z = _load_row(g_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
+        for i_j in range(i_i + 1, n_valid):
+            r0 = i_t * BT + i_j * BC
+            b_qr = _load_f32(q_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
+            b_kr = _load_f32(k_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
+            if GATED:
+                decay = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK) - g_z[None, :], 0.0))
+                b_qr = b_qr * decay
+                b_kr = b_kr * decay
+            d_a = _load_f32(daqk_ptr + a_base, r0, i_i * BC, T, BT, H * BT, BC, BC)
+            dkc += tl.dot(tl.trans(d_a), b_qr, input_precision=DOT_PRECISION)
+            if DELTA:
+                p_br, m_br = _vec(beta_ptr + b_base, r0, T, H, BC)
+                beta_r = tl.load(p_br, mask=m_br, other=0.0).to(tl.float32)
+                d_b = _load_f32(dakk_ptr + a_base, r0, i_i * BC, T, BT, H * BT, BC, BC) * beta_r[:, None]
+                dkc += tl.dot(tl.trans(d_b), b_kr, input_precision=DOT_PRECISION)
+        if GATED:
+            dkc = dkc * tl.exp(tl.minimum(g_z[None, :] - b_g, 0.0))
+
+    rows = tl.arange(0, BC)
+    d_a = tl.where(rows[:, None] >= rows[None, :],
+                   _load_f32(daqk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC), 0.0)
+    d_b = tl.zeros([BC, BC], dtype=tl.float32)
+    if DELTA:
+        d_b = tl.where(rows[:, None] > rows[None, :],
+                       _load_f32(dakk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC), 0.0)
+    for c in range(0, BC):
+        t_c = row0 + c
+        q_c = _load_row(q_ptr + kbase, t_c, T, K, H * K, BK)
+        k_c = _load_row(k_ptr + kbase, t_c, T, K, H * K, BK)
+        is_c_col = rows[None, :] == c
+        is_c_row = rows[:, None] == c
+        if GATED:
+            g_c = _load_row(g_ptr + kbase, t_c, T, K, H * K, BK)
+            e_row = tl.exp(tl.minimum(b_g - g_c[None, :], 0.0))      # rows r of the block against token c
+            e_col = tl.exp(tl.minimum(g_c[None, :] - b_g, 0.0))      # token c against the columns of the block
+        else:
+            e_row = tl.full([BC, BK], 1.0, dtype=tl.float32)
+            e_col = tl.full([BC, BK], 1.0, dtype=tl.float32)
+        dq += tl.sum(tl.where(is_c_col, d_a, 0.0), axis=1)[:, None] * k_c[None, :] * e_row
+        coef = tl.sum(tl.where(is_c_row, d_a, 0.0), axis=0)[:, None] * q_c[None, :]
+        if DELTA:
+            beta_c = tl.sum(tl.where(rows == c, b_beta, 0.0), axis=0)
+            dkr += tl.sum(tl.where(is_c_col, d_b, 0.0), axis=1)[:, None] * k_c[None, :] * e_row
+            coef += (beta_c * tl.sum(tl.where(is_c_row, d_b, 0.0), axis=0))[:, None] * k_c[None, :]
+        dkc += coef * e_col
+
+    p_dq, m_dq = _tile(dq_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
+    dk = dkc + b_beta[:, None] * dkr
+    p_dk, m_dk = _tile(dk_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dk, mask=m_dk)
+    if DELTA:
+        p_db, m_db = _vec(dbeta_ptr + b_base, row0, T, H, BC)
+        tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + tl.sum(b_k * dkr, axis=1), mask=m_db)
+    if GATED:
+        p_dg, m_dg = _tile(dg_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+        dg = b_q * dq + b_k * (b_beta[:, None] * dkr - dkc)
+        tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + dg, mask=m_dg)
+
+
+@triton.jit
+def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                     PER_CHANNEL: tl.constexpr):
+    # Stage 6: G_r = sum_{s <= r} g_s within the chunk, so dg_s = sum_{r >= s} dG_r (reverse cumulative sum);
+    # a gate shared by the head's channels (PER_CHANNEL false) first sums dG over the channels.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    base = (i_b * T * H + i_h) * K
+    if PER_CHANNEL:
+        for i_k in range(0, tl.cdiv(K, BK)):
+            b_dG = _load_f32(dG_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_dg = tl.sum(b_dG, axis=0)[None, :] - tl.cumsum(b_dG, axis=0) + b_dG
+            _store(dg_ptr + base, b_dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    else:
+        acc = tl.zeros([BT], dtype=tl.float32)
+        for i_k in range(0, tl.cdiv(K, BK)):
+            acc += tl.sum(_load_f32(dG_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK), axis=1)
+        p_o, m_o = _vec(dg_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        tl.store(p_o, tl.sum(acc, axis=0) - tl.cumsum(acc, axis=0) + acc, mask=m_o)
+
+
+def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, h, v_new, d_o, d_state):
+    """Gradients (dq, dk, dv, dg, dbeta, d initial_state), float32, None where an input is absent.
+
+    q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; h [B,NT,H,K,V] and v_new [B,T,H,V] as the forward
+    kept them; d_o like v; d_state [B,H,K,V] or None.
+    """
+    gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    BT, BC = CHUNK, SUB
+    NT = triton.cdiv(T, BT)
+    BK = _block(K)
+    BKb, BV = min(64, BK), min(64, _block(V))
+    dev, prec, warps = q.device, dot_precision(q.dtype), 4
+    f32 = dict(device=dev, dtype=torch.float32)
+
+    parts = chunk_prepare(kind, q, k, v, g, beta, scale)
+    G = parts["G"]
+    if gate == 1:
+        G = G.unsqueeze(-1).expand(B, T, H, K).contiguous()  # the kernels treat every gate per channel
+    g_arg = G if G is not None else q
+    beta_arg = beta if beta is not None else q
+    w = parts["w"] if delta else q
+    d_o = d_o.contiguous()
+    gated = gate > 0
+
+    dv = torch.empty(B, T, H, V, **f32)
+    daqk = torch.empty(B, T, H, BT, **f32)
+    _bwd_local_output[(NT, B * H)](parts["aqk"], v_new, d_o, dv, daqk, scale, T, H, V, BT, BV, prec,
+                                   num_warps=warps)
+
+    dh = torch.empty(B, NT, H, K, V, **f32)
+    dh0 = torch.empty(B, H, K, V, **f32)
+    BV_state = min(32 if B * H * triton.cdiv(V, 64) < 132 else 64, BV)
+    d_state = d_state.float().contiguous() if d_state is not None else None
+    _bwd_state_pass[(triton.cdiv(V, BV_state), B * H)](
+        q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
+        H, K, V, BT, BK, BV_state, gated, delta, d_state is not None, prec, num_warps=warps)
+
+    dq = torch.empty(B, T, H, K, **f32)
+    dk = torch.empty(B, T, H, K, **f32)
+    dG = torch.empty(B, T, H, K, **f32) if gated else dq
+    dw = torch.empty(B, T, H, K, **f32) if delta else dq
+    _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
+        q, k, g_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta, prec,
+        num_warps=warps)
+
+    dbeta = torch.empty(B, T, H, **f32) if delta else None
+    dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
+    if delta:
+        _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG, dbeta, dakk, T, H, K, V, BT, BKb,
+                             BV, gated, prec, SOLVE_PRECISION, num_warps=warps)
+    _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
+                                         dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
+                                         num_warps=warps)
+    dg = None
+    if gated:
+        dg = torch.empty(g.shape, **f32)
+        _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, gate == 2, num_warps=warps)
+    return dq, dk, dv, dg, dbeta, (dh0 if initial_state is not None else None)
