@@ -45,13 +45,16 @@ ratios = [
 ]
 for label, ratio in ratios:
     print(f"{label:<46}{ratio:>12,.1f}")
+spread = (ratios[0][1] - ratios[-1][1]) / ratios[-1][1]
+print(f"largest over smallest: {spread:.1%} apart")
 
 # %% [markdown]
 # The seeds' 22,580 comes from the rounded numbers: 2.8 trillion divided by a GPT-2 of
 # exactly 124 million gives 22,580.6. With GPT-2's exact size the same 2.8e12 gives 22,500.8, and
-# K3's total as configured (about 2.78e12) gives 22,336.0. The headline is right to within 1%; its
-# five significant figures are not. Every one of these "GPT-2s inside K3" would also be a different
-# network: K3 spends 98% of its parameters on routed experts, of which each token uses 16 of 896.
+# K3's total as configured (about 2.78e12) gives 22,336.0. The three readings are 1.1% apart: the
+# headline is right to about one percent, and its five significant figures are not meaningful.
+# Nor are the "GPT-2s inside K3" alike: K3 spends 98% of its parameters on routed experts, of
+# which each token uses only 16 of 896, so the parameters that work on any one token are far fewer:
 
 # %%
 k3_config = K3Config.published()
@@ -175,16 +178,19 @@ print(f"profile in this session: {runtime.profile()}; a size chosen by pick(smal
 #
 # ### Exercise 1: what each step fixes
 #
-# Map every step of the lineage to the failure it fixes (a letter):
+# Map every step of the lineage after GPT-2 to the failure (of the step before it) that it fixes.
+# Return a dict whose keys are exactly the five steps printed below and whose values are letters,
+# for example `{"linear attention": "a", ...}`.
 
 # %%
+print("steps:", ", ".join(repr(step) for step in ch00.STEPS))
 for letter, failure in ch00.FAILURES.items():
     print(f"({letter}) {failure}")
 
 
 # %%
 def match():
-    """Return {step: letter} for every step in ch00.LINEAGE_FIXES."""
+    """Return {step: letter}, one entry for each of the five steps in ch00.STEPS."""
     raise NotImplementedError
 
 
@@ -211,7 +217,8 @@ ch00.check_lineage(match)
 # ### Exercise 2: the GPT-2 behind 22,580
 #
 # Taking the seeds' 2.8e12 for K3, what GPT-2 parameter count makes the ratio exactly 22,580?
-# Compare it with the exact 124,439,808.
+# Return that count as a number (an int or a float; the checker accepts it to within one
+# parameter), then compare it with GPT-2 small's exact 124,439,808.
 
 # %%
 def implied_count():

@@ -60,15 +60,33 @@ def test_attention_step_right_and_wrong():
         ch01.check_attention_step(lambda q, k, v: _attention_right(q * math.sqrt(q.shape[-1]), k, v))
     with pytest.raises(ExerciseFailed):
         ch01.check_attention_step(lambda q, k, v: v[:, -1:])
+    with pytest.raises(ExerciseFailed, match=r"\[B, 1, H, d_h\]"):
+        ch01.check_attention_step(lambda q, k, v: _attention_right(q, k, v).transpose(1, 2))
+
+
+_LINEAGE_RIGHT = {
+    "linear attention": "a",
+    "DeltaNet": "b",
+    "Gated DeltaNet": "c",
+    "KDA": "d",
+    "K3 (KDA + MLA hybrid)": "e",
+}
 
 
 def test_lineage_right_and_wrong():
-    assert ch00.check_lineage(lambda: dict(ch00.LINEAGE_FIXES)) is True
-    swapped = dict(ch00.LINEAGE_FIXES, DeltaNet="c", **{"Gated DeltaNet": "b"})
+    assert set(_LINEAGE_RIGHT) == set(ch00.STEPS)
+    assert ch00.check_lineage(lambda: dict(_LINEAGE_RIGHT)) is True
+    swapped = dict(_LINEAGE_RIGHT, DeltaNet="c", **{"Gated DeltaNet": "b"})
     with pytest.raises(ExerciseFailed, match="DeltaNet"):
         ch00.check_lineage(lambda: swapped)
     with pytest.raises(ExerciseFailed, match="keys"):
         ch00.check_lineage(lambda: {"DeltaNet": "b"})
+
+
+def test_lineage_answer_key_is_not_public():
+    public = {name for name in dir(ch00) if not name.startswith("_")}
+    assert not any(isinstance(getattr(ch00, name), dict) and set(getattr(ch00, name)) == set(ch00.STEPS)
+                   for name in public)
 
 
 def test_implied_count_right_and_wrong():

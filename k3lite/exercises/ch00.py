@@ -15,7 +15,10 @@ FAILURES = {
     "d": "one forgetting rate per head is too coarse: every channel fades alike",
     "e": "a fixed-size state loses exact recall of distant tokens",
 }
-LINEAGE_FIXES = {
+# The steps the learner maps, in lineage order (the statement lists them).
+STEPS = ("linear attention", "DeltaNet", "Gated DeltaNet", "KDA", "K3 (KDA + MLA hybrid)")
+# The answer key stays private: the exercise is to work it out, not to read it.
+_LINEAGE_FIXES = {
     "linear attention": "a",
     "DeltaNet": "b",
     "Gated DeltaNet": "c",
@@ -25,13 +28,13 @@ LINEAGE_FIXES = {
 
 
 def check_lineage(match) -> bool:
-    """``match() -> dict`` mapping every step of ``LINEAGE_FIXES`` to a letter of ``FAILURES``."""
+    """``match() -> dict`` mapping every step of ``STEPS`` to a letter of ``FAILURES``."""
 
     def check():
         answer = match()
-        if not isinstance(answer, dict) or set(answer) != set(LINEAGE_FIXES):
-            raise ExerciseFailed(f"Return a dict with exactly these keys: {sorted(LINEAGE_FIXES)}.")
-        wrong = sorted(step for step, letter in answer.items() if LINEAGE_FIXES[step] != letter)
+        if not isinstance(answer, dict) or set(answer) != set(STEPS):
+            raise ExerciseFailed(f"Return a dict with exactly these keys: {list(STEPS)}.")
+        wrong = [step for step in STEPS if _LINEAGE_FIXES[step] != answer[step]]
         if wrong:
             raise ExerciseFailed(f"Not yet right for: {', '.join(wrong)}. Ask what the step before it "
                                  "could not do.")
@@ -40,7 +43,7 @@ def check_lineage(match) -> bool:
 
 
 def check_implied_gpt2_count(implied_count) -> bool:
-    """``implied_count() -> int``: the GPT-2 size that makes 2.8e12 / size exactly 22,580."""
+    """``implied_count() -> number`` (int or float, within one parameter): the GPT-2 size that makes 2.8e12 / size exactly 22,580."""
 
     def check():
         got = implied_count()

@@ -61,8 +61,8 @@ def check_block_parameters(block_parameters) -> bool:
 
 
 def check_attention_step(attention_step) -> bool:
-    """``attention_step(q, k_cache, v_cache) -> out``: one new query ``[B, 1, H, D]`` attends to
-    every cached key ``[B, T, H, D]`` (the new token's own key is the last one)."""
+    """``attention_step(q, k_cache, v_cache) -> out [B, 1, H, D]``: one new query ``[B, 1, H, D]``
+    attends to every cached key ``[B, T, H, D]`` (the new token's own key is the last one)."""
 
     def check():
         generator = torch.Generator().manual_seed(11)
@@ -70,7 +70,10 @@ def check_attention_step(attention_step) -> bool:
             q = torch.randn(batch, 1, heads, dim, generator=generator)
             k = torch.randn(batch, steps, heads, dim, generator=generator)
             v = torch.randn(batch, steps, heads, dim, generator=generator)
-            got = attention_step(q, k, v)
+            got = torch.as_tensor(attention_step(q, k, v))
+            if tuple(got.shape) != (batch, 1, heads, dim):
+                raise ExerciseFailed(f"Return the new token's output laid out like q, [B, 1, H, d_h] = "
+                                     f"{(batch, 1, heads, dim)}; got {tuple(got.shape)}.")
             expect_close(got, causal_attention(q, k, v), what=f"output for T={steps} cached tokens",
                          hint="softmax over the keys of q.k / sqrt(D), then the weighted sum of values; "
                               "keep heads separate and scale by sqrt(head_dim).")
