@@ -18,7 +18,6 @@
 # %% slideshow={"slide_type": "skip"}
 import json
 import math
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -26,6 +25,8 @@ import torch.nn.functional as F
 
 from k3lite import mixers, viz
 from k3lite.data import mqar_batch
+from k3lite.exercises import ch06
+from k3lite.layers.kda_layer import KDALayer
 from k3lite.ops import delta_rule, gated_delta_rule, kda
 from k3lite.runtime import seed_everything
 
@@ -162,9 +163,8 @@ beta = torch.rand(B, T, H, generator=generator)
 
 
 def agreement(got, expected, tol):
-    """'agree within tol', or by how much they differ (the assert below would then fail too)."""
-    worst = (got - expected).abs().max().item()
-    return f"agree within {tol:.0e}" if worst < tol else f"DIFFER by {worst:.1e}"
+    """'max |Δ| < tol: True/False' (a boolean, so the printed line does not depend on float noise)."""
+    return f"max |Δ| < {tol:.0e}: {(got - expected).abs().max().item() < tol}"
 
 
 ours, our_state = kda_recurrent(q, k, v, g, beta)
@@ -216,7 +216,8 @@ print(f"long error with alpha_long = 1: {long_grid.reshape(11, 11)[-1, j].item()
 
 # %%
 split = 0.5 * (long_grid.reshape(11, 11)[:, -1][:, None] + fast_grid.reshape(11, 11)[-1, :][None, :])
-print(f"max |E(a_long, a_fast) − [E_long(a_long) + E_fast(a_fast)] / 2| = {(task_grid - split).abs().max().item():.1e}")
+print(f"|E(a_long, a_fast) − [E_long(a_long) + E_fast(a_fast)] / 2| < 1e-6 everywhere on the grid: "
+      f"{(task_grid - split).abs().max().item() < 1e-6}")
 
 # %%
 fig, ax = plt.subplots(figsize=(5.8, 4.6))
@@ -260,13 +261,247 @@ plt.show()
 # left picture in one colour.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 5. MQAR: five mixers trained on recall
+# ## 5. Chunking KDA: the WY/UT form with a decay per channel
+#
+# Chapter 04 turned the delta rule into matrix products over chunks of $C$ tokens, and chapter 05
+# folded a scalar decay into them. With a decay per key channel the same steps go through; only the
+# decay between two tokens becomes a $K$-vector. Inside a chunk that starts from the memory $S_0$,
+# let $G_r = \sum_{j \le r} g_j \in \mathbb{R}^K$ be the log-decay summed from the chunk's start
+# through token $r$, and $u_r = \beta_r\big(v_r - (\mathrm{Diag}(e^{g_r}) S_{r-1})^\top k_r\big)$ what token
+# $r$ actually writes. Every memory of the chunk is the decayed start plus the decayed writes so far:
+#
+# $$ S_r = \mathrm{Diag}\big(e^{G_r}\big)\,S_0 + \sum_{i \le r} \mathrm{Diag}\big(e^{G_r - G_i}\big)\,k_i u_i^\top . $$
+#
+# Put $S_{r-1}$ into the definition of $u_r$: channel $d$ of the pair $(r, i)$ carries $e^{G_{r,d} - G_{i,d}}$,
+# so the decay sits *inside* the dot product of the keys:
+#
+# $$ u_r + \sum_{i<r} A_{ri}\, u_i = \beta_r\big(v_r - S_0^\top (e^{G_r} \odot k_r)\big), \qquad
+#    A_{ri} = \beta_r \sum_{d} k_{r,d}\, k_{i,d}\, e^{G_{r,d} - G_{i,d}} \quad (i < r). $$
+#
+# One unit lower-triangular system for the chunk, as in chapter 04. With $T = (I + A)^{-1}$ and
+# $\mathcal{M} = T\,\mathrm{Diag}(\beta)$:
+#
+# $$ W = \mathcal{M}\,(e^{G} \odot K), \qquad U = \mathcal{M}\,V, \qquad V' = U - W S_0 , $$
+#
+# $$ O = (Q \odot e^{G})\,S_0 + A^{qk} V', \qquad A^{qk}_{ri} = \sum_d q_{r,d}\, k_{i,d}\, e^{G_{r,d} - G_{i,d}} \quad (i \le r), $$
+#
+# $$ S \leftarrow \mathrm{Diag}\big(e^{G_C}\big)\,S_0 + \big(e^{G_C - G} \odot K\big)^\top V' . $$
+#
+# With $g = 0$ every exponential is 1 and this is chapter 04's DeltaNet; with equal channels it is
+# chapter 05's Gated DeltaNet. Every factor above is $e^{\text{(a sum of gates)}} \le 1$ as long as
+# the pairwise term is computed as $e^{G_{r,d} - G_{i,d}}$. The code takes that pairwise term as a
+# function, because how to compute it is the whole difficulty (next slide):
+
+# %%
+def pairwise_segment_sum(a, b, G):
+    """P[r, i] = Σ_d a_rd b_id exp(G_rd − G_id) for i ≤ r (0 above): every exponent ≤ 0, a [C, C, K] table."""
+    span = G[:, None, :] - G[None, :, :]                                  # [r, i, K]
+    future = torch.ones(len(G), len(G), dtype=torch.bool).triu(1)[:, :, None]
+    return torch.einsum("rd,id,rid->ri", a, b, torch.exp(span.masked_fill(future, float("-inf"))))
+
+
+def pairwise_split(a, b, G):
+    """The same numbers as two matrix products, exp(G_r) · exp(−G_i): cheap, and unsafe (see below)."""
+    return ((a * torch.exp(G)) @ (b * torch.exp(-G)).T).tril()
+
+
+def kda_chunked_one_head(q, k, v, g, beta, chunk_size, pairwise=pairwise_segment_sum):
+    """KDA for one head in chunks: q, k, g [T, K] (q already scaled), v [T, V], beta [T]."""
+    S = torch.zeros(k.shape[1], v.shape[1])
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        q_c, k_c, v_c, g_c, b_c = (x[start:start + chunk_size] for x in (q, k, v, g, beta))
+        G = torch.cumsum(g_c, dim=0)                                      # [C, K], log-decay from the chunk start
+        A = b_c[:, None] * pairwise(k_c, k_c, G).tril(-1)
+        I_plus_A = torch.eye(len(q_c)) + A
+        W = torch.linalg.solve_triangular(I_plus_A, b_c[:, None] * torch.exp(G) * k_c, upper=False)
+        U = torch.linalg.solve_triangular(I_plus_A, b_c[:, None] * v_c, upper=False)
+        corrected = U - W @ S                                             # V', the only state-dependent step
+        outputs.append((q_c * torch.exp(G)) @ S + pairwise(q_c, k_c, G) @ corrected)
+        S = torch.exp(G[-1])[:, None] * S + (torch.exp(G[-1] - G) * k_c).T @ corrected
+    return torch.cat(outputs), S
+
+
+def one_head(x, b=1, h=0):
+    return x[b, :, h]
+
+
+scaled_q = one_head(q) * Kd ** -0.5
+for chunk_size in (1, 7, 16, 64):
+    ours_chunked, ours_chunked_state = kda_chunked_one_head(scaled_q, one_head(k), one_head(v), one_head(g),
+                                                            one_head(beta), chunk_size)
+    print(f"our chunked form, C = {chunk_size:>2}, vs kda.recurrent: "
+          f"output {agreement(ours_chunked, one_head(reference), 1e-5)}, "
+          f"state {agreement(ours_chunked_state, reference_state[1, 0], 1e-5)}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Why $e^{G_r - G_i}$ must not be split
+#
+# For a scalar gate $e^{G_r - G_i}$ is one number per pair, a $C \times C$ matrix of ratios. For KDA it
+# sits inside the sum over channels, and the tempting way to keep matrix products is to split it,
+# $\sum_d (k_{r,d}\,e^{G_{r,d}})(k_{i,d}\,e^{-G_{i,d}})$: that is `pairwise_split`. But $G$ only falls
+# along a chunk, so $e^{-G_i}$ grows. float32 ends at $3.4 \times 10^{38} = e^{88.7}$:
+
+# %%
+float32_max = torch.finfo(torch.float32).max
+print(f"largest float32 = {float32_max:.1e} = e^{math.log(float32_max):.2f}; exp(88) = {torch.exp(torch.tensor(88.0)).item():.2e}, "
+      f"exp(89) = {torch.exp(torch.tensor(89.0)).item()}")
+print(f"K3's bound, g >= -5 per step: a span of 16 tokens falls by at most {16 * 5}, one of 64 tokens by {64 * 5}")
+
+# %% [markdown]
+# So the split is safe over 16 tokens of gates bounded at $-5$ (K3's bound: $e^{80}$ is finite) and
+# unsafe over 64; with Kimi Linear's unbounded gate no chunk length is safe for every input. Two kinds of gates
+# at $T = 128$: K3's whole range $[-5, 0]$, and an unbounded gate that reaches $-20$ on some channels
+# (Kimi Linear's softplus form with a large pre-activation). For each: the split at two chunk sizes,
+# the segment-sum table, and `k3lite.ops.kda.chunked` (which splits each chunk in halves and factors
+# every cross-half pair through the boundary token, so both factors are sums of gates $\le 0$):
+
+# %%
+generator = torch.Generator().manual_seed(4)
+T_long = 128
+q_long = torch.randn(1, T_long, 1, Kd, generator=generator)
+k_long = F.normalize(torch.randn(1, T_long, 1, Kd, generator=generator), dim=-1)
+v_long = torch.randn(1, T_long, 1, V, generator=generator)
+beta_long = torch.rand(1, T_long, 1, generator=generator)
+strong_gates = {
+    "K3-bounded, g in [-5, 0]": -5 * torch.rand(1, T_long, 1, Kd, generator=generator),
+    "unbounded, g down to -20": -20 * torch.rand(1, T_long, 1, Kd, generator=generator) ** 4,
+}
+print(f"{'gates':<26} {'method':<32} {'finite':>6}  {'non-finite':>10}   matches kda.recurrent")
+for name, g_long in strong_gates.items():
+    truth, _ = kda.recurrent(q_long, k_long, v_long, g_long, beta_long)
+    args = (one_head(q_long, 0) * Kd ** -0.5, one_head(k_long, 0), one_head(v_long, 0), one_head(g_long, 0),
+            one_head(beta_long, 0))
+    candidates = {
+        "split exp(G_r)·exp(-G_i), C=16": kda_chunked_one_head(*args, 16, pairwise=pairwise_split)[0],
+        "split exp(G_r)·exp(-G_i), C=64": kda_chunked_one_head(*args, 64, pairwise=pairwise_split)[0],
+        "segment-sum table, C=64": kda_chunked_one_head(*args, 64)[0],
+        "k3lite kda.chunked, C=64": one_head(kda.chunked(q_long, k_long, v_long, g_long, beta_long, chunk_size=64,
+                                                         backend="torch")[0], 0),
+    }
+    for method, out in candidates.items():
+        finite = bool(torch.isfinite(out).all())
+        kind = "nan" if out.isnan().any() else "inf" if out.isinf().any() else "-"
+        print(f"{name:<26} {method:<32} {str(finite):>6}  {kind:>10}   {agreement(out, one_head(truth, 0), 1e-4)}")
+
+# %% [markdown]
+# Where the split fails it fails completely: $e^{-G_i}$ overflows to `inf`, $e^{G_r}$ underflows to 0,
+# and $0 \cdot \infty$ is NaN, which then spreads through the triangular solve to the whole chunk. The
+# segment-sum table never exponentiates a positive number and agrees with the recurrence, at the price
+# of a $C \times C \times K$ table per chunk. Production kernels keep the matrix products instead:
+# they cut a 64-token chunk into sub-chunks of 16 and factor each pair through a sub-chunk anchor so
+# that each factor is $\le 1$, and K3 additionally bounds every gate at $-5$, which keeps a 16-token
+# factor below $e^{80}$. `k3lite.ops.kda` halves each chunk recursively down to single tokens, which
+# is the same idea with the anchor at every halving boundary.
+
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 6. The KDA layer as built
+#
+# The recurrence is the core of a layer; around it sit projections, gates and a normalisation. In
+# Kimi Linear and K3, for an input $x_t$ and each head:
+#
+# * $q_t, k_t = \mathrm{L2Norm}\big(\mathrm{SiLU}(\mathrm{ShortConv}(W_{q/k}\,x))_t\big)$ and
+#   $v_t = \mathrm{SiLU}(\mathrm{ShortConv}(W_v\,x))_t$, where ShortConv is a causal depthwise
+#   convolution over the last 4 tokens: it lets a key see the token before it;
+# * $\beta_t = \sigma(W_\beta\,x_t)$, one per head;
+# * a log-decay per head and key channel from a low-rank projection,
+#   $f_t = W_\uparrow W_\downarrow x_t + b_{dt}$ ($b_{dt}$ per channel, $A = e^{A_{\log}}$ per head), in one of two forms:
+#
+# $$ \text{Kimi Linear:}\quad g_t = -A\,\mathrm{softplus}(f_t) \in (-\infty, 0), \qquad
+#    \text{K3:}\quad g_t = -5\,\sigma(A\, f_t) \in (-5, 0); $$
+#
+# * the output, per head, normalised and gated by the input:
+#   $y_t = W_o\big(\mathrm{RMSNorm}(o_t) \odot \sigma(W_{\text{gate}}\,x_t)\big)$. K3's output gate is
+#   full rank; Kimi Linear's is a low-rank product.
+#
+# The two decay forms against the pre-activation $f$:
+
+# %%
+f = torch.linspace(-8, 8, 401)
+fig, ax = plt.subplots(figsize=(6.4, 3.8))
+for rate, style in ((1.0, "-"), (4.0, "--")):
+    ax.plot(f, -rate * F.softplus(f), style, color=viz.PALETTE["blue"], label=f"Kimi Linear, A = {rate:g}")
+    ax.plot(f, -5 * torch.sigmoid(rate * f), style, color=viz.PALETTE["orange"], label=f"K3, A = {rate:g}")
+ax.axhline(-5, color=viz.PALETTE["black"], lw=1, ls=":")
+ax.text(-7.8, -5.9, "K3's lower bound, g = −5", fontsize=8)
+ax.set_ylim(-12, 0.5)
+ax.set_xlabel("pre-activation f = W↑W↓x + dt_bias")
+ax.set_ylabel("log-decay per step, g = log α")
+ax.set_title("Two decay forms")
+ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+plt.show()
+
+# %%
+for form in ("kimi_linear", "k3"):
+    torch.manual_seed(0)
+    probe = KDALayer(hidden_size=16, num_heads=2, head_dim=8, gate_form=form)
+    with torch.no_grad():
+        strongest_at_init = probe.decay(torch.zeros(1, 1, 16)).min().item()   # x = 0, so f = dt_bias
+        probe.dt_bias.fill_(50.0)
+        strongest = probe.decay(torch.zeros(1, 1, 16)).min().item()       # a large pre-activation, f = 50
+    print(f"{form:<12} at initialisation (x = 0) the strongest gate is g = {strongest_at_init:.2g} "
+          f"(alpha = {math.exp(strongest_at_init):.3f});  at f = 50 it is g = {strongest:.1f}")
+print(f"K3's bounded gate keeps at least alpha = exp(-5) = {math.exp(-5):.4f} of a channel per step")
+
+# %% [markdown]
+# Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows
+# ($g = -610.4$ at $f = 50$ in this small layer), so one step can wipe a channel completely, and the
+# chunked form must then be careful (previous section). K3's saturates at $-5$: one step keeps at
+# least $e^{-5} \approx 0.0067$ of a channel. At initialisation (the Mamba initialisation of $A$ and
+# $b_{dt}$, which Kimi Linear keeps) the two forms start differently: Kimi Linear's strongest gate keeps $\alpha = 0.310$ per step, while K3's,
+# with $A$ inside the sigmoid multiplying a negative $b_{dt}$, is $g = -3.4 \cdot 10^{-12}$: the
+# layer starts out remembering everything.
+#
+# Now the layer by hand, from the parameters of a `k3lite.layers.kda_layer.KDALayer`, with
+# the token loop `kda_recurrent` of section 2 as the core:
+
+# %%
+def short_conv(x, weight):
+    """Causal depthwise convolution, x [B, T, C], weight [C, taps] (last tap = current token), then SiLU."""
+    padded = F.pad(x.transpose(1, 2), (weight.shape[1] - 1, 0))
+    return F.silu(F.conv1d(padded, weight[:, None, :], groups=weight.shape[0])).transpose(1, 2)
+
+
+def kda_layer_by_hand(layer, x, gate_form):
+    heads, K_ = layer.num_heads, layer.head_dim
+    split = lambda t: t.unflatten(-1, (heads, -1))                       # noqa: E731  [B, T, H, channels]
+    q = F.normalize(split(short_conv(layer.q_proj(x), layer.q_conv.weight)), dim=-1)
+    k = F.normalize(split(short_conv(layer.k_proj(x), layer.k_conv.weight)), dim=-1)
+    v = split(short_conv(layer.v_proj(x), layer.v_conv.weight))
+    beta = torch.sigmoid(layer.beta_proj(x))                                # [B, T, H]
+    f = split(layer.decay_up(layer.decay_down(x))) + layer.dt_bias.view(heads, K_)
+    A = layer.A_log.exp()[:, None]                                          # per head
+    g = -A * F.softplus(f) if gate_form == "kimi_linear" else -5 * torch.sigmoid(A * f)
+    o, _ = kda_recurrent(q, k, v, g, beta)
+    normed = o * torch.rsqrt(o.square().mean(-1, keepdim=True) + 1e-6) * layer.o_norm.weight
+    return layer.o_proj((normed * torch.sigmoid(split(layer.gate_proj(x)))).flatten(-2))
+
+
+x = torch.randn(2, 37, 32, generator=torch.Generator().manual_seed(6))
+LAYER_FORMS = {"kimi_linear": dict(gate_form="kimi_linear", output_gate_rank=8),   # low-rank output gate
+               "k3": dict(gate_form="k3")}                                         # full-rank output gate
+for form, options in LAYER_FORMS.items():
+    torch.manual_seed(1)
+    layer = KDALayer(hidden_size=32, num_heads=2, head_dim=8, chunk_size=16, **options)
+    with torch.no_grad():
+        by_hand = kda_layer_by_hand(layer, x, form)
+        built, cache = layer(x)
+    gate_parameters = sum(p.numel() for p in layer.gate_proj.parameters())
+    print(f"{form:<12} by hand vs KDALayer (chunked): {agreement(by_hand, built, 1e-5)};  "
+          f"output gate {gate_parameters} parameters; state {tuple(cache.recurrent_state.shape)}")
+
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 7. MQAR: five mixers trained on recall
 #
 # Multi-query associative recall (`k3lite.data.mqar_batch`): a sequence lists key-value pairs, then
 # asks for some of the keys again; the model must produce each queried key's value. The models of
 # `k3lite.mixers` differ only in the token mixer: embedding, then [RMSNorm → mixer → +, RMSNorm → MLP
-# → +] per layer. Every mixer sees q, k, v after a short causal convolution (kernel 4), as the
-# published layers do; the recurrent ones L2-normalise q and k and use `k3lite.ops`' chunked forms.
+# → +] per layer. Every mixer sees q, k, v after a short causal convolution (kernel 4). The published
+# KDA and Gated DeltaNet layers have one (section 6); softmax attention and MLA do not, and it is given to
+# all five here so that only the mixer differs. The recurrent ones L2-normalise q and k, use K3's bounded
+# gate and `k3lite.ops`' chunked forms.
 #
 # Live, on this CPU: a tiny version (width 32, one layer, two heads of 16 channels, a 64-token
 # vocabulary, 200 steps) with softmax attention, linear attention and KDA, at 4 and 16 pairs.
@@ -281,9 +516,11 @@ for mechanism in ("softmax", "linear_attention", "kda"):
         live[mechanism, num_pairs] = (model, result)
         print(f"{mechanism:<17} pairs={num_pairs:<3} parameters={result.parameters:,}  "
               f"accuracy={result.accuracy:.2f}")
+num_values = LIVE["vocab_size"] // 2              # mqar_batch draws values from the upper half of the vocabulary
+print(f"chance: 1/{num_values} = {1 / num_values:.3f} ({num_values} possible values)")
 
 # %% [markdown]
-# Chance is 1/32 (32 possible values). Softmax attention keeps every token and answers from them
+# Chance is 1/32 = 0.031 (32 possible values). Softmax attention keeps every token and answers from them
 # directly; the two fixed-size memories hold 4 pairs but not yet 16 after 200 steps. The decays KDA
 # learned on the 4-pair task, for one sequence (first head; log-gate per channel and token):
 
@@ -306,7 +543,7 @@ plt.show()
 # the command, device and date:
 
 # %%
-sweep = json.loads((Path("..") / "figures" / "mqar_sweep.json").read_text())
+sweep = json.loads((viz.FIGURES_DIR / "mqar_sweep.json").read_text())
 print(f"command: {sweep['command']}")
 print(f"device:  {sweep['device']}, torch {sweep['torch']}, {sweep['date_utc']} UTC")
 config = sweep["config"]
@@ -364,19 +601,21 @@ plt.show()
 # at 0.91 per token. At 64 pairs an answer is written up to 191 tokens before it is asked for, so
 # one asked 100 tokens later arrived multiplied by $0.91^{100} \approx 10^{-4}$: no signal, no gradient, and both gated
 # models stayed at chance while the ungated ones (and, with width 64, even linear attention) were
-# perfect. `k3lite.mixers` now starts the decay at 0.995.
+# perfect. `k3lite.mixers` now starts the decay at $e^{-5\,\sigma(-7)} \approx 0.995$ per token.
 
 # %%
 earlier = sweep["earlier_run"]
 earlier_accuracies = accuracy_table(earlier["runs"], earlier["config"]["mechanisms"], earlier["config"]["pairs"])
 print(f"earlier run: d_model={earlier['config']['d_model']}, initial decay {earlier['decay_init_per_token']} per token")
 print(f"longest write-to-read distance at 64 pairs: {2 * 64 + 64 - 1} tokens; 0.91^100 = {0.91 ** 100:.0e}")
+initial_decay = math.exp(mixers.LOG_DECAY_FLOOR * torch.sigmoid(torch.tensor(mixers.DECAY_BIAS_INIT)).item())
+print(f"k3lite.mixers now: exp({mixers.LOG_DECAY_FLOOR:g} · sigmoid({mixers.DECAY_BIAS_INIT:g})) = {initial_decay:.3f} per token")
 print(f"{'pairs':<18}" + "".join(f"{p:>7}" for p in earlier["config"]["pairs"]))
 for mechanism, row in earlier_accuracies.items():
     print(f"{mechanism:<18}" + "".join(f"{a:7.2f}" for a in row))
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 6. Exercises
+# ## 8. Exercises
 #
 # ### Exercise 1: one step of KDA
 #
@@ -384,13 +623,11 @@ for mechanism, row in earlier_accuracies.items():
 # per key channel), `beta` a float. Return the new state.
 
 # %%
-from k3lite.exercises import ch06
-
-
 def kda_step(S, k, v, g, beta):
     raise NotImplementedError
 
 
+# %%
 ch06.check_kda_step(kda_step)
 
 
@@ -415,6 +652,7 @@ def per_channel_gate(num_steps, num_channels, switch_steps, long_channels):
     raise NotImplementedError
 
 
+# %%
 ch06.check_two_timescale_gate(per_channel_gate)
 
 
@@ -438,6 +676,13 @@ ch06.check_two_timescale_gate(per_channel_gate)
 # * KDA's $\mathrm{Diag}(\alpha_t)$ lets each key channel forget at its own pace. It contains DeltaNet
 #   ($g = 0$) and Gated DeltaNet (equal channels), so its best gate is never worse; on the
 #   two-timescale task it was strictly better, and the error splits channel group by channel group.
+# * The chunked WY/UT form carries over with the decay inside the key dot product,
+#   $A_{ri} = \beta_r \sum_d k_{r,d} k_{i,d} e^{G_{r,d} - G_{i,d}}$. Splitting that factor into
+#   $e^{G_r} e^{-G_i}$ overflows to NaN under strong gates; sub-chunk anchors (or halving, as in
+#   `k3lite.ops.kda`) and K3's bound of $-5$ per step keep every factor finite.
+# * The layer as built wraps the recurrence in short convolutions, L2-normalised q and k, a sigmoid β,
+#   a low-rank decay projection (Kimi Linear's unbounded softplus form, or K3's form bounded at $-5$)
+#   and a gated RMSNorm on the output.
 # * In a short MQAR training run on small models, the extra freedom did not pay: softmax attention
 #   recalled everything, and among the fixed-size memories linear attention held up best. Gates must
 #   be initialised to remember, and they take training to learn.
