@@ -16,6 +16,7 @@
 # delta update. That is the gated delta rule of Gated DeltaNet.
 
 # %% slideshow={"slide_type": "skip"}
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from k3lite import viz
+from k3lite.layers.kda_layer import KDALayer
 from k3lite.ops import delta_rule, gated_delta_rule
 from k3lite.runtime import seed_everything
 
@@ -37,8 +39,8 @@ torch.set_printoptions(precision=3)
 # random unit vectors. We store a set **A** of associations, then the context switches and we store a
 # set **B** of 8 new ones, with new keys. At the end we read every key back, $\hat v = S^\top k$, and
 # call a read *recalled* when the stored value closest in direction to $\hat v$ (among all values of A
-# and B) is the right one. We use $\beta = 0.5$ for every write, a typical value for a trained model's
-# write strength.
+# and B) is the right one. Every write uses $\beta = 0.5$, the middle of its range $(0, 1)$; section 4
+# repeats the experiment at $\beta = 0.3$ and $\beta = 1$.
 #
 # First the memory loop for one head, written for a batch of independent trials. It already takes a
 # log-decay `g` per token; for the plain delta rule we pass `g = 0` (a decay factor of 1).
@@ -167,8 +169,8 @@ def gated_delta_recurrent(q, k, v, g, beta, scale=None):
 # ### Checked against k3lite
 #
 # `k3lite.ops.gated_delta_rule` has the same recurrence (`recurrent`) and the chunked WY/UT form of
-# chapter 04 with the decay folded in (`chunked`). Random inputs at an awkward length (T = 37, not a
-# multiple of the chunk size 16), unit keys, gates anywhere in $[-3, 0]$:
+# chapter 04 with the decay folded in (`chunked`, derived in section 6). Random inputs at an awkward
+# length (T = 37, not a multiple of the chunk size 16), unit keys, gates anywhere in $[-3, 0]$:
 
 # %%
 generator = torch.Generator().manual_seed(1)
@@ -181,9 +183,9 @@ beta = torch.rand(B, T, H, generator=generator)
 
 
 def agreement(got, expected, tol):
-    """'agree within tol', or by how much they differ (the assert below would then fail too)."""
+    """Whether two results agree within `tol` (the raw gap changes in its last bits between machines)."""
     worst = (got - expected).abs().max().item()
-    return f"agree within {tol:.0e}" if worst < tol else f"DIFFER by {worst:.1e}"
+    return f"max |Δ| < {tol:.0e}: {worst < tol}"
 
 
 ours, our_state = gated_delta_recurrent(q, k, v, g, beta)
@@ -281,13 +283,14 @@ plt.show()
 # Unroll the decays. An association written at step $i$ and read at step $r \ge i$ has been
 # multiplied by every gate *after* its write:
 #
-# $$D_{r,i} = \prod_{j=i+1}^{r} \alpha_j = \exp\Big(\sum_{j=i+1}^{r} g_j\Big) = \exp(G_r - G_i),
+# $$\Gamma_{r,i} = \prod_{j=i+1}^{r} \alpha_j = \exp\Big(\sum_{j=i+1}^{r} g_j\Big) = \exp(G_r - G_i),
 # \qquad G_t = \sum_{j \le t} g_j .$$
 #
-# One prefix sum $G$ gives every entry; the chunked form of chapter 04 uses exactly this matrix
-# inside each chunk (with $G$ restarted at the chunk's start), multiplying the causal mask $M$ into
-# $D \odot M$. Taking the difference of log sums, never $e^{G_r} \cdot e^{-G_i}$, keeps it finite:
-# $G$ falls by 30 at one switch alone, and $e^{30}$ times a tiny number is how overflow starts.
+# One prefix sum $G$ gives every entry. (The letter is $\Gamma$ because $D$ is the head dimension in
+# chapters 02–04.) The chunked form of section 6 uses exactly this matrix inside each chunk, with $G$
+# restarted at the chunk's start; it is zero above the diagonal, so it also does the causal mask's job.
+# It is computed from the difference of the log sums, never as $e^{G_r} \cdot e^{-G_i}$: section 6
+# shows the overflow that the split runs into.
 #
 # The worked article in the seeds writes the product as $\alpha_x \alpha_{x+1} \cdots \alpha_{x+t}$,
 # starting at the writing step $x$. The recurrence says otherwise: the gate of step $x$ acts *before*
@@ -315,14 +318,19 @@ print(f"α_x ··· α_(x+t) (the seeds)   {from_write_step:.4f}")
 # too many. Now the whole matrix, for a gate that stays near 1 and drops once, at a switch at step 24:
 
 # %%
+def decay_matrix(g):
+    """Γ [T, T] for log-gates g [T]: Γ[r, i] = exp(G_r − G_i) for i ≤ r, 0 above the diagonal."""
+    G = torch.cumsum(g, dim=0)
+    below = torch.ones(len(g), len(g), dtype=torch.bool).tril()
+    return torch.exp((G[:, None] - G[None, :]).masked_fill(~below, float("-inf")))
+
+
 steps = 48
 g_switch = torch.full((steps,), -0.03)
 g_switch[24] = -4.0
-G = torch.cumsum(g_switch, dim=0)
-below = torch.ones(steps, steps, dtype=torch.bool).tril()
-decay = torch.exp((G[:, None] - G[None, :]).masked_fill(~below, float("-inf")))
-print(f"D[23, 0] = {decay[23, 0].item():.3f} (before the switch)   "
-      f"D[47, 0] = {decay[47, 0].item():.4f} (across it)   D[47, 24] = {decay[47, 24].item():.3f} (after it)")
+decay = decay_matrix(g_switch)
+print(f"Γ[23, 0] = {decay[23, 0].item():.3f} (before the switch)   "
+      f"Γ[47, 0] = {decay[47, 0].item():.4f} (across it)   Γ[47, 24] = {decay[47, 24].item():.3f} (after it)")
 
 fig, ax = plt.subplots(figsize=(5.6, 4.6))
 viz.heatmap(ax, decay, title="Cumulative decay exp(G_r − G_i)", xlabel="written at step i",
@@ -337,7 +345,132 @@ plt.show()
 # and read after it is dark. One gate, one step, one cut through the whole past.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 6. Exercises
+# ## 6. The chunked form with a gate
+#
+# Chapter 04 chunked DeltaNet by writing every state inside a chunk as the chunk's start state plus the
+# chunk's own writes. With a gate, each of those terms also carries its decay, and $\Gamma$ says how much.
+# Take one chunk with start state $S_0$ and tokens $r = 1, \dots, C$; restart the prefix sum there,
+# $G_r = \sum_{j=1}^{r} g_j$, so that $\Gamma_{ri} = \exp(G_r - G_i)$ for $i \le r$ is the chunk's block of
+# section 5's matrix. Call $u_r = \beta_r\big(v_r - (\alpha_r S_{r-1})^\top k_r\big)$ what token $r$ adds, so that
+# $S_r = \alpha_r S_{r-1} + k_r u_r^\top$. Unrolled over the chunk:
+#
+# $$ S_r = e^{G_r} S_0 + \sum_{i \le r} \Gamma_{ri}\, k_i u_i^\top . $$
+#
+# The memory that token $r$ corrects is the decayed one,
+# $\alpha_r S_{r-1} = e^{G_r} S_0 + \sum_{i<r} \Gamma_{ri}\, k_i u_i^\top$ (because $\alpha_r \Gamma_{r-1,i} = \Gamma_{ri}$).
+# Put it into the definition of $u_r$:
+#
+# $$ u_r + \sum_{i<r} \beta_r\, \Gamma_{ri}\, (k_r^\top k_i)\, u_i = \beta_r\big(v_r - e^{G_r} S_0^\top k_r\big). $$
+#
+# The gate is one number per token, so it multiplies the dot product $k_r^\top k_i$ from outside. With
+# $A = \mathrm{StrictTril}\big(\mathrm{Diag}(\beta)\,(KK^\top \odot \Gamma)\big)$ and $e^{G} \odot K$ for $K$ with row $r$
+# scaled by $e^{G_r}$, the whole chunk is again one unit lower-triangular system for $V'$, the $u_r$ stacked as rows:
+#
+# $$ (I + A)\, V' = \mathrm{Diag}(\beta)\big(V - (e^{G} \odot K)\, S_0\big), $$
+#
+# and with chapter 04's UT transform $T = (I + A)^{-1}$ it splits into the WY factors:
+#
+# $$ V' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U}
+#    \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,(e^{G} \odot K)}_{W}\; S_0 . $$
+#
+# Reading, $o_r = S_r^\top q_r$ (with $q$ already scaled), and the state handed to the next chunk follow from the
+# unrolled $S_r$:
+#
+# $$ O = (e^{G} \odot Q)\, S_0 + (QK^\top \odot \Gamma)\, V', \qquad
+#    S_C = e^{G_C} S_0 + \big(e^{G_C - G} \odot K\big)^\top V' . $$
+#
+# With $g = 0$, $\Gamma$ is the lower triangle of ones and $e^{G} = 1$: chapter 04's chunk, line by line. The only new
+# work is the $C \times C$ matrix $\Gamma$, multiplied into the two score matrices.
+#
+# On paper $\Gamma_{ri} = e^{G_r} \cdot e^{-G_i}$, which would make $QK^\top \odot \Gamma$ the plain product
+# $(e^{G} \odot Q)(e^{-G} \odot K)^\top$ and save the elementwise step. In floating point it does not work, because
+# $e^{-G_i}$ grows as the decay accumulates. float32 overflows above $e^{88.7}$:
+
+# %%
+largest = torch.finfo(torch.float32).max
+print(f"largest float32 {largest:.2e} = e^{math.log(largest):.2f}; "
+      f"exp(88) = {torch.exp(torch.tensor(88.0)).item():.2e}, exp(89) = {torch.exp(torch.tensor(89.0)).item()}")
+
+gentle = F.logsigmoid(torch.randn(4096, generator=torch.Generator().manual_seed(3)) + 4)  # the benchmark's GDN gates
+G_gentle = torch.cumsum(gentle, dim=0)
+first_inf = torch.isinf(torch.exp(-G_gentle)).nonzero()[0].item()
+print(f"g = logsigmoid(randn + 4), mean decay per token {torch.exp(gentle).mean().item():.3f}: "
+      f"G after 4096 tokens = {G_gentle[-1].item():.1f}; exp(-G_i) is inf from token {first_inf} on")
+
+floor = inspect.signature(KDALayer).parameters["gate_lower_bound"].default
+strong = torch.full((64,), floor)       # every token at K3's lower bound on a gate, one 64-token chunk
+G_strong = torch.cumsum(strong, dim=0)
+split = torch.exp(G_strong)[:, None] * torch.exp(-G_strong)[None, :]
+lower = torch.ones(64, 64, dtype=torch.bool).tril()
+print(f"K3's gate floor (k3lite.layers.kda_layer): {floor}")
+print(f"g = {floor} per token, one chunk of 64: G_64 = {G_strong[-1].item():.0f}; split e^G_r · e^-G_i: "
+      f"{(~torch.isfinite(split[lower])).sum().item()} of {lower.sum().item()} entries inf or nan; "
+      f"difference exp(G_r - G_i) all finite: {torch.isfinite(decay_matrix(strong)[lower]).all().item()}")
+
+# %% [markdown]
+# Restarting $G$ at every chunk is not enough on its own: with gates as strong as K3's lower bound of $-5$ per token
+# (chapter 06), a single 64-token chunk reaches $G = -320$, and $e^{G_r} \to 0$ times $e^{-G_i} \to \infty$ gives
+# nan. The difference $G_r - G_i \le 0$ is always safe, so $\Gamma$ is formed from differences, as `decay_matrix`
+# does. (For Gated DeltaNet that costs nothing: $\Gamma$ is one $C \times C$ matrix per chunk. Chapter 06's
+# per-channel gate puts the decay *inside* the sum over key channels, which is where the split becomes tempting
+# and the field uses sub-chunk anchors instead.)
+#
+# The chunked form for one head, `q, k [T, K]`, `v [T, V]`, `g, beta [T]`, each line one equation above:
+
+# %%
+def gated_delta_chunked(q, k, v, g, beta, chunk_size, scale=None):
+    """Gated DeltaNet for one head in chunks: chapter 04's WY/UT form with the decay matrix Γ folded in."""
+    scale = k.shape[1] ** -0.5 if scale is None else scale
+    S = torch.zeros(k.shape[1], v.shape[1])
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        q_c, k_c, v_c, g_c, b_c = (x[start:start + chunk_size] for x in (scale * q, k, v, g, beta))
+        G, gamma = torch.cumsum(g_c, dim=0), decay_matrix(g_c)          # restarted at the chunk's start
+        A = torch.tril(b_c[:, None] * (k_c @ k_c.T) * gamma, diagonal=-1)
+        eye = torch.eye(len(A))
+        ut = torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True)  # T = (I + A)^-1
+        W = ut @ (b_c[:, None] * torch.exp(G)[:, None] * k_c)          # how the start state enters V'
+        U = ut @ (b_c[:, None] * v_c)                                   # how the values enter V'
+        corrected = U - W @ S                                           # the only state-dependent step
+        outputs.append(torch.exp(G)[:, None] * (q_c @ S) + ((q_c @ k_c.T) * gamma) @ corrected)
+        S = torch.exp(G[-1]) * S + (torch.exp(G[-1] - G)[:, None] * k_c).T @ corrected
+    return torch.cat(outputs), S
+
+
+def every_head(fn, q, k, v, g, beta, **kwargs):
+    """Run a one-head function over [B, T, H, *] inputs; stack to o [B, T, H, V] and S [B, H, K, V]."""
+    runs = [[fn(q[b, :, h], k[b, :, h], v[b, :, h], g[b, :, h], beta[b, :, h], **kwargs)
+             for h in range(q.shape[2])] for b in range(q.shape[0])]
+    o = torch.stack([torch.stack([o_h for o_h, _ in heads], dim=1) for heads in runs])
+    S = torch.stack([torch.stack([s_h for _, s_h in heads]) for heads in runs])
+    return o, S
+
+
+# %% [markdown]
+# Checked on section 3's inputs (T = 37, gates in $[-3, 0]$) against our token loop `gated_delta_recurrent` and
+# `k3lite.ops.gated_delta_rule.chunked`, for chunk sizes that do and do not divide $T$, and on a longer sequence
+# with every gate at $-5$ in 64-token chunks, where the split would have produced nan:
+
+# %%
+library, library_state = gated_delta_rule.chunked(q, k, v, g, beta, chunk_size=16, backend="torch")
+for chunk_size in (1, 5, 16, 37):
+    o_chunks, S_chunks = every_head(gated_delta_chunked, q, k, v, g, beta, chunk_size=chunk_size)
+    print(f"C={chunk_size:>2}: vs our token loop: output {agreement(o_chunks, ours, 1e-5)}, "
+          f"state {agreement(S_chunks, our_state, 1e-5)};  "
+          f"vs k3lite chunked: output {agreement(o_chunks, library, 1e-5)}")
+
+generator = torch.Generator().manual_seed(4)
+q_long = torch.randn(1, 200, 2, K, generator=generator)
+k_long = F.normalize(torch.randn(1, 200, 2, K, generator=generator), dim=-1)
+v_long, beta_long = torch.randn(1, 200, 2, V, generator=generator), torch.rand(1, 200, 2, generator=generator)
+g_long = torch.full((1, 200, 2), floor)
+o_long, _ = every_head(gated_delta_chunked, q_long, k_long, v_long, g_long, beta_long, chunk_size=64)
+o_long_loop, _ = gated_delta_recurrent(q_long, k_long, v_long, g_long, beta_long)
+print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().item()}, "
+      f"vs token loop {agreement(o_long, o_long_loop, 1e-5)}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 7. Exercises
 #
 # ### Exercise 1: one step of the gated delta rule
 #
@@ -352,42 +485,45 @@ def gated_delta_step(S, k, v, g, beta):
     raise NotImplementedError
 
 
+# %%
 ch05.check_gated_delta_step(gated_delta_step)
 
 
 # %% tags=["hide-input"]
 # Solution
-def gated_delta_step(S, k, v, g, beta):
+def gated_delta_step_solution(S, k, v, g, beta):
     S = math.exp(g) * S                          # forget first
     return S + beta * torch.outer(k, v - S.T @ k)  # then correct the answer under k
 
 
-ch05.check_gated_delta_step(gated_delta_step)
+ch05.check_gated_delta_step(gated_delta_step_solution)
 
 # %% [markdown]
 # ### Exercise 2: the decay matrix
 #
-# Write `cumulative_decay(g)` for a 1-D tensor of log-gates `g [T]`: return `D [T, T]` with
-# `D[r, i]` the factor an association written at step `i` carries when read at step `r`, and 0 where
-# `i > r`. It must stay finite when one gate is −1000 (a full wipe).
+# Write `cumulative_decay(g)` for a 1-D tensor of log-gates `g [T]`: return `Γ [T, T]` (call it `gamma`) with
+# `gamma[r, i]` the factor an association written at step `i` carries when read at step `r`, and 0 where
+# `i > r`. It must stay finite when one gate is −1000 (a full wipe). Write it yourself rather than calling
+# section 5's `decay_matrix`.
 
 # %%
 def cumulative_decay(g):
     raise NotImplementedError
 
 
+# %%
 ch05.check_cumulative_decay(cumulative_decay)
 
 
 # %% tags=["hide-input"]
 # Solution
-def cumulative_decay(g):
+def cumulative_decay_solution(g):
     G = torch.cumsum(g, dim=0)
     lower = torch.ones(len(g), len(g), dtype=torch.bool).tril()
     return torch.exp((G[:, None] - G[None, :]).masked_fill(~lower, float("-inf")))
 
 
-ch05.check_cumulative_decay(cumulative_decay)
+ch05.check_cumulative_decay(cumulative_decay_solution)
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw
@@ -397,6 +533,9 @@ ch05.check_cumulative_decay(cumulative_decay)
 # * A scalar decay per token, applied before the delta correction, lets the model clear the memory
 #   ($\alpha \to 0$) or keep it ($\alpha = 1$) token by token: $S_t = (I - \beta_t k_t k_t^\top)\alpha_t S_{t-1} + \beta_t k_t v_t^\top$.
 # * The decays compose as a prefix sum of log-gates; a write at $i$ read at $r$ carries
-#   $\exp(G_r - G_i)$, which the chunked form computes as a matrix per chunk.
+#   $\Gamma_{ri} = \exp(G_r - G_i)$, formed from the difference of log sums (the split $e^{G_r} e^{-G_i}$ overflows).
+# * Chapter 04's chunked form carries over with $\Gamma$ folded in:
+#   $A = \mathrm{StrictTril}(\mathrm{Diag}(\beta)(KK^\top \odot \Gamma))$, $W = T\,\mathrm{Diag}(\beta)(e^{G} \odot K)$,
+#   $O = (e^{G} \odot Q)S_0 + (QK^\top \odot \Gamma)V'$, checked against `k3lite.ops.gated_delta_rule.chunked`.
 # * What a scalar gate cannot do is keep *some* of the past: it decays every association alike.
 #   Chapter 06 gives each key channel its own gate (KDA).

@@ -19,7 +19,7 @@ def reference_gated_delta_step(state, k, v, g, beta):
 
 
 def reference_cumulative_decay(g):
-    """``D[r, i] = exp(g[i+1] + ... + g[r])`` for i <= r, 0 above the diagonal."""
+    """``Γ[r, i] = exp(g[i+1] + ... + g[r])`` for i <= r, 0 above the diagonal."""
     G = torch.cumsum(g, dim=0)
     diff = G[:, None] - G[None, :]
     lower = torch.ones(len(g), len(g), dtype=torch.bool).tril()
@@ -71,7 +71,7 @@ def check_gated_delta_step(gated_delta_step) -> bool:
 
 
 def check_cumulative_decay(cumulative_decay) -> bool:
-    """``cumulative_decay(g [T]) -> D [T, T]`` with ``D[r, i]`` the factor from a write at i to a read at r."""
+    """``cumulative_decay(g [T]) -> Γ [T, T]`` with ``Γ[r, i]`` the factor from a write at i to a read at r."""
 
     def check():
         generator = torch.Generator().manual_seed(6)
@@ -93,6 +93,6 @@ def check_cumulative_decay(cumulative_decay) -> bool:
                 raise ExerciseFailed("you also multiply by the gate of the writing step i. That gate acts "
                                      "before k_i v_iᵀ is added, so the product runs over steps i+1 … r.")
             expect_close(got, expected, what=f"decay matrix for T={len(g)}", atol=1e-9,
-                         hint="D[r, i] = exp(G_r − G_i) with G = cumsum(g); the diagonal is 1.")
+                         hint="Γ[r, i] = exp(G_r − G_i) with G = cumsum(g); the diagonal is 1.")
 
     return attempt("Cumulative decay", check)
