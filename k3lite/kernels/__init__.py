@@ -106,12 +106,13 @@ class _Chunked(torch.autograd.Function):
         h0 = initial_state.float().contiguous() if initial_state is not None else None
         o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True)
         ctx.kind, ctx.scale, ctx.backward_kind = kind, scale, backward
-        ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"])
+        ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["aqk"],
+                              kept["ai"])
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_state):
-        q, k, v, g, beta, h0, h, v_new = ctx.saved_tensors
+        q, k, v, g, beta, h0, h, v_new, G, aqk, ai = ctx.saved_tensors
         needs = ctx.needs_input_grad[3:]
         if ctx.backward_kind == "hybrid":
             # Sequential part in Triton, chunk-parallel parts through PyTorch autograd (see chunk_bwd.py).
@@ -124,7 +125,8 @@ class _Chunked(torch.autograd.Function):
             from .chunk_bwd_triton import chunk_backward
 
             args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
-            grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, h, v_new, d_o, d_state)
+            kept = {"h": h, "vn": v_new, "G": G, "aqk": aqk, "ai": ai}
+            grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
         result = [None, None, None]
         for grad, x, need in zip(grads, (q, k, v, g, beta, h0), needs):
             result.append(grad.to(x.dtype) if need and grad is not None else None)

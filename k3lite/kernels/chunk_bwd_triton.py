@@ -4,8 +4,8 @@ Forward recap (chunk_fwd.py), per chunk of BT tokens, G the chunk-local cumulati
     X_w = diag(beta) exp(G) K,  X_u = diag(beta) V,  Ai = (I + Akk)^-1,  W = Ai X_w,  U = Ai X_u
     V'  = U - W h_c,   O = scale (exp(G) Q) h_c + Aqk V',   h_{c+1} = diag(exp(G_C)) h_c + K_dec^T V'
     K_dec = exp(G_C - G) K,  Aqk = scale tril(Q K^T (.) decay),  Akk = diag(beta) strict_tril(K K^T (.) decay)
-Stages 1-4 of the forward (G, Aqk, Akk, Ai, W, U, K_dec) are recomputed with the forward's kernels; the
-forward keeps h_c and V'. Backward stages, one kernel each (dX is the float32 gradient of X):
+The forward keeps G, Aqk, Ai, h_c and V'; W and K_dec are recomputed from Ai (forward stage 4).
+Backward stages, one kernel each (dX is the float32 gradient of X):
   1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
   2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
                          D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0)
@@ -13,7 +13,8 @@ forward keeps h_c and V'. Backward stages, one kernel each (dX is the float32 gr
                          dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
                          dAi = dV' X_u^T + dW X_w^T;  dAkk = -Ai^T dAi Ai^T on the strict lower triangle
-  5. _bwd_intra          dAqk, dAkk through the decayed products into dq, dk, dG, dbeta (anchored decays)
+  5. _bwd_intra          dAqk, dAkk through the decayed products into dq, dk, dG, dbeta (per-channel gate:
+                         anchored decays, 16-row sub-blocks); _bwd_intra_dense for no gate or one per head
   6. _bwd_gate_cumsum    dg = reverse chunk-local cumulative sum of dG (summed over channels for one gate per head)
 Gates are handled per channel throughout (a scalar gate is broadcast over K); without a gate G = 0.
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
@@ -27,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _tile, _vec,
-                        chunk_prepare, dot_precision)
+                        dot_precision, wy_factors)
 
 
 @triton.jit
@@ -331,6 +332,57 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
 
 
 @triton.jit
+def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
+                     H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr,
+                     DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Stage 5 for gate kinds 0 and 1 (no gate, one gate per head): the decay exp(G_r - G_c) is a scalar
+    # per (r, c), so it goes onto the [BT, BT] gradients once, dA = scale dAqk (.) decay, dB = dAkk (.) decay,
+    # and per key block:  dq = dA K,  dkr = dB K,  dkc = dA^T Q + (diag(beta) dB)^T K,
+    # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc (as in _bwd_intra).
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    kbase = (i_b * T * H + i_h) * K
+    a_base = (i_b * T * H + i_h) * BT
+    rows = tl.arange(0, BT)
+    d_a = tl.where(rows[:, None] >= rows[None, :], _load_f32(daqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT),
+                   0.0)
+    d_b = tl.zeros([BT, BT], dtype=tl.float32)
+    b_beta = tl.zeros([BT], dtype=tl.float32)
+    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    if DELTA:
+        d_b = tl.where(rows[:, None] > rows[None, :], _load_f32(dakk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT),
+                       0.0)
+        b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    if GATE == 1:
+        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        b_g = tl.load(p_g, mask=m_g, other=0.0)
+        decay = tl.exp(tl.minimum(b_g[:, None] - b_g[None, :], 0.0))
+        d_a = d_a * decay
+        d_b = d_b * decay
+    d_bb = d_b * b_beta[:, None]
+    d_beta = tl.zeros([BT], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        b_q = _load_f32(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        dq = tl.dot(d_a, b_k, input_precision=DOT_PRECISION)
+        dkr = tl.dot(d_b, b_k, input_precision=DOT_PRECISION)
+        dkc = tl.dot(tl.trans(d_a), b_q, input_precision=DOT_PRECISION)
+        dkc += tl.dot(tl.trans(d_bb), b_k, input_precision=DOT_PRECISION)
+        p_dq, m_dq = _tile(dq_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
+        p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dkc + b_beta[:, None] * dkr, mask=m_dk)
+        d_beta += tl.sum(b_k * dkr, axis=1)
+        if GATE == 1:
+            p_dg, m_dg = _tile(dg_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            dg = b_q * dq + b_k * (b_beta[:, None] * dkr - dkc)
+            tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + dg, mask=m_dg)
+    if DELTA:
+        p_db, m_db = _vec(dbeta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
+
+
+@triton.jit
 def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                      PER_CHANNEL: tl.constexpr):
     # Stage 6: G_r = sum_{s <= r} g_s within the chunk, so dg_s = sum_{r >= s} dG_r (reverse cumulative sum);
@@ -351,11 +403,11 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
         tl.store(p_o, tl.sum(acc, axis=0) - tl.cumsum(acc, axis=0) + acc, mask=m_o)
 
 
-def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, h, v_new, d_o, d_state):
+def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_state):
     """Gradients (dq, dk, dv, dg, dbeta, d initial_state), float32, None where an input is absent.
 
-    q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; h [B,NT,H,K,V] and v_new [B,T,H,V] as the forward
-    kept them; d_o like v; d_state [B,H,K,V] or None.
+    q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; kept: the forward's intermediates (chunk_forward
+    with keep_intermediates): G, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
     """
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
@@ -367,8 +419,10 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, h, v_new, d_o, 
     dev, prec, warps = q.device, dot_precision(q.dtype), 4
     f32 = dict(device=dev, dtype=torch.float32)
 
-    parts = chunk_prepare(kind, q, k, v, g, beta, scale)
-    G = parts["G"]
+    G, h, v_new = kept["G"], kept["h"], kept["vn"]
+    parts = {"aqk": kept["aqk"], "ai": kept["ai"], "kd": k}
+    if delta:
+        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, beta, kept["ai"])
     if gate == 1:
         G = G.unsqueeze(-1).expand(B, T, H, K).contiguous()  # the kernels treat every gate per channel
     g_arg = G if G is not None else q
@@ -403,9 +457,13 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, h, v_new, d_o, 
     if delta:
         _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG, dbeta, dakk, T, H, K, V, BT, BKb,
                              BV, gated, prec, SOLVE_PRECISION, num_warps=warps)
-    _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
-                                         dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
-                                         num_warps=warps)
+    if gate == 2:
+        _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
+                                             dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
+                                             num_warps=warps)
+    else:
+        _bwd_intra_dense[(NT, B * H)](q, k, kept["G"] if gate else q, beta_arg, daqk, dakk, dq, dk, dG,
+                                      dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, num_warps=warps)
     dg = None
     if gated:
         dg = torch.empty(g.shape, **f32)

@@ -437,18 +437,29 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     if delta:
         ai = torch.empty_like(akk)
         _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, num_warps=warps)
-        w = torch.empty_like(k)
-        u = torch.empty_like(v)
-        kd = torch.empty_like(k) if gate else k
-        _wy_factors[(NT, B * H)](k, v, g_arg, beta_arg, ai, w, u, kd, T, H, K, V, BT, min(BK, 64), BV, gate,
-                                 prec, num_warps=warps)
+        w, u, kd = wy_factors(kind, k, v, G, beta, ai)
         parts.update(akk=akk, ai=ai, w=w, u=u, kd=kd)
     return parts
 
 
+def wy_factors(kind, k, v, G, beta, ai):
+    """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai)."""
+    gate = GATE_OF_KIND[kind]
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    BK, BV = _block(K), min(64, _block(V))
+    NT = triton.cdiv(T, CHUNK)
+    w = torch.empty_like(k)
+    u = torch.empty_like(v)
+    kd = torch.empty_like(k) if gate else k
+    _wy_factors[(NT, B * H)](k, v, G if G is not None else k, beta, ai, w, u, kd, T, H, K, V, CHUNK, min(BK, 64),
+                             BV, gate, dot_precision(k.dtype), num_warps=4)
+    return w, u, kd
+
+
 def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
     """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
-    (float32) and, when asked, the intermediates the backward pass reuses (G, h, V')."""
+    (float32) and, when asked, the intermediates the backward pass reuses (G, h, V', Aqk, Ai)."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -477,5 +488,5 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     _chunk_output[(triton.cdiv(V, BV), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                    min(BK, 64), BV, gate, prec, num_warps=warps)
     if keep_intermediates:
-        return o, ht, {"G": G, "h": h, "vn": vn, "aqk": aqk}
+        return o, ht, {"G": G, "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
     return o, ht
