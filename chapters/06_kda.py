@@ -386,7 +386,8 @@ for name, g_long in strong_gates.items():
 
 # %% [markdown]
 # Where the split fails it fails completely: $e^{-G_i}$ overflows to `inf`, $e^{G_r}$ underflows to 0,
-# and $0 \cdot \infty$ is NaN, which then spreads through the triangular solve to the whole chunk. The
+# and $0 \cdot \infty$ is NaN, which spreads through the triangular solve to the whole chunk and, through
+# the state, to every later one. The
 # segment-sum table never exponentiates a positive number and agrees with the recurrence, at the price
 # of a $C \times C \times K$ table per chunk. Production kernels keep the matrix products instead:
 # they cut a 64-token chunk into sub-chunks of 16 and factor each pair through a sub-chunk anchor so
