@@ -525,6 +525,37 @@ def cumulative_decay_solution(g):
 
 ch05.check_cumulative_decay(cumulative_decay_solution)
 
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3: one chunk of Gated DeltaNet
+#
+# Write `gated_delta_chunk(q, k, v, g, beta, state)` for one chunk of one head: `q, k [C, K]`, `v [C, V]`,
+# `g, beta [C]`, `state [K, V]` (the state the chunk starts from), no query scale. Return `(o [C, V], new_state [K, V])`
+# with section 6's matrix products, no loop over the tokens. The checker also runs a chunk of 32 tokens with
+# $g = -30$ at every token, where splitting $\Gamma$ into $e^{G_r} \cdot e^{-G_i}$ overflows even in float64.
+
+# %%
+def gated_delta_chunk(q, k, v, g, beta, state):
+    raise NotImplementedError
+
+
+# %%
+ch05.check_gated_delta_chunk(gated_delta_chunk)
+
+
+# %% tags=["hide-input"]
+# Solution: section 6's equations, for one chunk.
+def gated_delta_chunk_solution(q, k, v, g, beta, state):
+    G, gamma = torch.cumsum(g, dim=0), cumulative_decay_solution(g)
+    eye = torch.eye(len(g), dtype=q.dtype)
+    ut = torch.linalg.solve_triangular(eye + torch.tril(beta[:, None] * (k @ k.T) * gamma, diagonal=-1), eye,
+                                       upper=False, unitriangular=True)
+    corrected = ut @ (beta[:, None] * v) - ut @ (beta[:, None] * torch.exp(G)[:, None] * k) @ state
+    o = torch.exp(G)[:, None] * (q @ state) + ((q @ k.T) * gamma) @ corrected
+    return o, torch.exp(G[-1]) * state + (torch.exp(G[-1] - G)[:, None] * k).T @ corrected
+
+
+ch05.check_gated_delta_chunk(gated_delta_chunk_solution)
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw
 #

@@ -89,6 +89,40 @@ def test_ch05_decay_rejects_wrong_answers(wrong, hint):
         ch05.check_cumulative_decay(wrong)
 
 
+def gated_delta_chunk(q, k, v, g, beta, state, *, split_gamma=False, undecayed_writes=False,
+                      ungated_a=False, undecayed_read=False):
+    """One chunk in the WY/UT form; each keyword switches on one typical mistake."""
+    G = torch.cumsum(g, dim=0)
+    gamma = torch.tril(torch.exp(G)[:, None] * torch.exp(-G)[None, :]) if split_gamma else cumulative_decay(g)
+    eye = torch.eye(len(g), dtype=q.dtype)
+    a = torch.tril(beta[:, None] * (k @ k.T) * (1.0 if ungated_a else gamma), diagonal=-1)
+    ut = torch.linalg.solve_triangular(eye + a, eye, upper=False, unitriangular=True)
+    corrected = ut @ (beta[:, None] * v) - ut @ (beta[:, None] * torch.exp(G)[:, None] * k) @ state
+    o = (1.0 if undecayed_read else torch.exp(G)[:, None]) * (q @ state) + ((q @ k.T) * gamma) @ corrected
+    to_end = 1.0 if undecayed_writes else torch.exp(G[-1] - G)[:, None]
+    return o, torch.exp(G[-1]) * state + (to_end * k).T @ corrected
+
+
+def test_ch05_chunk_accepts_the_solution(capsys):
+    assert ch05.check_gated_delta_chunk(gated_delta_chunk) is True
+    assert "correct" in capsys.readouterr().out
+
+
+def test_ch05_chunk_not_attempted():
+    assert ch05.check_gated_delta_chunk(not_attempted) is False
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    ("split_gamma", "inf or nan"),
+    ("undecayed_writes", "undecayed"),
+    ("ungated_a", "state after the chunk"),
+    ("undecayed_read", "outputs of the chunk"),
+])
+def test_ch05_chunk_rejects_wrong_answers(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch05.check_gated_delta_chunk(lambda *args: gated_delta_chunk(*args, **{mistake: True}))
+
+
 # ---------------------------------------------------------------- chapter 06
 
 def kda_step(S, k, v, g, beta):

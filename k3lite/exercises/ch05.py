@@ -2,6 +2,7 @@
 
 * :func:`check_gated_delta_step` - one token of the gated delta rule for one head.
 * :func:`check_cumulative_decay` - the matrix of decays between a write at i and a read at r.
+* :func:`check_gated_delta_chunk` - one chunk of Gated DeltaNet in the WY/UT form, from a given state.
 """
 
 from __future__ import annotations
@@ -96,3 +97,66 @@ def check_cumulative_decay(cumulative_decay) -> bool:
                          hint="Γ[r, i] = exp(G_r − G_i) with G = cumsum(g); the diagonal is 1.")
 
     return attempt("Cumulative decay", check)
+
+
+def _chunk_by_tokens(q, k, v, g, beta, state):
+    """The definition, token by token from ``state``: o_t = S_tᵀ q_t (no scale)."""
+    outputs = []
+    for t in range(q.shape[0]):
+        state = reference_gated_delta_step(state, k[t], v[t], g[t], beta[t])
+        outputs.append(state.T @ q[t])
+    return torch.stack(outputs), state
+
+
+def _chunk_cases():
+    """(name, q, k, v, g, beta, state): mild gates, no gate, and a wipe at every token (G reaches -960)."""
+    generator = torch.Generator().manual_seed(7)
+    cases = []
+    for name, chunk, gate in (("mild gates", 6, None), ("g = 0", 5, 0.0), ("g = -30 at every token", 32, -30.0)):
+        q = torch.randn(chunk, 4, generator=generator, dtype=torch.float64)
+        k = torch.nn.functional.normalize(torch.randn(chunk, 4, generator=generator, dtype=torch.float64), dim=-1)
+        v = torch.randn(chunk, 3, generator=generator, dtype=torch.float64)
+        g = -torch.rand(chunk, generator=generator, dtype=torch.float64) if gate is None \
+            else torch.full((chunk,), gate, dtype=torch.float64)
+        beta = torch.rand(chunk, generator=generator, dtype=torch.float64)
+        state = torch.randn(4, 3, generator=generator, dtype=torch.float64)
+        cases.append((name, q, k, v, g, beta, state))
+    return cases
+
+
+def _chunk_without_decay_to_end(q, k, v, g, beta, state):
+    """The WY/UT chunk with one mistake: the writes reach the new state undecayed."""
+    G = torch.cumsum(g, dim=0)
+    gamma = reference_cumulative_decay(g)
+    identity = torch.eye(len(g), dtype=q.dtype)
+    ut = torch.linalg.inv(identity + torch.tril(beta[:, None] * (k @ k.T) * gamma, diagonal=-1))
+    corrected = ut @ (beta[:, None] * v) - ut @ (beta[:, None] * torch.exp(G)[:, None] * k) @ state
+    return torch.exp(G[-1]) * state + k.T @ corrected
+
+
+def check_gated_delta_chunk(gated_delta_chunk) -> bool:
+    """``gated_delta_chunk(q [C,K], k [C,K], v [C,V], g [C], beta [C], state [K,V]) -> (o [C,V], new state [K,V])``.
+
+    No scale on q: ``o_t = S_tᵀ q_t`` as in the token-by-token recurrence.
+    """
+
+    def check():
+        for name, q, k, v, g, beta, state in _chunk_cases():
+            expected_o, expected_state = _chunk_by_tokens(q, k, v, g, beta, state)
+            got_o, got_state = gated_delta_chunk(q, k, v, g.clone(), beta, state.clone())
+            got_o, got_state = (torch.as_tensor(x, dtype=torch.float64) for x in (got_o, got_state))
+            if not (torch.isfinite(got_o).all() and torch.isfinite(got_state).all()):
+                raise ExerciseFailed(f"{name}: inf or nan in your result. Form Γ from differences, "
+                                     "exp(G_r − G_i) with i > r masked before exp, never exp(G_r)·exp(−G_i).")
+            if name == "mild gates" and got_state.shape == expected_state.shape \
+                    and torch.allclose(got_state, _chunk_without_decay_to_end(q, k, v, g, beta, state)):
+                raise ExerciseFailed("the new state adds each write undecayed: a write at i reaches the chunk's end "
+                                     "multiplied by exp(G_C − G_i), so S_C = e^{G_C} S_0 + (e^{G_C − G} ⊙ K)ᵀ V'.")
+            expect_close(got_state, expected_state, what=f"{name}: state after the chunk", atol=1e-8,
+                         hint="V' = U − W S_0 with A = StrictTril(Diag(β)(K Kᵀ ⊙ Γ)), T = (I + A)⁻¹, "
+                              "W = T Diag(β)(e^G ⊙ K), U = T Diag(β) V.")
+            expect_close(got_o, expected_o, what=f"{name}: outputs of the chunk", atol=1e-8,
+                         hint="O = (e^G ⊙ Q) S_0 + (Q Kᵀ ⊙ Γ) V': the incoming state is read decayed, "
+                              "and Γ (zero above the diagonal) masks the scores.")
+
+    return attempt("One chunk of Gated DeltaNet", check)
