@@ -49,7 +49,7 @@ spread = (ratios[0][1] - ratios[-1][1]) / ratios[-1][1]
 print(f"largest over smallest: {spread:.1%} apart")
 
 # %% [markdown]
-# The seeds' 22,580 comes from the rounded numbers: 2.8 trillion divided by a GPT-2 of
+# The article's 22,580 comes from the rounded numbers: 2.8 trillion divided by a GPT-2 of
 # exactly 124 million gives 22,580.6. With GPT-2's exact size the same 2.8e12 gives 22,500.8, and
 # K3's total as configured (about 2.78e12) gives 22,336.0. The three readings are 1.1% apart: the
 # headline is right to about one percent, and its five significant figures are not meaningful.
@@ -216,7 +216,7 @@ ch00.check_lineage(match)
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2: the GPT-2 behind 22,580
 #
-# Taking the seeds' 2.8e12 for K3, what GPT-2 parameter count makes the ratio exactly 22,580?
+# Taking the article's 2.8e12 for K3, what GPT-2 parameter count makes the ratio exactly 22,580?
 # Return that count as a number (an int or a float; the checker accepts it to within one
 # parameter), then compare it with GPT-2 small's exact 124,439,808.
 
