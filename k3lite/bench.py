@@ -336,8 +336,9 @@ def main(argv=None):
                         else "median of 2 wall-clock runs after one warm-up (CPU, Triton interpreter)",
                         "inputs": "L2-normalized keys, beta = sigmoid(randn), GDN g = logsigmoid(randn + 4), "
                                   "KDA g = -5 sigmoid(randn - 2); fwd+bwd = forward + autograd.grad of all inputs",
-                        "backward_note": "k3lite chunked backward: Triton reverse state pass + PyTorch autograd of the "
-                                         "chunk-parallel parts (kernels/chunk_bwd.py); not a complete Triton backward"},
+                        "backward_note": "k3lite chunked backward: all stages Triton (kernels/chunk_bwd_triton.py) by "
+                                         "default; backward='hybrid' is the earlier Triton state pass + PyTorch "
+                                         "autograd (kernels/chunk_bwd.py)"},
                "chunked": [], "decode": [], "situ": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
 
