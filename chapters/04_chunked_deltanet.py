@@ -454,8 +454,8 @@ else:
 # At that length SDPA's forward (0.987 ms and 1.005 ms in the two rows) is *faster* than k3lite's Triton forward of
 # Gated DeltaNet (1.380 ms, measured on an earlier version of the kernel, as printed) and of KDA (2.066 ms); fla's
 # kernels take 1.154 ms and 0.994 ms. With the backward
-# pass, KDA in k3lite takes 126.338 ms, 25.1× fla's 5.034 ms: k3lite's backward is only partly a Triton kernel
-# (the file's note, printed above), so that row measures the course code's missing kernel, not the algorithm.
+# pass, KDA in k3lite took 126.338 ms, 25.1× fla's 5.034 ms: the backward measured then was only partly a Triton
+# kernel (the file's note, printed above), so that row measures a missing kernel, not the algorithm.
 # This chapter's own mechanisms, DeltaNet and linear attention, and the longer sequences where a cost linear in
 # $T$ would have to overtake SDPA's $T^2$, were not measured: the GPU time ran out (the last line above). Whether
 # and where the chunked forms overtake SDPA is therefore not something this table answers.
