@@ -7,7 +7,9 @@ example (B=1, H=4, K=V=64, T=4096). Each form runs ``--repeats`` times, alternat
 are reported, in wall-clock and in CPU time of this process (steadier when others share the
 machine); the chunked result is also compared with the recurrent one, so a fast wrong answer
 shows. One thread by default: on a shared machine, intra-op threads wait on each other and the
-token loop (thousands of tiny operations) suffers most, which would flatter the chunked form.
+token loop (thousands of tiny operations) suffers most, which would flatter the chunked form. The
+committed JSON is a run on a quiet 2-core machine with ``--threads 2`` (both cores, as a learner's
+laptop would use them); the one-thread run is the conservative number.
 """
 
 from __future__ import annotations
