@@ -23,6 +23,9 @@ def execute(stem: str) -> float:
     if not source.exists():
         raise SystemExit(f"no chapter source {source}")
     env = dict(os.environ, K3LITE_PROFILE="small", PYTHONHASHSEED="0")
+    # the same CPU code paths as make test (see the Makefile)
+    env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+    env.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "jupytext", "--sync", "--set-kernel", "python3", "--execute", str(source)],
                    check=True, env=env, cwd=CHAPTERS_DIR)

@@ -22,6 +22,8 @@ from bookinfo import CHAPTERS_DIR, load_book  # noqa: E402
 def time_chapter(stem: str) -> float:
     notebook = nbformat.read(CHAPTERS_DIR / f"{stem}.ipynb", as_version=4)
     os.environ["K3LITE_PROFILE"] = "small"
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+    os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
     client = NotebookClient(notebook, timeout=1200, kernel_name="python3",
                             resources={"metadata": {"path": str(CHAPTERS_DIR)}})
     start = time.perf_counter()
