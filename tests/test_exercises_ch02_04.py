@@ -90,6 +90,9 @@ def test_ch02_chunked_right_and_wrong():
     with pytest.raises(ExerciseFailed, match="chunk_size=1"):
         ch02.check_chunked(forgets_the_state)
 
+    with pytest.raises(ExerciseFailed, match="outputs o"):
+        ch02.check_chunked(lambda q, k, v, c: (_chunked_right(q, k, v, c), torch.zeros(q.shape[1], v.shape[1])))
+
 
 # ------------------------------------------------------------------------------------------- chapter 03
 

@@ -119,6 +119,8 @@ def check_chunked(chunked) -> bool:
         expected = _recurrent_reference(q, k, v)
         for chunk_size in (1, 3, 4, 12):
             got = chunked(q, k, v, chunk_size)
+            if isinstance(got, (tuple, list)):
+                raise ExerciseFailed("chunked returned a tuple: return the outputs o [T, V] only, not the state.")
             if torch.as_tensor(got).shape == expected.shape:
                 diff = torch.as_tensor(got, dtype=torch.float64) - expected
                 own_token = (q * k).sum(-1, keepdim=True) * v
