@@ -11,6 +11,7 @@ else from k3lite), so it depends on torch only.
 
 from __future__ import annotations
 
+import math
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -63,7 +64,19 @@ def check_qkv(q, k, v, *, time_axis: bool = True) -> Dims:
             raise ValueError(f"q, k, v need at least one token (T >= 1), got shape {tuple(q.shape)}")
     else:
         (B, H, K), T = q.shape, None
+    if K == 0 or v.shape[-1] == 0:
+        raise ValueError(f"q, k, v need a head size of at least 1 (K >= 1, V >= 1), got q, k {tuple(q.shape)} "
+                         f"and v {tuple(v.shape)}")
     return Dims(B, T, H, K, v.shape[-1])
+
+
+def _values_readable(x: torch.Tensor) -> bool:
+    """Whether the value checks can look at ``x``'s numbers.
+
+    A meta tensor has none, and while ``torch.compile`` traces, ``.item()`` would break the graph;
+    shape checks still run in both cases.
+    """
+    return not x.is_meta and not torch.compiler.is_compiling()
 
 
 def _expected(dims: Dims, *tail: int) -> tuple[int, ...]:
@@ -79,6 +92,8 @@ def check_gate(g, dims: Dims, *, per_channel: bool) -> None:
         layout = ("[B, T, H, K]" if per_channel else "[B, T, H]") if dims.T is not None else (
             "[B, H, K]" if per_channel else "[B, H]")
         raise ValueError(f"g must have shape {layout} = {expected}, got {tuple(g.shape)}")
+    if not _values_readable(g):
+        return
     # exp(g) is the fraction of memory kept; g > 0 would amplify the state and blow it up.
     largest = g.max().item() if g.numel() else 0.0
     if not largest <= 0:   # also catches NaN
@@ -92,6 +107,8 @@ def check_beta(beta, dims: Dims) -> None:
     if tuple(beta.shape) != expected:
         layout = "[B, T, H]" if dims.T is not None else "[B, H]"
         raise ValueError(f"beta must have shape {layout} = {expected}, got {tuple(beta.shape)}")
+    if not _values_readable(beta):
+        return
     # I - beta k k^T has eigenvalue 1 - beta along a unit key: outside [0, 2] it grows without bound.
     low, high = (x.item() for x in torch.aminmax(beta)) if beta.numel() else (0.0, 0.0)
     if not (0 <= low and high <= 2):   # also catches NaN
@@ -119,6 +136,8 @@ def resolve_scale(scale, K: int) -> float:
         return K ** -0.5
     if isinstance(scale, bool) or not isinstance(scale, Real):
         raise ValueError(f"scale must be a number or None, got {scale!r}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
     return float(scale)
 
 

@@ -77,6 +77,8 @@ def mqar_batch(batch_size: int, num_pairs: int, num_queries: int | None = None, 
 
     Returns ``(inputs, targets)``, both ``[batch_size, 2 * num_pairs + num_queries]``.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     num_queries = num_pairs if num_queries is None else num_queries
     half = vocab_size // 2
     if num_pairs < 1 or num_pairs > half:

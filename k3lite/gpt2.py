@@ -249,16 +249,18 @@ class GPT2(nn.Module):
                              f"exceed n_ctx={self.config.n_ctx}")
         was_training = self.training
         self.eval()
-        cache = self.new_cache() if use_cache else None
-        sequence, pending = idx, idx
-        for _ in range(max_new_tokens):
-            if use_cache:
-                logits, cache = self(pending, cache)
-            else:
-                logits = self(sequence)
-            pending = _choose_next(logits[:, -1, :], temperature, top_k, generator)
-            sequence = torch.cat([sequence, pending], dim=1)
-        self.train(was_training)
+        try:
+            cache = self.new_cache() if use_cache else None
+            sequence, pending = idx, idx
+            for _ in range(max_new_tokens):
+                if use_cache:
+                    logits, cache = self(pending, cache)
+                else:
+                    logits = self(sequence)
+                pending = _choose_next(logits[:, -1, :], temperature, top_k, generator)
+                sequence = torch.cat([sequence, pending], dim=1)
+        finally:
+            self.train(was_training)   # also after an error, so a failed call leaves the mode as it was
         return sequence
 
     # ----- Hugging Face weights ---------------------------------------------------------------

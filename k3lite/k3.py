@@ -190,6 +190,16 @@ class K3Cache:
                 total += sum(t.numel() * t.element_size() for t in tensors)
         return total
 
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size the cached states were built for (None if no layer holds a state)."""
+        for layer_cache in self.layers:
+            if isinstance(layer_cache, MLACache):
+                return layer_cache.latent.shape[0]
+            if isinstance(layer_cache, KDACache):
+                return layer_cache.recurrent_state.shape[0]
+        return None
+
 
 @dataclass
 class K3Output:
@@ -304,13 +314,14 @@ class K3(nn.Module):
 
     def run(self, idx: torch.Tensor, cache: K3Cache | None = None, *, collect: bool = False) -> K3Output:
         """The forward pass over ``idx [B, T]``, continuing ``cache`` when given."""
-        if idx.dim() != 2 or idx.dtype != torch.long:
-            raise ValueError(f"idx must be a [B, T] tensor of token ids (torch.long), got {tuple(idx.shape)} {idx.dtype}")
+        self._check_idx(idx)
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             raise ValueError(f"idx must hold token ids in [0, {self.config.vocab_size}), "
                              f"got values in [{int(idx.min())}, {int(idx.max())}]")
         if cache is not None and len(cache.layers) != len(self.layers):
             raise ValueError(f"cache must hold {len(self.layers)} layer caches, got {len(cache.layers)}")
+        if cache is not None and cache.batch_size not in (None, idx.shape[0]):
+            raise ValueError(f"cache holds batch size {cache.batch_size}, idx has {idx.shape[0]}")
         layer_caches = [None] * len(self.layers) if cache is None else cache.layers
         stream = self._stream(self.embed(idx))
         output = K3Output(logits=None, cache=None)
@@ -335,6 +346,14 @@ class K3(nn.Module):
         output.cache = K3Cache(new_caches, previous + idx.shape[1])
         return output
 
+    @staticmethod
+    def _check_idx(idx) -> None:
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+            shape, dtype = (tuple(idx.shape), idx.dtype) if isinstance(idx, torch.Tensor) else ((), type(idx).__name__)
+            raise ValueError(f"idx must be a [B, T] tensor of token ids (torch.long), got {shape} {dtype}")
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx must be [B, T] with T >= 1, got shape {tuple(idx.shape)}")
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, T, vocab]``."""
         return self.run(idx).logits
@@ -355,21 +374,24 @@ class K3(nn.Module):
             raise ValueError(f"temperature must be > 0 (or use greedy=True), got {temperature}")
         if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.config.vocab_size}], got {top_k}")
+        self._check_idx(idx)
         was_training = self.training
         self.eval()
-        tokens, cache = idx, None
-        next_input = idx
-        for _ in range(max_new_tokens):
-            if use_cache:
-                result = self.run(next_input, cache)
-                cache = result.cache
-                logits = result.logits[:, -1]
-            else:
-                logits = self.run(tokens).logits[:, -1]
-            next_token = self._choose(logits, temperature, top_k, greedy, generator)
-            tokens = torch.cat([tokens, next_token], dim=1)
-            next_input = next_token
-        self.train(was_training)
+        try:
+            tokens, cache = idx, None
+            next_input = idx
+            for _ in range(max_new_tokens):
+                if use_cache:
+                    result = self.run(next_input, cache)
+                    cache = result.cache
+                    logits = result.logits[:, -1]
+                else:
+                    logits = self.run(tokens).logits[:, -1]
+                next_token = self._choose(logits, temperature, top_k, greedy, generator)
+                tokens = torch.cat([tokens, next_token], dim=1)
+                next_input = next_token
+        finally:
+            self.train(was_training)   # also after an error, so a failed call leaves the mode as it was
         return tokens
 
     @staticmethod

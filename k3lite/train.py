@@ -80,7 +80,10 @@ def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """Fraction of the positions whose target is not -100 where the arg-max prediction is right."""
+    mask = targets != -100
+    if not mask.any():
+        # The mean over no positions would be NaN, which reads like a broken model rather than a bad batch.
+        raise ValueError(f"targets must have at least one position that is not -100, got shape {tuple(targets.shape)}")
     model.eval()
     predictions = model(inputs).argmax(dim=-1)
-    mask = targets != -100
     return (predictions[mask] == targets[mask]).float().mean().item()

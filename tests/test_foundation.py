@@ -104,6 +104,12 @@ def test_mqar_batch_rejects_bad_sizes(kwargs, name):
     with pytest.raises(ValueError, match=name):
         data.mqar_batch(2, generator=torch.Generator(), **kwargs)
 
+
+@pytest.mark.parametrize("batch_size", [0, -3])
+def test_mqar_batch_rejects_an_empty_batch(batch_size):
+    with pytest.raises(ValueError, match=f"batch_size must be >= 1, got {batch_size}"):
+        data.mqar_batch(batch_size, 4, generator=torch.Generator())
+
 # ----- train ------------------------------------------------------------------------------------
 
 
@@ -144,6 +150,17 @@ def test_train_lowers_the_loss_and_records_history():
     assert history.seconds > 0
     assert train.accuracy(model, *batch) == 1.0
     assert train.evaluate(model, *batch) == pytest.approx(history.val_loss[-1], rel=1e-6)
+
+
+def test_accuracy_without_any_scored_target_names_targets():
+    model = _Bigram(8).train()
+    inputs = torch.arange(6)[None, :]
+    with pytest.raises(ValueError, match="targets must have at least one position that is not -100"):
+        train.accuracy(model, inputs, torch.full_like(inputs, -100))
+    assert model.training                         # rejected before the model was touched
+    targets = torch.full_like(inputs, -100)
+    targets[0, 2] = model(inputs)[0, 2].argmax()
+    assert train.accuracy(model, inputs, targets) == 1.0    # one scored position is enough
 
 
 def test_train_rejects_zero_steps():

@@ -88,6 +88,19 @@ def test_generate_restores_training_mode():
     assert model.training
 
 
+def test_generate_restores_training_mode_even_after_an_error(monkeypatch):
+    model = _model().train()
+
+    def broken_forward(*args, **kwargs):
+        assert not model.training                 # generation itself runs in eval mode
+        raise RuntimeError("simulated failure inside the decode loop")
+
+    monkeypatch.setattr(model, "forward", broken_forward)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        model.generate(_prompt(), 2, temperature=0)
+    assert model.training
+
+
 def test_hf_round_trip_gives_identical_logits():
     model = _model()
     exported = model.to_hf_state_dict()

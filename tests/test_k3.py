@@ -140,3 +140,37 @@ def test_tiny_k3_trains_on_cpu():
     first, last = sum(history.train_loss[:5]) / 5, sum(history.train_loss[-5:]) / 5
     assert first > 5.0                           # about ln(256) = 5.5 at the start
     assert last < first - 1.5, (first, last)
+
+
+def test_empty_prompt_and_cache_of_another_batch_name_the_argument():
+    model = _model()
+    empty = torch.zeros(2, 0, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"idx must be \[B, T\] with T >= 1"):
+        model.run(empty)
+    with pytest.raises(ValueError, match=r"idx must be \[B, T\] with T >= 1"):
+        model.generate(empty, 3, greedy=True)
+    with pytest.raises(ValueError, match=r"idx must be \[B, T\] with T >= 1"):
+        model.generate(empty, 0, greedy=True)
+    idx = torch.randint(0, 256, (2, 4), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        cache = model.run(idx).cache
+        assert cache.batch_size == 2
+        with pytest.raises(ValueError, match="cache holds batch size 2, idx has 3"):
+            model.run(torch.zeros(3, 1, dtype=torch.long), cache)
+        assert model.run(idx[:, :1], cache).logits.shape == (2, 1, 256)      # the matching batch still works
+
+
+def test_generate_restores_training_mode_even_after_an_error(monkeypatch):
+    model = _model().train()
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    model.generate(prompt, 2, greedy=True)
+    assert model.training
+
+    def broken_run(*args, **kwargs):
+        assert not model.training                 # generation itself runs in eval mode
+        raise RuntimeError("simulated failure inside the decode loop")
+
+    monkeypatch.setattr(model, "run", broken_run)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        model.generate(prompt, 2, greedy=True)
+    assert model.training

@@ -1,5 +1,7 @@
 """The K3 layers: KDA layer, MLA (expanded vs absorbed), MoE (grouped vs per token), norms."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -54,6 +56,8 @@ def test_short_conv_is_causal_and_streams():
     t = 6
     window = x[:, t - 3:t + 1].transpose(1, 2)                              # [B, C, 4]
     torch.testing.assert_close(full[:, t], F.silu((window * conv.weight).sum(-1)))
+    with pytest.raises(ValueError, match=r"conv cache state must be \[B, C, kernel_size-1\] = \(2, 6, 3\)"):
+        conv(x, state[:1])
 
 
 def _kda(gate_form="k3", **kwargs):
@@ -87,18 +91,35 @@ def test_kda_decoding_with_cache_equals_full_pass():
     assert cache.recurrent_state.shape == (2, 3, 8, 8) and cache.recurrent_state.dtype == torch.float32
 
 
+def _known_decay_parameters(layer):
+    """f = dt_bias exactly (up-projection zeroed), A = (1, 2, 0.5) per head, b from -2 to 2 per channel."""
+    A = torch.tensor([1.0, 2.0, 0.5])
+    b = torch.linspace(-2.0, 2.0, 8).repeat(3)            # 8 channels per head, 3 heads
+    b[::8] = 0.0                                          # channel 0 of each head: b = 0
+    with torch.no_grad():
+        layer.decay_up.weight.zero_()
+        layer.A_log.copy_(A.log())
+        layer.dt_bias.copy_(b)
+    return A.view(3, 1), b.view(3, 8)
+
+
 def test_kda_gates_follow_the_published_formulas():
     x = torch.randn(2, 5, 24)
     k3 = _kda("k3", gate_lower_bound=-5.0)
-    f = k3.decay_up(k3.decay_down(x)).view(2, 5, 3, 8) + k3.dt_bias.view(3, 8)
-    expected = -5.0 * torch.sigmoid(k3.A_log.exp().view(3, 1) * f)
-    torch.testing.assert_close(k3.decay(x), expected)
-    assert k3.decay(100 * x).min() >= -5.0 and k3.decay(x).max() <= 0
+    A, b = _known_decay_parameters(k3)
+    g = k3.decay(x)
+    assert g.shape == (2, 5, 3, 8)
+    torch.testing.assert_close(g, (-5.0 * torch.sigmoid(A * b)).expand(2, 5, 3, 8))
+    torch.testing.assert_close(g[..., 0], torch.full((2, 5, 3), -2.5))           # -5 * sigmoid(0)
     kimi = _kda("kimi_linear")
-    f = kimi.decay_up(kimi.decay_down(x)).view(2, 5, 3, 8) + kimi.dt_bias.view(3, 8)
-    torch.testing.assert_close(kimi.decay(x), -kimi.A_log.exp().view(3, 1) * F.softplus(f))
-    assert kimi.decay(100 * x).min() < -5.0                                 # unbounded below
-    q, k, v, g, beta, _ = k3.mixer_inputs(x)
+    A, b = _known_decay_parameters(kimi)
+    g = kimi.decay(x)
+    torch.testing.assert_close(g, (-A * F.softplus(b)).expand(2, 5, 3, 8))
+    torch.testing.assert_close(g[0, 0, :, 0], -torch.tensor([1.0, 2.0, 0.5]) * math.log(2.0))  # softplus(0) = ln 2
+    fresh = _kda("k3", gate_lower_bound=-5.0)
+    assert fresh.decay(100 * x).min() >= -5.0 and fresh.decay(x).max() <= 0       # bounded by construction
+    assert _kda("kimi_linear").decay(100 * x).min() < -5.0                       # unbounded below
+    q, k, v, g, beta, _ = fresh.mixer_inputs(x)
     torch.testing.assert_close(q.norm(dim=-1), torch.ones(2, 5, 3))
     torch.testing.assert_close(k.norm(dim=-1), torch.ones(2, 5, 3))
     assert beta.shape == (2, 5, 3) and 0 < beta.min() and beta.max() < 1
@@ -217,18 +238,35 @@ def test_moe_grouped_equals_per_token_loop(latent_size, activation):
     assert load.shape == (6,) and int(load.sum()) == 3 * 9 * 2
 
 
+def _expected_routing(x, weight, bias, top_k, scaling):
+    """Sigmoid scores, top-k of score + bias, the chosen scores renormalised and scaled; sorted by expert."""
+    scores = torch.sigmoid(x @ weight.T)
+    chosen = torch.topk(scores + bias, top_k, dim=-1).indices.sort(dim=-1).values
+    picked = scores.gather(-1, chosen)
+    return picked / picked.sum(-1, keepdim=True) * scaling, chosen
+
+
+def _sorted_by_expert(weights, indices):
+    order = indices.argsort(dim=-1)
+    return weights.gather(-1, order), indices.gather(-1, order)
+
+
 def test_router_bias_steers_selection_but_not_weights():
     torch.manual_seed(4)
-    router = SigmoidRouter(8, 5, 2)
+    router = SigmoidRouter(8, 5, 2, routed_scaling=2.5)
     x = torch.randn(20, 8)
-    weights, indices, scores = router(x)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(20))
-    with torch.no_grad():
-        router.selection_bias[3] = 10.0
-    weights, indices, scores = router(x)
-    assert (indices == 3).any(dim=-1).all()                 # every token now picks expert 3 ...
-    selected = scores.gather(-1, indices)
-    torch.testing.assert_close(weights, selected / selected.sum(-1, keepdim=True))   # ... weighted by score only
+    weight = router.weight.detach().clone()
+    for bias in (torch.zeros(5), torch.tensor([0.0, 0.0, 0.0, 10.0, 0.0])):
+        with torch.no_grad():
+            router.selection_bias.copy_(bias)
+        weights, indices = _sorted_by_expert(*router(x)[:2])
+        expected_weights, expected_indices = _expected_routing(x, weight, bias, 2, 2.5)
+        assert torch.equal(indices, expected_indices)
+        torch.testing.assert_close(weights, expected_weights)
+        torch.testing.assert_close(weights.sum(-1), torch.full((20,), 2.5))
+    assert (indices == 3).any(dim=-1).all()                 # the bias made every token pick expert 3 ...
+    plain = torch.sigmoid(x @ weight.T).gather(-1, indices)
+    torch.testing.assert_close(weights, 2.5 * plain / plain.sum(-1, keepdim=True))  # ... weighted by score only
     router.update_bias(torch.tensor([0, 0, 0, 20, 20]), rate=0.5)
     torch.testing.assert_close(router.selection_bias, torch.tensor([0.5, 0.5, 0.5, 9.5, -0.5]))
 

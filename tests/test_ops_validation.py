@@ -151,6 +151,59 @@ def test_linear_attention_options():
     expect("feature_map must be one of", "linear_attention", "recurrent", inputs, feature_map="relu")
     expect("feature_map must be one of", "linear_attention", "parallel", inputs, feature_map="softmax")
     expect("initial_state cannot be combined with normalize", "linear_attention", "recurrent", inputs,
-           normalize=True, initial_state=torch.zeros(B, H, K, V))
+           feature_map="elu1", normalize=True, initial_state=torch.zeros(B, H, K, V))
+    for form in ("recurrent", "parallel"):   # raw scores can sum to zero: the normaliser needs phi > 0
+        expect(r"normalize=True needs feature_map='elu1' \(positive features\)", "linear_attention", form,
+               inputs, normalize=True)
     expect("q must have a floating-point dtype", "linear_attention", "parallel",
            replaced("linear_attention", q=torch.ones(B, T, H, K, dtype=torch.int32)))
+
+
+@pytest.mark.parametrize("kind", MODULES)
+def test_empty_head_sizes_name_q_k_v_and_the_shapes(kind):
+    no_keys = replaced(kind, q=torch.randn(B, T, H, 0), k=torch.randn(B, T, H, 0))
+    if kind == "kda":
+        no_keys["g"] = -torch.rand(B, T, H, 0)
+    for form in FORMS:
+        expect(r"q, k, v need a head size of at least 1 .*\(2, 5, 3, 0\)", kind, form, no_keys)
+        expect(r"q, k, v need a head size of at least 1 .*v \(2, 5, 3, 0\)", kind, form,
+               replaced(kind, v=torch.randn(B, T, H, 0)))
+    no_keys_step = {name: x[:, 0] for name, x in no_keys.items()}
+    expect(r"q, k, v need a head size of at least 1", kind, "step", no_keys_step, state=torch.zeros(B, H, 0, V))
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("kind", MODULES)
+def test_scale_must_be_finite(kind, scale):
+    for form in FORMS:
+        expect("scale must be a finite number", kind, form, good_inputs(kind), scale=scale)
+    expect("scale must be a finite number", kind, "step", good_inputs(kind, steps=False),
+           state=torch.zeros(B, H, K, V), scale=scale)
+
+
+def test_value_checks_skip_meta_tensors_but_keep_shape_checks():
+    from k3lite import _validate
+
+    dims = _validate.check_qkv(*(torch.empty(B, T, H, d, device="meta") for d in (K, K, V)))
+    _validate.check_gate(torch.empty(B, T, H, K, device="meta"), dims, per_channel=True)   # no numbers to read
+    _validate.check_beta(torch.empty(B, T, H, device="meta"), dims)
+    with pytest.raises(ValueError, match="g must have shape"):
+        _validate.check_gate(torch.empty(B, T, H, device="meta"), dims, per_channel=True)
+    with pytest.raises(ValueError, match="beta must have shape"):
+        _validate.check_beta(torch.empty(B, T, device="meta"), dims)
+    # ... and keep checking values everywhere else.
+    with pytest.raises(ValueError, match="g is a log-space decay"):
+        _validate.check_gate(torch.ones(B, T, H, K), dims, per_channel=True)
+    with pytest.raises(ValueError, match="beta must lie in"):
+        _validate.check_beta(torch.full((B, T, H), 3.0), dims)
+
+
+def test_value_checks_skip_while_compiling(monkeypatch):
+    from k3lite import _validate
+
+    dims = _validate.Dims(B, T, H, K, V)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    _validate.check_gate(torch.ones(B, T, H, K), dims, per_channel=True)    # values not read while tracing
+    _validate.check_beta(torch.full((B, T, H), 3.0), dims)
+    with pytest.raises(ValueError, match="beta must have shape"):
+        _validate.check_beta(torch.full((B, T), 3.0), dims)

@@ -35,12 +35,19 @@ def test_gated_equals_situ_times_capped_up():
     assert torch.allclose(situ_glu(gate, up, backend="torch"), expected)
 
 
-@pytest.mark.parametrize("bad", [0.0, -1.0])
-def test_beta_must_be_positive(bad):
-    with pytest.raises(ValueError, match="beta"):
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), -float("inf")])
+def test_beta_must_be_positive_and_finite(bad):
+    with pytest.raises(ValueError, match="beta must be a positive finite number"):
         situ(torch.ones(3), bad)
-    with pytest.raises(ValueError, match="beta2"):
+    with pytest.raises(ValueError, match="beta1 must be a positive finite number"):
+        situ_glu(torch.ones(3), torch.ones(3), beta1=bad, backend="torch")
+    with pytest.raises(ValueError, match="beta2 must be a positive finite number"):
         situ_glu(torch.ones(3), torch.ones(3), beta2=bad, backend="torch")
+
+
+def test_beta_that_is_not_a_number_names_beta():
+    with pytest.raises(ValueError, match="beta must be a positive finite number"):
+        situ(torch.ones(3), "four")
 
 
 def test_shapes_and_backend_are_checked():

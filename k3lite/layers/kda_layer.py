@@ -59,7 +59,8 @@ class ShortConv(nn.Module):
         if state is None:
             state = x.new_zeros(batch, channels, history)
         elif state.shape != (batch, channels, history):
-            raise ValueError(f"conv state must be [{batch}, {channels}, {history}], got {tuple(state.shape)}")
+            raise ValueError(f"conv cache state must be [B, C, kernel_size-1] = {(batch, channels, history)}, "
+                             f"got {tuple(state.shape)}")
         padded = torch.cat([state.to(x.dtype), x.transpose(1, 2)], dim=-1)     # [B, C, history + T]
         windows = padded.unfold(-1, self.kernel_size, 1)                       # [B, C, T, kernel]
         y = (windows * self.weight.to(x.dtype)[:, None, :]).sum(-1)            # last tap = current token

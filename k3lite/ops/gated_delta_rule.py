@@ -9,7 +9,11 @@ Per head, with a memory ``S`` of shape ``[K, V]``, every token does
 
 with ``alpha_t = exp(g_t)`` in (0, 1]: ``g = 0`` is DeltaNet, a very negative ``g`` wipes the
 memory. The decay is applied first and the delta correction is computed against the decayed memory.
-Diff this file against ``kda.py``: the only change is that ``g`` has no channel axis.
+The math is KDA's (``kda.py``) with one difference: ``g`` has no channel axis. Diffing the code shows
+that for :func:`recurrent` and :func:`step` only, which match KDA's up to that axis. The chunked forms
+differ in structure: here one scalar decay per token gives a single ``[C, C]`` table
+(``_decay_between``) that multiplies the scores, while :func:`k3lite.ops.kda.chunked` must decay each
+key channel separately inside the products and builds them by recursive halving (``_pairwise_decayed``).
 
 Three forms, side by side:
 

@@ -34,6 +34,12 @@ KIND = "linear_attention"
 FEATURE_MAPS = (None, "elu1")
 
 
+def _check_normalize(feature_map, normalize) -> None:
+    # Raw q . k scores can be negative, so their row sum can be zero and the division blow up.
+    if normalize and feature_map is None:
+        raise ValueError("normalize=True needs feature_map='elu1' (positive features), got feature_map=None")
+
+
 def _features(x, feature_map):
     """``phi(x) = ELU(x) + 1`` keeps every feature positive, so every score is positive."""
     if feature_map not in FEATURE_MAPS:
@@ -48,6 +54,7 @@ def recurrent(q, k, v, *, scale=None, initial_state=None, feature_map=None, norm
     ``z`` is not returned), so ``initial_state`` cannot be combined with it.
     """
     dims = _validate.check_inputs(q, k, v, state=initial_state)
+    _check_normalize(feature_map, normalize)
     if normalize and initial_state is not None:
         raise ValueError("initial_state cannot be combined with normalize=True (the normaliser z has no start value)")
     scale = _validate.resolve_scale(scale, dims.K)
@@ -72,6 +79,7 @@ def recurrent(q, k, v, *, scale=None, initial_state=None, feature_map=None, norm
 def parallel(q, k, v, *, scale=None, feature_map=None, normalize=False):
     """Masked quadratic form: softmax attention with the softmax removed. Returns ``(o, final_state)``."""
     dims = _validate.check_inputs(q, k, v)
+    _check_normalize(feature_map, normalize)
     scale = _validate.resolve_scale(scale, dims.K)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v = (heads_first(x, dtype) for x in (q, k, v))

@@ -15,16 +15,22 @@ backward (``k3lite.kernels.situ``).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 BACKENDS = ("auto", "torch", "triton")
 
 
 def _check_beta(name: str, beta) -> float:
-    beta = float(beta)
-    if not beta > 0:
-        raise ValueError(f"{name} must be a positive number, got {beta}")
-    return beta
+    try:
+        value = float(beta)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive finite number, got {beta!r}") from None
+    # beta = inf gives inf * tanh(x / inf) = inf * 0 = NaN everywhere; beta <= 0 flips or removes the cap.
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number, got {value}")
+    return value
 
 
 def situ(x: torch.Tensor, beta: float) -> torch.Tensor:
