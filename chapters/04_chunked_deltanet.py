@@ -115,14 +115,14 @@ print(f"naive chunking (values β·v) vs the delta rule: relative error {relativ
 # That is one linear system for the whole chunk. With $A = \mathrm{StrictTril}\big(\mathrm{Diag}(\beta)\,KK^\top\big)$
 # ($A_{ri} = \beta_r k_r^\top k_i$ for $i<r$, zero elsewhere):
 #
-# $$ (I + A)\,U' = \mathrm{Diag}(\beta)\,(V - K S_0). $$
+# $$ (I + A)\,V' = \mathrm{Diag}(\beta)\,(V - K S_0). $$
 #
 # $I + A$ is unit lower-triangular, so it is always invertible and forward substitution solves it. With
 # $T = (I+A)^{-1}$ (the **UT transform**; the field calls this matrix $T$, not to be confused with the
 # sequence length) the solution splits into a part that does not need $S_0$ and a part
 # that does:
 #
-# $$ U' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U} \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,K}_{W}\; S_0 . $$
+# $$ V' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U} \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,K}_{W}\; S_0 . $$
 #
 # ($W$ and $U$ are the **WY representation**: the product of the chunk's Householder-like transitions,
 # $(I - \beta_C k_C k_C^\top)\cdots(I - \beta_1 k_1 k_1^\top)$, equals $I - K^\top W$.) Then the chunk is exactly linear attention with the
@@ -282,7 +282,7 @@ print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 
 # * the **intra-chunk** part: the $C\times C$ score blocks on the diagonal ($QK^\top$, then scores times $V$):
 #   $C^2d$ multiply-adds per product and chunk, $2LCd$ for both over the $L/C$ chunks.
 #
-# The seed article's "$2Ld^2$ state, $2LCd$ intra" are these multiply-adds. In FLOPs (2 per multiply-add), as
+# The article (chapter 00's *From GPT-2 to Kimi K3* worklog) gives "$2Ld^2$ state, $2LCd$ intra": these multiply-adds. In FLOPs (2 per multiply-add), as
 # `k3lite.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$ and
 # $4LCd$. Either way: $C = L$ turns the intra part into dense full attention ($4L^2d$ FLOPs), and $C = 1$ leaves
 # (almost) only the recurrence.
@@ -300,9 +300,9 @@ print(f"C = L: intra part {widgets.chunk_flop_split(L, L, d).intra / 1e9:.3f} GF
 print(f"the two parts are equal at C = d = {d}")
 
 # %% [markdown]
-# DeltaNet's chunk has two more products: $KK^\top$ for $A$ (intra kind) and $WS_0$ (state kind); the
-# triangular solves for $W$ and $U$ are not matrix products and PyTorch's counter skips them. So it should cost
-# $6Ld^2 + 6LCd$ FLOPs. Count what `k3lite.ops.delta_rule.chunked` actually multiplies:
+# DeltaNet's chunk has two more products: $KK^\top$ for $A$ (intra kind) and $WS_0$ (state kind). The matrix
+# products cost $6Ld^2 + 6LCd$ FLOPs, which is what PyTorch's counter sees; the triangular solves for $W$ and $U$
+# add about $2LCd$ more (below). Count what `k3lite.ops.delta_rule.chunked` multiplies:
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -317,6 +317,41 @@ for chunk_size in (1, 32, 64, L_count):
         delta_rule.chunked(q_count, k_count, v_count, beta_count, chunk_size=chunk_size, backend="torch")
     predicted = 6 * L_count * d_count ** 2 + 6 * L_count * chunk_size * d_count
     print(f"C={chunk_size:>3}: counted {counter.get_total_flops():>10,} FLOPs, 6Ld² + 6LCd = {predicted:>10,}")
+
+# %% [markdown]
+# The solves are missing from that count because `torch.linalg.solve_triangular` is not a matrix product, so
+# the counter does not see it. Forward substitution on a $C\times C$ unit-lower-triangular system with $d$
+# right-hand sides subtracts, for row $r$, the $r-1$ rows already solved: $C(C-1)d/2$ multiply-adds per chunk,
+# $C(C-1)d$ FLOPs. Write it out as products and the counter sees it (one chunk, $C = d = 32$):
+
+# %%
+def forward_substitution(unit_lower, rhs):
+    """Solve unit_lower @ X = rhs row by row (unit diagonal, so no division)."""
+    solution = rhs.clone()
+    for r in range(1, rhs.shape[0]):
+        solution[r] = rhs[r] - unit_lower[r, :r] @ solution[:r]
+    return solution
+
+
+solve_generator = torch.Generator().manual_seed(11)
+C_solve, d_solve = 32, 32
+system = torch.eye(C_solve) + 0.1 * torch.randn(C_solve, C_solve, generator=solve_generator).tril(-1)
+rhs = torch.randn(C_solve, d_solve, generator=solve_generator)
+with FlopCounterMode(display=False) as library_counter:
+    by_library = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+with FlopCounterMode(display=False) as written_out_counter:
+    by_rows = forward_substitution(system, rhs)
+print(f"solve_triangular: counted {library_counter.get_total_flops():,} FLOPs")
+print(f"forward substitution: counted {written_out_counter.get_total_flops():,} FLOPs, "
+      f"C(C−1)d = {C_solve * (C_solve - 1) * d_solve:,}; same solution: {torch.allclose(by_rows, by_library, atol=1e-5)}")
+for chunk_size in (32, 64):
+    solves = 2 * (L_count // chunk_size) * chunk_size * (chunk_size - 1) * d_count
+    print(f"C={chunk_size}, L={L_count}, d={d_count}: two solves {solves:,} FLOPs, 2LCd = {2 * L_count * chunk_size * d_count:,}")
+
+# %% [markdown]
+# Two solves over $L/C$ chunks are $2L(C-1)d pprox 2LCd$ FLOPs, so the whole DeltaNet chunk costs about
+# $6Ld^2 + 8LCd$ FLOPs against linear attention's $4Ld^2 + 4LCd$: the same shape in $C$, with the intra-chunk
+# part twice as large.
 
 # %% [markdown]
 # Move the sliders: $L$ and $C$ in powers of two, and the head dimension. The red dot is the chosen $C$;
@@ -550,7 +585,7 @@ ch04.check_chunk_flops(chunk_flops_solution)
 # * The delta rule's corrections depend on each other inside a chunk, so chapter 02's chunking is wrong for it
 #   (measured above).
 # * Writing the chunk's states as $S_0 + \sum_{i<r}k_iu_i^\top$ turns the corrections into one unit-lower-triangular
-#   system, $(I+A)U' = \mathrm{Diag}(\beta)(V - KS_0)$; the UT transform $T = (I+A)^{-1}$ gives the WY factors $W$, $U$,
+#   system, $(I+A)V' = \mathrm{Diag}(\beta)(V - KS_0)$; the UT transform $T = (I+A)^{-1}$ gives the WY factors $W$, $U$,
 #   and then $V' = U - WS_0$ is fed to ordinary chunked linear attention.
 # * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $2Ld^2$ is fixed
 #   and the intra-chunk part $2LCd$ (multiply-adds) grows with $C$. Tensor-core tiles make $C = 64$ or $128$ the practical choice.

@@ -102,5 +102,6 @@ def chunk_flops_grid(seq_lens=(1024, 65536), chunk_sizes=(1, 64, 1024), head_dim
                 ax.set_ylabel("")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle("FLOPs per head of chunked linear attention: state vs intra-chunk")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig

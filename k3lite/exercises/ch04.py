@@ -100,7 +100,7 @@ def check_chunk_flops(chunk_flops) -> bool:
             if got == (intra, state) and got != (state, intra):
                 raise ExerciseFailed("the two numbers are swapped: the state part does not depend on C.")
             if got == (state // 2, intra // 2):
-                raise ExerciseFailed("half the answer: those are multiply-adds (the seed article's 2Ld² and 2LCd); "
+                raise ExerciseFailed("half the answer: those are multiply-adds (the article's 2Ld² and 2LCd); "
                                      "count 2 FLOPs per multiply-add.")
             expect_equal(got, (state, intra), what=f"chunk_flops({seq_len}, {chunk_size}, {head_dim})",
                          hint="Per token: Q S and Kᵀ V each cost 2d² FLOPs; per chunk: Q Kᵀ and scores V each cost "
