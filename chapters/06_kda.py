@@ -278,19 +278,21 @@ plt.show()
 # $$ u_r + \sum_{i<r} A_{ri}\, u_i = \beta_r\big(v_r - S_0^\top (e^{G_r} \odot k_r)\big), \qquad
 #    A_{ri} = \beta_r \sum_{d} k_{r,d}\, k_{i,d}\, e^{G_{r,d} - G_{i,d}} \quad (i < r). $$
 #
-# One unit lower-triangular system for the chunk, as in chapter 04. With $T = (I + A)^{-1}$ and
-# $\mathcal{M} = T\,\mathrm{Diag}(\beta)$:
+# One unit lower-triangular system for the chunk, as in chapter 04. With $\mathcal{T} = (I + A)^{-1}$ and
+# $\mathcal{M} = \mathcal{T}\,\mathrm{Diag}(\beta)$:
 #
 # $$ W = \mathcal{M}\,(e^{G} \odot K), \qquad U = \mathcal{M}\,V, \qquad V' = U - W S_0 , $$
 #
 # $$ O = (Q \odot e^{G})\,S_0 + A^{qk} V', \qquad A^{qk}_{ri} = \sum_d q_{r,d}\, k_{i,d}\, e^{G_{r,d} - G_{i,d}} \quad (i \le r), $$
+#
+# with $Q$ already multiplied by $\mathrm{scale} = K^{-1/2}$, and the state handed to the next chunk is
 #
 # $$ S \leftarrow \mathrm{Diag}\big(e^{G_C}\big)\,S_0 + \big(e^{G_C - G} \odot K\big)^\top V' . $$
 #
 # With $g = 0$ every exponential is 1 and this is chapter 04's DeltaNet; with equal channels it is
 # chapter 05's Gated DeltaNet. Every factor above is $e^{\text{(a sum of gates)}} \le 1$ as long as
 # the pairwise term is computed as $e^{G_{r,d} - G_{i,d}}$. The code takes that pairwise term as a
-# function, because how to compute it is the whole difficulty (next slide):
+# function, because how to compute it is the whole difficulty (next subsection):
 
 # %%
 def pairwise_segment_sum(a, b, G):
@@ -436,23 +438,32 @@ plt.show()
 # %%
 for form in ("kimi_linear", "k3"):
     torch.manual_seed(0)
-    probe = KDALayer(hidden_size=16, num_heads=2, head_dim=8, gate_form=form)
+    probe = KDALayer(hidden_size=16, num_heads=96, head_dim=8, gate_form=form)   # 768 channels, many A draws
     with torch.no_grad():
-        strongest_at_init = probe.decay(torch.zeros(1, 1, 16)).min().item()   # x = 0, so f = dt_bias
+        at_init = probe.decay(torch.zeros(1, 1, 16)).flatten()             # x = 0, so f = dt_bias
         probe.dt_bias.fill_(50.0)
         strongest = probe.decay(torch.zeros(1, 1, 16)).min().item()       # a large pre-activation, f = 50
-    print(f"{form:<12} at initialisation (x = 0) the strongest gate is g = {strongest_at_init:.2g} "
-          f"(alpha = {math.exp(strongest_at_init):.3f});  at f = 50 it is g = {strongest:.1f}")
+    strongest_at_init, median_at_init = at_init.min().item(), at_init.median().item()
+    print(f"{form:<12} at initialisation (x = 0): strongest g = {strongest_at_init:.2g} "
+          f"(alpha = {math.exp(strongest_at_init):.3f}), median g = {median_at_init:.2g} "
+          f"(alpha = {math.exp(median_at_init):.3f});  at f = 50 the strongest is g = {strongest:.1f}")
 print(f"K3's bounded gate keeps at least alpha = exp(-5) = {math.exp(-5):.4f} of a channel per step")
+softplus_inv = lambda y: math.log(math.expm1(y))                          # noqa: E731
+print(f"K3 bound at init, A = 1 and dt_bias <= softplus^-1(0.1) = {softplus_inv(0.1):.2f}: "
+      f"g >= -5 sigmoid({softplus_inv(0.1):.2f}) = {-5 / (1 + math.exp(-softplus_inv(0.1))):.2f}")
 
 # %% [markdown]
 # Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows
-# ($g = -610.4$ at $f = 50$ in this small layer), so one step can wipe a channel completely, and the
+# ($g = -791.0$ at $f = 50$ in this layer), so one step can wipe a channel completely, and the
 # chunked form must then be careful (previous section). K3's saturates at $-5$: one step keeps at
-# least $e^{-5} \approx 0.0067$ of a channel. At initialisation (the Mamba initialisation of $A$ and
-# $b_{dt}$, which Kimi Linear keeps) the two forms start differently: Kimi Linear's strongest gate keeps $\alpha = 0.310$ per step, while K3's,
-# with $A$ inside the sigmoid multiplying a negative $b_{dt}$, is $g = -3.4 \cdot 10^{-12}$: the
-# layer starts out remembering everything.
+# least $e^{-5} \approx 0.0067$ of a channel. At initialisation (the Mamba initialisation, which Kimi Linear
+# keeps: $A \in [1, 16]$ per head and $b_{dt} = \mathrm{softplus}^{-1}(dt)$ with $dt \in [10^{-3}, 10^{-1}]$, so
+# $b_{dt} \le \mathrm{softplus}^{-1}(0.1) = -2.25$; 96 heads here, so 96 draws of $A$) the two forms start
+# differently. Kimi Linear's median channel keeps $\alpha = 0.910$ per step and its strongest $\alpha = 0.243$. In K3's form $A$ does not scale the rate: it sharpens the sigmoid, and since $b_{dt}$ is
+# negative, a larger $A$ pushes $\sigma(A\, b_{dt})$ towards 0, so a *smaller* $A$ forgets faster. The
+# strongest possible K3 gate at initialisation therefore sits at $A = 1$, $g \ge -5\,\sigma(-2.25) \approx -0.48$;
+# in this layer the strongest is $g = -0.34$ and the median $g = -8.6 \cdot 10^{-17}$. Most channels start
+# at $\alpha \approx 1$; the fastest keep $\approx 0.7$ per step ($\alpha = 0.713$).
 #
 # Now the layer by hand, from the parameters of a `k3lite.layers.kda_layer.KDALayer`, with
 # the token loop `kda_recurrent` of section 2 as the core:
@@ -621,7 +632,8 @@ for mechanism, row in earlier_accuracies.items():
 # ### Exercise 1: one step of KDA
 #
 # Write `kda_step(S, k, v, g, beta)` for one head: `S [K, V]`, `k [K]`, `v [V]`, `g [K]` (a log-decay
-# per key channel), `beta` a float. Return the new state.
+# per key channel), `beta` a float. Return the new state, shape `[K, V]`: decay first, then the delta
+# correction against the decayed state; `beta` is a plain float and there is no `scale` (no query here).
 
 # %%
 def kda_step(S, k, v, g, beta):

@@ -89,9 +89,10 @@ for model, row in table.items():
 print("* = what the published model uses")
 
 # %% [markdown]
-# GPT-2's 36,864 bytes per token is the number from chapter 01. K3 has 24 MLA layers; had all 93 of its
-# layers been MLA, and had its 24 attention layers been plain MHA. Our MHA baseline, here and in the rest of the
-# chapter, is K3's 96 heads with $d_h = 128$ numbers for each key and each value, the $2 n_h d_h$ of the table:
+# GPT-2's 36,864 bytes per token is the number from chapter 01. K3 has 24 MLA layers. Below: what it would
+# cache had all 93 layers been MLA, or had its 24 attention layers been plain MHA. Our MHA baseline, here and
+# in the rest of the chapter, is K3's 96 heads with $d_h = 128$ numbers for each key and each value, the
+# $2 n_h d_h$ of the table:
 
 # %%
 k3_mla = table["Kimi K3"]["mla"]
@@ -310,14 +311,21 @@ for label, read, macs in [
     ("MHA (d_h=128 for K and V)", mha_read, 2 * heads * head_dim),
     ("MLA absorbed", latent_dim + rope_dim, heads * (latent_dim + rope_dim + latent_dim)),
 ]:
-    print(f"{label:25s} reads {read:6,d} numbers, {macs:7,d} MACs per cached token: {macs / read:6.1f} MACs per number read")
+    flop_per_byte = 2 * macs / (BYTES_BF16 * read)                  # 2 FLOP per MAC, 2 bytes per bf16 number
+    print(f"{label:25s} reads {read:6,d} numbers, {macs:7,d} MACs per cached token: {macs / read:6.1f} MACs per number read"
+          f" = {flop_per_byte:6.1f} FLOP per byte")
 print(f"absorbed MLA reads {mha_read / (latent_dim + rope_dim):.1f}x less per cached token "
       f"(= the cache ratio of section 1: {k3_mha / k3_mla:.1f}x)")
+H200_BF16_DENSE_FLOPS, H200_BYTES_PER_S = 989e12, 4.8e12             # datasheet: dense BF16 tensor cores, HBM3e
+print(f"H200 balance point: {H200_BF16_DENSE_FLOPS / 1e12:.0f} TFLOP/s / {H200_BYTES_PER_S / 1e12:.1f} TB/s "
+      f"= {H200_BF16_DENSE_FLOPS / H200_BYTES_PER_S:.0f} FLOP per byte")
 
 # %% [markdown]
-# Decoding is limited by memory bandwidth: MHA does one multiply-add per number it reads. Absorbed MLA
-# reads 42.7× less and does about 181 multiply-adds per number, which is what a GPU's tensor cores are good
-# at. The arithmetic grows, but it was free: the cores were waiting for memory.
+# Decoding is limited by memory bandwidth: MHA does one multiply-add per number it reads (1 FLOP per byte),
+# far below what an H200 can do per byte it loads, so its cores mostly wait for memory. Absorbed MLA reads
+# 42.7× less and does about 181 multiply-adds per number, which is 181 FLOP per byte: close to the H200's
+# balance point (181 vs ≈206 FLOP/byte), where memory and arithmetic take about the same time. The extra
+# arithmetic fills time the cores would otherwise have spent waiting.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 4. The output gate
@@ -523,7 +531,8 @@ ch07.check_absorbed_output(solution_absorbed_output)
 # - MLA caches one 512-number latent and a 64-number shared key per token and layer; K3's 24 MLA layers
 #   cache 27,648 bytes per token, about a quarter of what 93 MLA layers would (107,136).
 # - Absorbing $W_{UK}$ into the query and applying $W_{UV}$ after the sum makes decoding read only the latents;
-#   it equals the materialised computation exactly, and turns a memory-bound loop into a compute-bound one.
+#   it equals the materialised computation exactly, and lifts decoding from 1 to about 181 FLOP per byte read,
+#   close to the H200's balance point (181 vs ≈206 FLOP/byte).
 # - The output gate $\sigma(W_g x)$ lets the layer write nothing when the context has nothing to offer.
 #
 # Next: the other half of every K3 layer, the mixture of experts, and its bounded activation SiTU.
