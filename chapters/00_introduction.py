@@ -2,8 +2,9 @@
 # # 00 · Introduction: seven years in one lineage
 #
 # In 2019 GPT-2 small had 124 million parameters. In 2026 Kimi K3 has about 2.8 trillion. The
-# article this course starts from opens with the ratio, 22,580, and then asks whether the seven
-# years in between were *just* scale. They were not: almost every part of the model that mixes
+# article this course starts from, the worklog *From GPT-2 to Kimi K3, Explained* (unsigned; we
+# read it together with two published summaries of it), opens with the ratio, 22,580, and then asks
+# whether the seven years in between were *just* scale. "The article" in every chapter means that worklog. They were not: almost every part of the model that mixes
 # tokens has been replaced, each time to fix a specific failure of the part before it.
 #
 # This course rebuilds that lineage step by step, in code that runs on a laptop. Each chapter

@@ -66,30 +66,35 @@ print(f"the cache is larger than the state beyond N = {math.ceil(state_bytes / k
 for n_tokens in (1024, 32_768, 1_048_576):
     print(f"  N = {n_tokens:>9,}: cache {mib(n_tokens * kv_per_token):>14}  vs state {mib(state_bytes)}")
 
+# %%
+positions = torch.logspace(1, 6, 60).round().long().unique()   # context lengths N from 10 to a million
+state_held = torch.full_like(positions, state_bytes)
+
+fig, ax = plt.subplots()
+ax.loglog(positions, positions * kv_per_token, color=viz.MECHANISM_COLORS["gpt2"], label="KV cache (fp16)")
+ax.loglog(positions, state_held, color=viz.MECHANISM_COLORS["linear_attention"], label="linear-attention state (fp32)")
+ax.set(xlabel="tokens in context N", ylabel="bytes held (whole model)", title="Memory held per sequence")
+ax.legend()
+plt.show()
+
 # %% [markdown]
 # Per decode step the cost that matters on a GPU is not arithmetic but **bytes moved from memory**.
 # With a cache, each head reads $N$ keys and $N$ values ($2ND$ elements) and writes one key and one value
 # ($2D$). Linear attention reads its state and writes it back: $D^2 + D$ elements each way, whatever $N$ is.
 
 # %%
-positions = torch.logspace(1, 6, 60).round().long().unique()
 layers_heads = gpt2.n_layer * gpt2.n_head
 cache_read = 2 * positions * head_dim * 2 * layers_heads           # fp16 keys and values
 cache_written = torch.full_like(positions, 2 * head_dim * 2 * layers_heads)
 state_moved = torch.full_like(positions, state_bytes)              # read once and written once
 
-fig, (ax_size, ax_step) = plt.subplots(1, 2, figsize=(11, 4))
-ax_size.loglog(positions, positions * kv_per_token, color=viz.MECHANISM_COLORS["gpt2"], label="KV cache (fp16)")
-ax_size.loglog(positions, state_moved, color=viz.MECHANISM_COLORS["linear_attention"], label="linear-attention state (fp32)")
-ax_size.set(xlabel="tokens in context N", ylabel="bytes (whole model)", title="Memory held per sequence")
-ax_size.legend()
-ax_step.loglog(positions, cache_read, color=viz.MECHANISM_COLORS["gpt2"], label="KV cache: read")
-ax_step.loglog(positions, cache_written, color=viz.MECHANISM_COLORS["gpt2"], linestyle="--", label="KV cache: written")
-ax_step.loglog(positions, state_moved, color=viz.MECHANISM_COLORS["linear_attention"], label="state: read (= written)")
-ax_step.set(xlabel="position of the token being decoded", ylabel="bytes per decode step (attention only)",
-            title="Bytes moved to decode one token")
-ax_step.legend()
-fig.tight_layout()
+fig, ax = plt.subplots()
+ax.loglog(positions, cache_read, color=viz.MECHANISM_COLORS["gpt2"], label="KV cache: read")
+ax.loglog(positions, cache_written, color=viz.MECHANISM_COLORS["gpt2"], linestyle="--", label="KV cache: written")
+ax.loglog(positions, state_moved, color=viz.MECHANISM_COLORS["linear_attention"], label="state: read (= written)")
+ax.set(xlabel="tokens in context N (position of the token being decoded)",
+       ylabel="bytes per decode step (whole model, attention only)", title="Bytes moved to decode one token")
+ax.legend()
 plt.show()
 
 # %%
@@ -274,7 +279,7 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 # %% [markdown]
 # For large $s$, $\phi(s\,k_{10})$ tends to $s\cdot\mathrm{ReLU}(k_{10})$, and $s$ cancels in the
 # ratio: the weights freeze at a spread-out profile. That is the "weaker approximation of the softmax
-# kernel" the seed article mentions; the next chapters are about getting precision back without
+# kernel" the article mentions; the next chapters are about getting precision back without
 # giving up the fixed state.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
@@ -285,7 +290,7 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 # linear in $N$. The quadratic cost described two real things of the time:
 #
 # * **recomputation without a cache**: reference generation loops re-ran the whole prefix at every step,
-#   so step $t$ computed a $t\times t$ attention;
+#   so step $t$ computed the causal half of a $t\times t$ attention, about $2t^2D$ FLOPs per head;
 # * **a materialised $N\times N$ score matrix** in training and prefill, whose memory is quadratic.
 #
 # FlashAttention (2022) removed the second: it streams over key blocks with a running maximum and sum
@@ -293,9 +298,14 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 
 # %%
 def attention_flops_per_decode_step(position, head_dim, regime):
-    """Attention FLOPs of one head to decode the token at `position` (2 FLOPs per multiply-add)."""
-    if regime == "no cache":        # recompute all position x position scores and weighted sums
-        return 4 * position * position * head_dim
+    """Attention FLOPs of one head to decode the `position`-th token (2 FLOPs per multiply-add).
+
+    The decoded token sees `position` keys, its own included. Only the causal triangle is counted,
+    as chapter 01's accounting does: without a cache, prefix token i (1 <= i <= position) scores and
+    mixes its i visible keys again.
+    """
+    if regime == "no cache":        # sum over i of 4·i·D for the whole prefix
+        return 2 * position * (position + 1) * head_dim
     if regime == "KV cache":        # one query against `position` keys and values
         return 4 * position * head_dim
     if regime == "linear":          # read S with one query, fold one k vᵀ into it
@@ -467,8 +477,8 @@ ch02.check_decode_step(decode_step_solution)
 # ### Exercise 3: the chunked form from scratch
 # Write `chunked(q, k, v, chunk_size)` for one head, `q, k [T, K]`, `v [T, V]`, without feature map or
 # scale: $o_t = \sum_{j\le t} (q_t^\top k_j)\, v_j$, computed chunk by chunk with
-# $O = QS + (QK^\top\odot M)V$ and $S \leftarrow S + K^\top V$. The checker tries chunk sizes that do and
-# do not divide $T$.
+# $O = QS + (QK^\top\odot M)V$ and $S \leftarrow S + K^\top V$. Return the outputs `o [T, V]` only, not the
+# state. The checker tries chunk sizes that do and do not divide $T$.
 
 # %%
 def chunked(q, k, v, chunk_size):
