@@ -9,7 +9,7 @@ tokens, ``d`` head dimension (``d_k`` keys, ``d_v`` values when they differ), ``
 The same numbers in the units people quote:
 
 =========================== ================================ ==============================
-                            multiply-adds (the seed article)  FLOPs (this module)
+                            multiply-adds (the article)       FLOPs (this module)
 =========================== ================================ ==============================
 chunked linear attn, state  ``2 L d^2`` (Q S and K^T V)        ``4 L d^2``
 chunked linear attn, intra  ``2 L C d`` (Q K^T and scores V)   ``4 L C d``
