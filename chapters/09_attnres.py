@@ -469,15 +469,15 @@ plt.show()
 
 # %% [markdown]
 # The arithmetic is negligible either way; what block AttnRes saves is memory and memory traffic: a handful of
-# stored vectors per token instead of 187. That traffic is what the seeds' "about 2 % more inference latency"
-# pays for.
+# stored vectors per token instead of 187. If the seeds' "about 2 % more inference latency" comes from anywhere, it
+# comes from that traffic and the extra kernel launches, not from the FLOPs; only a real serving stack can measure it.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
 # ### Exercise 1 — the AttnRes read
-# Write `depth_attention(values, query)` for `values [S, N, d]` and `query [d]`, returning `(mixed [N, d], weights [S, N])`
-# with RMS-normalised keys (no gain, eps = 1e-6) and unnormalised values.
+# Write `depth_attention(values, query)` for `values [S, M, d]` ($S$ sources, $M$ positions) and `query [d]`,
+# returning `(mixed [M, d], weights [S, M])` with RMS-normalised keys (no gain, eps = 1e-6) and unnormalised values.
 
 # %%
 from k3lite.exercises import ch09
@@ -524,10 +524,10 @@ ch09.check_block_count(solution_block_count)
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3 — the source list
-# Write `block_sources(embedding, outputs, sublayers_per_block)` for an `embedding [N, d]` and a list of sub-layer
-# `outputs`, each `[N, d]`. Return the list of tensors a reader after all `outputs` attends over,
+# Write `block_sources(embedding, outputs, sublayers_per_block)` for an `embedding [M, d]` ($M$ positions) and a
+# list of sub-layer `outputs`, each `[M, d]`. Return the list of tensors a reader after all `outputs` attends over,
 # `[embedding, completed block sums..., partial sum]` (the partial sum only if it holds an output); each source
-# has the embedding's shape `[N, d]`.
+# has the embedding's shape `[M, d]`.
 
 # %%
 def my_block_sources(embedding, outputs, sublayers_per_block):

@@ -26,7 +26,7 @@ def _depth_attention_reference(values, query, eps=1e-6):
 # ---------------------------------------------------------------- exercise 1: the AttnRes read
 
 def check_depth_attention(depth_attention) -> bool:
-    """``depth_attention(values [S, N, d], query [d]) -> (mixed [N, d], weights [S, N])`` (RMSNorm eps 1e-6)."""
+    """``depth_attention(values [S, M, d], query [d]) -> (mixed [M, d], weights [S, M])`` (S sources, M positions; RMSNorm eps 1e-6)."""
 
     def check():
         # Sources of very different sizes, as in a real residual stream.
@@ -103,7 +103,7 @@ def _block_sources_reference(embedding, outputs, sublayers_per_block):
 
 
 def check_block_sources(block_sources) -> bool:
-    """``block_sources(embedding [N, d], outputs: list of [N, d], sublayers_per_block) -> list of [N, d]``."""
+    """``block_sources(embedding [M, d], outputs: list of [M, d], sublayers_per_block) -> list of [M, d]`` (M positions)."""
 
     def check():
         embedding = _random(3, 4, seed=2)
