@@ -13,15 +13,15 @@ def _decode_bytes(context, kda, mla, heads, head_dim, latent, rope):
     return context * mla * (latent + rope) * 2 + kda * heads * head_dim * head_dim * 4
 
 
-def _sources(layers, block):
-    return 1 + layers // block, layers % block
+def _sources_per_read(sublayers, block):
+    return [1 + done // block + (1 if done % block else 0) for done in range(sublayers + 1)]
 
 
 def test_not_attempted(capsys):
     def stub(*args):
         raise NotImplementedError
 
-    for checker in (ch10.check_layer_counts, ch10.check_decode_cache_bytes, ch10.check_attnres_sources):
+    for checker in (ch10.check_layer_counts, ch10.check_decode_cache_bytes, ch10.check_sources_per_read):
         assert checker(stub) is False
     assert capsys.readouterr().out.count("not attempted") == 3
 
@@ -61,16 +61,19 @@ def test_decode_cache_bytes_wrong(wrong, hint):
         ch10.check_decode_cache_bytes(wrong)
 
 
-def test_attnres_sources():
-    assert ch10.check_attnres_sources(_sources) is True
+def test_sources_per_read():
+    assert ch10.check_sources_per_read(_sources_per_read) is True
+    assert sum(_sources_per_read(186, 24)) == 1003   # K3, as chapters 09 and 10 count it
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (lambda n, b: (n // b, n % b), "embedding"),
-    (lambda n, b: (1 + -(-n // b), n % b), "partial sum"),
-    (lambda n, b: [1 + n // b, n % b], "pair"),
-    (lambda n, b: (1 + n // b, b - n % b), "not right"),
+    (lambda n, b: _sources_per_read(n, b)[:-1], "output is a read too"),
+    (lambda n, b: [c - 1 for c in _sources_per_read(n, b)], "embedding"),
+    (lambda n, b: [2 + d // b for d in range(n + 1)], "partial sum is empty"),
+    (lambda n, b: sum(_sources_per_read(n, b)), "one count per read"),
+    (lambda n, b: _sources_per_read(n, b)[:-1] + [0], "not right"),
+    (lambda n, b: _sources_per_read(n, 2 * b), "not right"),
 ])
-def test_attnres_sources_wrong(wrong, hint):
+def test_sources_per_read_wrong(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        ch10.check_attnres_sources(wrong)
+        ch10.check_sources_per_read(wrong)

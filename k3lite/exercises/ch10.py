@@ -2,7 +2,7 @@
 
 1. :func:`check_layer_counts` — KDA and MLA layers of a stack of macrocycles (with or without a final MLA).
 2. :func:`check_decode_cache_bytes` — decode memory of one sequence: MLA latents plus KDA states.
-3. :func:`check_attnres_sources` — stored AttnRes sources and the size of the unfinished block.
+3. :func:`check_sources_per_read` — how many sources each block-AttnRes read attends over.
 """
 
 from __future__ import annotations
@@ -107,38 +107,50 @@ def check_decode_cache_bytes(decode_cache_bytes) -> bool:
     return attempt("Exercise 2 (decode memory of one sequence)", check)
 
 
-# ---------------------------------------------------------------- exercise 3: AttnRes sources
+# ---------------------------------------------------------------- exercise 3: sources per AttnRes read
 
-# (num_layers, block_size)
-_SOURCE_CASES = [(93, 12), (92, 12), (96, 12), (9, 3), (5, 2), (7, 10)]
-
-
-def _attnres_sources_reference(num_layers: int, block_size: int) -> tuple[int, int]:
-    full_blocks, partial = divmod(num_layers, block_size)
-    return 1 + full_blocks, partial
+# (num_sublayers, sublayers_per_block)
+_READ_CASES = [(186, 24), (184, 24), (10, 4), (6, 2), (5, 1), (3, 8), (1, 1)]
 
 
-def check_attnres_sources(attnres_sources) -> bool:
-    """``attnres_sources(num_layers, block_size) -> (stored_sources, layers_in_partial_block)``.
+def _sources_per_read_reference(num_sublayers: int, sublayers_per_block: int) -> list[int]:
+    counts = []
+    for done in range(num_sublayers + 1):   # read `done` comes after `done` sub-layer outputs
+        completed, partial = divmod(done, sublayers_per_block)
+        counts.append(1 + completed + (1 if partial else 0))
+    return counts
 
-    After the whole stack, block AttnRes holds the embedding and one sum per *completed* block of
-    ``block_size`` decoder layers; the layers after the last completed block form the running
-    partial block (0 when the blocks divide the stack).
+
+def check_sources_per_read(sources_per_read) -> bool:
+    """``sources_per_read(num_sublayers, sublayers_per_block) -> list[int]``.
+
+    Block AttnRes reads once before every sub-layer and once more for the model's output, so
+    ``num_sublayers + 1`` reads. The read that follows ``j`` sub-layer outputs attends over the
+    embedding, one sum per completed block of ``sublayers_per_block`` outputs, and the running sum of the
+    unfinished block if it holds any output. (Kimi K3: 186 sub-layers, blocks of 24, 1,003 sources in all.)
     """
 
     def check():
-        for case in _SOURCE_CASES:
-            got = attnres_sources(*case)
-            expected = _attnres_sources_reference(*case)
-            if not (isinstance(got, tuple) and len(got) == 2):
-                raise ExerciseFailed(f"attnres_sources{case}: return a pair (stored_sources, layers_in_partial_block), "
-                                     f"got {got!r}.")
-            if tuple(got) == (expected[0] - 1, expected[1]):
-                raise ExerciseFailed(f"attnres_sources{case}: the token embedding is a stored source too.")
-            if expected[1] and tuple(got) == (expected[0] + 1, expected[1]):
-                raise ExerciseFailed(f"attnres_sources{case}: the unfinished block is the running partial sum, "
-                                     "not a stored source.")
-            expect_equal(tuple(got), expected, what=f"attnres_sources{case}",
-                         hint="Stored: 1 + completed blocks; partial: the layers left after the last completed block.")
+        for case in _READ_CASES:
+            num_sublayers, per_block = case
+            expected = _sources_per_read_reference(*case)
+            got = sources_per_read(*case)
+            if not isinstance(got, (list, tuple)):
+                raise ExerciseFailed(f"sources_per_read{case}: return a list with one count per read, got {got!r}.")
+            got = list(got)
+            if len(got) == num_sublayers:
+                raise ExerciseFailed(f"sources_per_read{case}: {len(got)} reads; the model's output is a read too, "
+                                     f"so there are num_sublayers + 1 = {num_sublayers + 1}.")
+            expect_equal(len(got), len(expected), what=f"number of reads for sources_per_read{case}",
+                         hint="One read before every sub-layer, plus one for the output.")
+            if got == [count - 1 for count in expected]:
+                raise ExerciseFailed(f"sources_per_read{case}: every read also sees the token embedding.")
+            always_partial = [1 + done // per_block + 1 for done in range(num_sublayers + 1)]
+            if got == always_partial and got != expected:
+                raise ExerciseFailed(f"sources_per_read{case}: right after a block completes (and before the first "
+                                     "sub-layer) the running partial sum is empty and is not a source.")
+            expect_equal(got, expected, what=f"sources_per_read{case}",
+                         hint="Read j sees 1 + (completed blocks among the first j outputs) + (1 if a block is "
+                              "partly filled).")
 
-    return attempt("Exercise 3 (AttnRes sources after the stack)", check)
+    return attempt("Exercise 3 (sources seen by each AttnRes read)", check)
