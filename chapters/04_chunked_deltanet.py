@@ -349,7 +349,7 @@ for chunk_size in (32, 64):
     print(f"C={chunk_size}, L={L_count}, d={d_count}: two solves {solves:,} FLOPs, 2LCd = {2 * L_count * chunk_size * d_count:,}")
 
 # %% [markdown]
-# Two solves over $L/C$ chunks are $2L(C-1)d pprox 2LCd$ FLOPs, so the whole DeltaNet chunk costs about
+# Two solves over $L/C$ chunks are $2L(C-1)d \approx 2LCd$ FLOPs, so the whole DeltaNet chunk costs about
 # $6Ld^2 + 8LCd$ FLOPs against linear attention's $4Ld^2 + 4LCd$: the same shape in $C$, with the intra-chunk
 # part twice as large.
 

@@ -75,3 +75,13 @@ def test_environment_yml_agrees_with_pyproject():
     assert in_pyproject == in_environment, (
         f"only in pyproject: {sorted(in_pyproject - in_environment)}; "
         f"only in environment.yml: {sorted(in_environment - in_pyproject)}")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_chapter_source_has_no_control_characters(stem):
+    # A LaTeX command written in a non-raw Python string (\beta, \approx, \to) turns into a control
+    # character that MathJax then fails on; catch it before the browser test does.
+    text = (CHAPTERS_DIR / f"{stem}.py").read_text(encoding="utf-8")
+    bad = sorted({f"line {n}: {ch!r}" for n, line in enumerate(text.splitlines(), 1)
+                  for ch in line if ord(ch) < 32 and ch != "\t"})
+    assert not bad, f"{stem}: control characters in the source: {bad[:5]}"
