@@ -24,6 +24,11 @@ def start_state(initial_state, dims: Dims, dtype: torch.dtype, device) -> torch.
     return initial_state.to(dtype)
 
 
+def solve_unit_lower(L: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """Solve ``L X = rhs`` for unit lower-triangular L: the UT transform's forward substitution, differentiable."""
+    return torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
+
+
 def triton_call(function: str, kind: str, *args, **kwargs):
     """Call ``k3lite.kernels.chunked`` or ``.step``; imported here so the torch path never needs Triton."""
     try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from k3lite import _validate
-from k3lite.ops._common import heads_first, start_state, tokens_first, triton_call
+from k3lite.ops._common import heads_first, solve_unit_lower, start_state, tokens_first, triton_call
 
 KIND = "delta_rule"
 
@@ -82,18 +82,13 @@ def _chunk(q, k, v, beta, S):
     A = beta[..., :, None] * (k @ k.transpose(-1, -2)).tril(-1)   # strictly lower: earlier tokens only
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     # Forward substitution for (I + A)^-1 Diag(beta) (the UT transform), on two right-hand sides:
-    W = _solve_unit_lower(eye + A, beta[..., None] * k)     # how S_0 enters u
-    U = _solve_unit_lower(eye + A, beta[..., None] * v)     # how the values enter u
+    W = solve_unit_lower(eye + A, beta[..., None] * k)     # how S_0 enters u
+    U = solve_unit_lower(eye + A, beta[..., None] * v)     # how the values enter u
     new_values = U - W @ S                                  # u_r for every token of the chunk
     # Output: the incoming memory read by q, plus the chunk's own writes seen causally by q.
     o = q @ S + ((q @ k.transpose(-1, -2)) * causal) @ new_values
     S = S + k.transpose(-1, -2) @ new_values
     return o, S
-
-
-def _solve_unit_lower(L, rhs):
-    """Solve ``L X = rhs`` for unit lower-triangular L (forward substitution, differentiable)."""
-    return torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
 
 
 def step(q, k, v, beta, *, state, scale=None, backend="auto"):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from k3lite import _validate
-from k3lite.ops._common import heads_first, start_state, tokens_first, triton_call
+from k3lite.ops._common import heads_first, solve_unit_lower, start_state, tokens_first, triton_call
 
 KIND = "gated_delta_rule"
 
@@ -108,8 +108,8 @@ def _chunk(q, k, v, g, beta, S):
     A = beta[..., :, None] * kk.tril(-1)                    # strictly lower: earlier tokens only
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     # Forward substitution for (I + A)^-1 Diag(beta) (the UT transform), on two right-hand sides:
-    W = _solve_unit_lower(eye + A, (beta * torch.exp(G))[..., None] * k)  # how S_0 enters u
-    U = _solve_unit_lower(eye + A, beta[..., None] * v)                    # how the values enter u
+    W = solve_unit_lower(eye + A, (beta * torch.exp(G))[..., None] * k)  # how S_0 enters u
+    U = solve_unit_lower(eye + A, beta[..., None] * v)                    # how the values enter u
     new_values = U - W @ S                                  # u_r for every token of the chunk
     # Output: the decayed incoming memory read by q, plus the chunk's own writes seen by q.
     o = torch.exp(G)[..., None] * (q @ S) + qk @ new_values
@@ -118,11 +118,6 @@ def _chunk(q, k, v, g, beta, S):
     to_end = decay[..., -1, :]                              # [B, H, C] = exp(G_last - G_i)
     S = torch.exp(G[..., -1])[..., None, None] * S + (to_end[..., None] * k).transpose(-1, -2) @ new_values
     return o, S
-
-
-def _solve_unit_lower(L, rhs):
-    """Solve ``L X = rhs`` for unit lower-triangular L (forward substitution, differentiable)."""
-    return torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
 
 
 def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from k3lite import _validate
-from k3lite.ops._common import heads_first, start_state, tokens_first, triton_call
+from k3lite.ops._common import heads_first, solve_unit_lower, start_state, tokens_first, triton_call
 
 KIND = "kda"
 SEGMENT_TOKENS = 512   # chunked() prepares this many tokens at a time
@@ -130,7 +130,7 @@ def _prepare_chunks(q, k, v, g, beta):
     # W says how the incoming memory enters u, U how the chunk's values do.
     eye = torch.eye(P, dtype=q.dtype, device=q.device)
     rhs = beta[..., None] * torch.cat((decay_from_start * k, v), dim=-1)
-    W, U = _solve_unit_lower(eye + A, rhs).split((K, v.shape[-1]), dim=-1)
+    W, U = solve_unit_lower(eye + A, rhs).split((K, v.shape[-1]), dim=-1)
     q_decayed = q * decay_from_start                        # q_r reads S_0 decayed up to token r
     k_to_end = k * torch.exp(G_to_end)                     # k_i decayed from token i to the chunk end
     chunk_decay = decay_from_start[..., -1, :, None]        # [n, B, H, K, 1]: S_0 decayed over the chunk
@@ -222,11 +222,6 @@ def _assemble(inside, cross):
     top = torch.cat((inside[..., 0, :, :], torch.zeros_like(cross)), dim=-1)
     bottom = torch.cat((cross, inside[..., 1, :, :]), dim=-1)
     return torch.cat((top, bottom), dim=-2)
-
-
-def _solve_unit_lower(L, rhs):
-    """Solve ``L X = rhs`` for unit lower-triangular L (forward substitution, differentiable)."""
-    return torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
 
 
 def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):
