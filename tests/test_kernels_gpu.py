@@ -145,3 +145,9 @@ def test_situ_glu_fused(dtype):
 def test_silu_and_mul_kernel():
     gate, up = torch.randn(4096, 1024, device="cuda"), torch.randn(4096, 1024, device="cuda")
     assert rel_err(kernels.silu_and_mul(gate, up), F.silu(gate) * up) < 1e-5
+
+
+def test_situ_glu_float32_takes_the_exact_path():
+    # The approximate tanh/reciprocal path is for 16-bit tensors only; float32 must stay IEEE-accurate.
+    gate, up = 3 * torch.randn(4096, 1024, device="cuda"), 10 * torch.randn(4096, 1024, device="cuda")
+    assert rel_err(situ_glu(gate, up, backend="triton"), situ_glu(gate, up, backend="torch")) < 1e-5

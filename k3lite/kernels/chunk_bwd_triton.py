@@ -94,21 +94,28 @@ def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr
     for i in range(0, NT):
         i_t = NT - 1 - i
         h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
-        tl.store(dh_ptr + h_off + state_off, d, mask=mask_kv)
-        b_kd = _load_f32(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        tl.store(dh_ptr + h_off + state_off, d.to(dh_ptr.dtype.element_ty), mask=mask_kv)
+        # Products take the inputs' dtype (bf16 tensor cores in a bf16 run); d stays float32 between chunks.
+        p_kd, m_kd = _tile(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_kd = tl.load(p_kd, mask=m_kd, other=0.0)
+        dtype = b_kd.dtype
         b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_dv += tl.dot(b_kd, d, input_precision=DOT_PRECISION)
+        b_dv += tl.dot(b_kd, d.to(dtype), input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_q = _load_f32(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        p_q, m_q = _tile(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_q = tl.load(p_q, mask=m_q, other=0.0)
         if GATED:
             t_last = tl.minimum(i_t * BT + BT, T) - 1
             d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
-            b_q = b_q * tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
-        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+            b_eg = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
+            b_q = (b_q.to(tl.float32) * b_eg).to(dtype)
+        p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_do = tl.load(p_do, mask=m_do, other=0.0).to(dtype)
         d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
         if DELTA:
-            b_w = _load_f32(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
+            p_w, m_w = _tile(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            b_w = tl.load(p_w, mask=m_w, other=0.0)
+            d -= tl.dot(tl.trans(b_w), b_dv.to(dtype), input_precision=DOT_PRECISION)
     tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
 
 
@@ -383,24 +390,23 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, 
 
 
 @triton.jit
-def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                     PER_CHANNEL: tl.constexpr):
-    # Stage 6: G_r = sum_{s <= r} g_s within the chunk, so dg_s = sum_{r >= s} dG_r (reverse cumulative sum);
-    # a gate shared by the head's channels (PER_CHANNEL false) first sums dG over the channels.
+def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    # Stage 6: G_r = sum_{s <= r} g_s within the chunk, so dg_s = sum_{r >= s} dG_r (reverse cumulative sum),
+    # channel by channel. (A gate shared by the head's channels arrives here with its dG summed over them, K = 1;
+    # summing inside this kernel, in a loop, crashed Triton 3.6's compiler on the GPU.)
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     base = (i_b * T * H + i_h) * K
-    if PER_CHANNEL:
-        for i_k in range(0, tl.cdiv(K, BK)):
-            b_dG = _load_f32(dG_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            b_dg = tl.sum(b_dG, axis=0)[None, :] - tl.cumsum(b_dG, axis=0) + b_dG
-            _store(dg_ptr + base, b_dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-    else:
-        acc = tl.zeros([BT], dtype=tl.float32)
-        for i_k in range(0, tl.cdiv(K, BK)):
-            acc += tl.sum(_load_f32(dG_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK), axis=1)
-        p_o, m_o = _vec(dg_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-        tl.store(p_o, tl.sum(acc, axis=0) - tl.cumsum(acc, axis=0) + acc, mask=m_o)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        b_dG = _load_f32(dG_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_dg = tl.sum(b_dG, axis=0)[None, :] - tl.cumsum(b_dG, axis=0) + b_dG
+        _store(dg_ptr + base, b_dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+
+
+# Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; scripts/gpu_profile.py edits them).
+LAUNCH = {name: dict(num_warps=4) for name in
+          ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
+BLOCK_V = {"state": None}
 
 
 def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_state):
@@ -416,7 +422,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     NT = triton.cdiv(T, BT)
     BK = _block(K)
     BKb, BV = min(64, BK), min(64, _block(V))
-    dev, prec, warps = q.device, dot_precision(q.dtype), 4
+    dev, prec = q.device, dot_precision(q.dtype)
     f32 = dict(device=dev, dtype=torch.float32)
 
     G, h, v_new = kept["G"], kept["h"], kept["vn"]
@@ -434,15 +440,15 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dv = torch.empty(B, T, H, V, **f32)
     daqk = torch.empty(B, T, H, BT, **f32)
     _bwd_local_output[(NT, B * H)](parts["aqk"], v_new, d_o, dv, daqk, scale, T, H, V, BT, BV, prec,
-                                   num_warps=warps)
+                                   **LAUNCH["local_output"])
 
-    dh = torch.empty(B, NT, H, K, V, **f32)
+    dh = torch.empty(B, NT, H, K, V, device=dev, dtype=q.dtype)  # like h: the inputs' dtype
     dh0 = torch.empty(B, H, K, V, **f32)
-    BV_state = min(32 if B * H * triton.cdiv(V, 64) < 132 else 64, BV)
+    BV_state = min(BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
     d_state = d_state.float().contiguous() if d_state is not None else None
     _bwd_state_pass[(triton.cdiv(V, BV_state), B * H)](
         q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, BK, BV_state, gated, delta, d_state is not None, prec, num_warps=warps)
+        H, K, V, BT, BK, BV_state, gated, delta, d_state is not None, prec, **LAUNCH["state_pass"])
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
@@ -450,22 +456,25 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
     _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
         q, k, g_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta, prec,
-        num_warps=warps)
+        **LAUNCH["state_grads"])
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
     if delta:
         _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG, dbeta, dakk, T, H, K, V, BT, BKb,
-                             BV, gated, prec, SOLVE_PRECISION, num_warps=warps)
+                             BV, gated, prec, SOLVE_PRECISION, **LAUNCH["wy"])
     if gate == 2:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
-                                             num_warps=warps)
+                                             **LAUNCH["intra"])
     else:
         _bwd_intra_dense[(NT, B * H)](q, k, kept["G"] if gate else q, beta_arg, daqk, dakk, dq, dk, dG,
-                                      dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, num_warps=warps)
+                                      dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, **LAUNCH["intra_dense"])
     dg = None
     if gated:
         dg = torch.empty(g.shape, **f32)
-        _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, gate == 2, num_warps=warps)
+        if gate == 1:  # one gate per head: its gradient sums the channels, then a width-1 reverse cumsum
+            _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1).contiguous(), dg, T, H, 1, BT, 16, **LAUNCH["gate_cumsum"])
+        else:
+            _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])
     return dq, dk, dv, dg, dbeta, (dh0 if initial_state is not None else None)

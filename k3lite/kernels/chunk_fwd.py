@@ -8,7 +8,7 @@ Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s
   2. _intra_chunk         Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
                           Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
-  3. _solve_unit_lower    Ai = (I + Akk)^-1 by forward substitution on 16x16 blocks, then block merging
+  3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
   4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V
   5. _state_pass          per chunk: h = S;  V' = U - W S;  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
   6. _chunk_output        O = scale * (exp(G) * Q) h + Aqk V'
@@ -108,14 +108,38 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
 
 
 @triton.jit
+def _diagonal_level(b_q, b_k, b_g, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr, BC: tl.constexpr,
+                    BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # One level of the diagonal block [BC, BC]: the pairs (r, c) in one group of 2*HALF rows with c in the
+    # group's first half and r in its second. Their common anchor a = the last row of the first half lies
+    # between them (c <= a < r), so exp(G_r - G_c) = exp(G_r - G_a) exp(G_a - G_c), both factors <= 1,
+    # and one tensor-core product covers every such pair. HALF = 8, 4, 2, 1 covers every c < r once.
+    # With log-gates <= 0, G falls along the chunk, so either factor is exp(-|G_row - G_anchor|).
+    rows = tl.arange(0, BC)
+    group = rows // (2 * HALF)
+    anchor = group * (2 * HALF) + HALF - 1
+    second_half = (rows % (2 * HALF)) >= HALF
+    cols = tl.arange(0, BK)
+    g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :],
+                  mask=(anchor[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+    decay = tl.exp(-tl.abs(b_g - g_a))
+    q_r = tl.where(second_half[:, None], b_q * decay, 0.0)
+    k_r = tl.where(second_half[:, None], b_k * decay, 0.0)
+    k_c = tl.where(second_half[:, None], 0.0, b_k * decay)
+    same_group = group[:, None] == group[None, :]
+    a_qk = tl.where(same_group, tl.dot(q_r, tl.trans(k_c), input_precision=DOT_PRECISION), 0.0)
+    a_kk = tl.where(same_group, tl.dot(k_r, tl.trans(k_c), input_precision=DOT_PRECISION), 0.0)
+    return a_qk, a_kk
+
+
+@triton.jit
 def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                          H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                          BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Gate kind 2 (per channel). One program per (chunk, row sub-block i) writes rows i*BC..i*BC+BC-1.
     #   off-diagonal blocks (i, j < i): anchor a = i*BC - 1 (last row before block i), so
     #       A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd)), both factors <= 1 -> tl.dot
-    #   diagonal block (i, i): exact pairwise differences, one column c at a time:
-    #       A[:, c] = sum_d k_:d k_cd exp(G_:d - G_cd)
+    #   diagonal block (i, i): the same anchored products one level at a time (_diagonal_level)
     i_tc, i_bh = tl.program_id(0), tl.program_id(1)
     n_sub: tl.constexpr = BT // BC
     i_t, i_i = i_tc // n_sub, i_tc % n_sub
@@ -155,19 +179,25 @@ def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale,
             tl.store(p_aqk, a_qk, mask=m_aqk)
             tl.store(p_akk, a_kk, mask=m_akk)
 
+    # Diagonal block: the pairs c < r split into four levels of anchored products (see _diagonal_level),
+    # plus the pairs r = c, whose decay is exp(0) = 1.
     rows = tl.arange(0, BC)
-    a_qk = tl.zeros([BC, BC], dtype=tl.float32)
+    a_qk = tl.where(rows[:, None] == rows[None, :], tl.sum(b_q * b_k, axis=1)[:, None], 0.0)
     a_kk = tl.zeros([BC, BC], dtype=tl.float32)
-    for c in range(0, BC):
-        t_c = row0 + c
-        valid = cols_k < tl.where(t_c < T, K, 0)
-        k_c = tl.load(k_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0).to(tl.float32)
-        g_c = tl.load(g_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0)
-        e = tl.exp(tl.minimum(b_g - g_c[None, :], 0.0))
-        col_qk = tl.sum(b_q * k_c[None, :] * e, axis=1)
-        col_kk = tl.sum(b_k * k_c[None, :] * e, axis=1)
-        a_qk = tl.where(rows[None, :] == c, col_qk[:, None], a_qk)
-        a_kk = tl.where(rows[None, :] == c, col_kk[:, None], a_kk)
+    g_rows = g_ptr + base + row0 * H * K
+    n_rows = T - row0
+    level_qk, level_kk = _diagonal_level(b_q, b_k, b_g, g_rows, n_rows, H * K, K, 8, BC, BK, DOT_PRECISION)
+    a_qk += level_qk
+    a_kk += level_kk
+    level_qk, level_kk = _diagonal_level(b_q, b_k, b_g, g_rows, n_rows, H * K, K, 4, BC, BK, DOT_PRECISION)
+    a_qk += level_qk
+    a_kk += level_kk
+    level_qk, level_kk = _diagonal_level(b_q, b_k, b_g, g_rows, n_rows, H * K, K, 2, BC, BK, DOT_PRECISION)
+    a_qk += level_qk
+    a_kk += level_kk
+    level_qk, level_kk = _diagonal_level(b_q, b_k, b_g, g_rows, n_rows, H * K, K, 1, BC, BK, DOT_PRECISION)
+    a_qk += level_qk
+    a_kk += level_kk
     a_qk = tl.where(rows[:, None] >= rows[None, :], a_qk * scale, 0.0)
     a_kk = tl.where(rows[:, None] > rows[None, :], a_kk * b_beta[:, None], 0.0)
     p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
@@ -177,18 +207,20 @@ def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale,
 
 
 @triton.jit
-def _invert_diag_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr):
-    # (I + L)^-1 for a strictly lower 16x16 block L, by forward substitution:
-    # N = (I + L)^-1 - I satisfies N[r, :] = -L[r, :] + sum_c (-L[r, c]) N[c, :]; rows are final in order.
+def _invert_diag_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr, PRECISION: tl.constexpr):
+    # (I + L)^-1 for a strictly lower 16x16 block L. L is nilpotent (L^16 = 0), so the inverse is the finite
+    # series sum_k (-L)^k = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products, no row-by-row loop.
     p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
     rows = tl.arange(0, BC)
-    strict = rows[:, None] > rows[None, :]
-    n = -tl.where(strict, tl.load(p, mask=m, other=0.0), 0.0)
-    for r in range(2, BC):
-        a_r = tl.sum(tl.where(rows[:, None] == r, n, 0.0), axis=0)
-        new_r = a_r + tl.sum(a_r[:, None] * n, axis=0)
-        n = tl.where(rows[:, None] == r, new_r[None, :], n)
-    return n + (rows[:, None] == rows[None, :]).to(tl.float32)
+    l1 = tl.where(rows[:, None] > rows[None, :], tl.load(p, mask=m, other=0.0), 0.0)
+    l2 = tl.dot(l1, l1, input_precision=PRECISION)
+    l4 = tl.dot(l2, l2, input_precision=PRECISION)
+    l8 = tl.dot(l4, l4, input_precision=PRECISION)
+    x = (rows[:, None] == rows[None, :]).to(tl.float32) - l1
+    x += tl.dot(x, l2, input_precision=PRECISION)
+    x += tl.dot(x, l4, input_precision=PRECISION)
+    x += tl.dot(x, l8, input_precision=PRECISION)
+    return x
 
 
 @triton.jit
@@ -212,17 +244,17 @@ def _mm(a, b, DOT_PRECISION: tl.constexpr):
 def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       DOT_PRECISION: tl.constexpr):
     # Ai = (I + Akk)^-1 for a 64x64 unit lower-triangular matrix split into 4x4 blocks of 16:
-    #   Ai_ii = (I + A_ii)^-1 (forward substitution),  Ai_ij = -Ai_ii sum_{j <= m < i} A_im Ai_mj.
+    #   Ai_ii = (I + A_ii)^-1 (a finite series, _invert_diag_block),  Ai_ij = -Ai_ii sum_{j <= m < i} A_im Ai_mj.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     a = akk_ptr + (i_b * T * H + i_h) * BT
     o = ai_ptr + (i_b * T * H + i_h) * BT
     S = H * BT
     r0 = i_t * BT
-    t00 = _invert_diag_block(a, r0, 0, T, S, BC)
-    t11 = _invert_diag_block(a, r0 + BC, BC, T, S, BC)
-    t22 = _invert_diag_block(a, r0 + 2 * BC, 2 * BC, T, S, BC)
-    t33 = _invert_diag_block(a, r0 + 3 * BC, 3 * BC, T, S, BC)
+    t00 = _invert_diag_block(a, r0, 0, T, S, BC, DOT_PRECISION)
+    t11 = _invert_diag_block(a, r0 + BC, BC, T, S, BC, DOT_PRECISION)
+    t22 = _invert_diag_block(a, r0 + 2 * BC, 2 * BC, T, S, BC, DOT_PRECISION)
+    t33 = _invert_diag_block(a, r0 + 3 * BC, 3 * BC, T, S, BC, DOT_PRECISION)
     a10 = _load_block(a, r0 + BC, 0, T, S, BC)
     a20 = _load_block(a, r0 + 2 * BC, 0, T, S, BC)
     a21 = _load_block(a, r0 + 2 * BC, BC, T, S, BC)
@@ -406,6 +438,19 @@ def dot_precision(dtype) -> str:
 # The triangular inverse amplifies rounding in its inputs; its 16x16 products are few, so always exact.
 SOLVE_PRECISION = "ieee"
 
+# Launch settings of each stage: a few explicit numbers, no autotuner. They were picked on an H200
+# with scripts/gpu_profile.py, which times each stage under other settings (it edits this dict).
+LAUNCH = {
+    "cumsum": dict(num_warps=4),
+    "intra": dict(num_warps=4),
+    "solve": dict(num_warps=2),
+    "wy": dict(num_warps=4),
+    "state": dict(num_warps=4),
+    "output": dict(num_warps=4),
+}
+# Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
+BLOCK_V = {"output": 64, "state": None}
+
 
 def chunk_prepare(kind, q, k, v, g, beta, scale):
     """Stages 1-4 (chunk-parallel): G, Aqk, and for the delta kinds Akk, Ai, W, U, K_dec.
@@ -416,12 +461,12 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     BT, BC = CHUNK, SUB
     BK, BV = _block(K), min(64, _block(V))
     NT = triton.cdiv(T, BT)
-    dev, prec, warps = q.device, dot_precision(q.dtype), 4
+    dev, prec = q.device, dot_precision(q.dtype)
 
     G = None
     if gate:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
-        _chunk_cumsum[(NT, B * H)](g, G, T, H, K, BT, min(BK, 64), gate == 2, num_warps=warps)
+        _chunk_cumsum[(NT, B * H)](g, G, T, H, K, BT, min(BK, 64), gate == 2, **LAUNCH["cumsum"])
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
@@ -429,14 +474,14 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     g_arg = G if G is not None else q
     if gate == 2:
         _intra_chunk_channel[(NT * (BT // BC), B * H)](q, k, G, beta_arg, aqk, akk, scale, T, H, K, BT, BC, BK,
-                                                       prec, num_warps=warps)
+                                                       prec, **LAUNCH["intra"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate,
-                                        delta, prec, num_warps=warps)
+                                        delta, prec, **LAUNCH["intra"])
     parts = {"G": G, "aqk": aqk, "akk": None, "ai": None, "w": None, "u": None, "kd": k}
     if delta:
         ai = torch.empty_like(akk)
-        _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, num_warps=warps)
+        _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
         w, u, kd = wy_factors(kind, k, v, G, beta, ai)
         parts.update(akk=akk, ai=ai, w=w, u=u, kd=kd)
     return parts
@@ -453,7 +498,7 @@ def wy_factors(kind, k, v, G, beta, ai):
     u = torch.empty_like(v)
     kd = torch.empty_like(k) if gate else k
     _wy_factors[(NT, B * H)](k, v, G if G is not None else k, beta, ai, w, u, kd, T, H, K, V, CHUNK, min(BK, 64),
-                             BV, gate, dot_precision(k.dtype), num_warps=4)
+                             BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
     return w, u, kd
 
 
@@ -466,7 +511,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     BT = CHUNK
     BK, BV = _block(K), min(64, _block(V))
     NT = triton.cdiv(T, BT)
-    dev, dt, prec, warps = q.device, q.dtype, dot_precision(q.dtype), 4
+    dev, dt, prec = q.device, q.dtype, dot_precision(q.dtype)
 
     parts = chunk_prepare(kind, q, k, v, g, beta, scale)
     G, aqk = parts["G"], parts["aqk"]
@@ -480,13 +525,14 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     ht = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     h0 = initial_state if initial_state is not None else ht
     # The state pass is sequential over chunks: narrower value blocks give more programs when B*H is small.
-    BV_state = 32 if B * H * triton.cdiv(V, 64) < 132 else BV
-    BV_state = min(BV_state, BV)
+    BV_state = BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else BV)
+    BV_state = min(BV_state, _block(V))
     _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
-                                                   gate, delta, initial_state is not None, prec, num_warps=warps)
+                                                   gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
-    _chunk_output[(triton.cdiv(V, BV), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
-                                                   min(BK, 64), BV, gate, prec, num_warps=warps)
+    BV_out = min(BLOCK_V["output"], _block(V))
+    _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
+                                                       min(BK, 64), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
         return o, ht, {"G": G, "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
     return o, ht

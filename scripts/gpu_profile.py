@@ -1,0 +1,174 @@
+"""Where the time goes, kernel by kernel, and which launch settings each stage likes (GPU only).
+
+    python scripts/gpu_profile.py --out DIR [--kinds kda,gated_delta_rule] [--shape 2,8192,16] [--sweep]
+
+1. GPU time per kernel (torch.profiler) of one call of k3lite's Triton pipeline and of the reference
+   library (flash-linear-attention, when importable), forward and forward+backward, bf16, D = 128.
+2. With --sweep: every stage of the forward and backward under a few (num_warps, num_stages) settings
+   and value-block widths (the LAUNCH and BLOCK_V dicts of kernels/chunk_fwd.py and chunk_bwd_triton.py),
+   each kernel's time read off the profiler, and the best setting per stage.
+3. Fused SiTU: the fast and the exact arithmetic path, a few block sizes and warp counts.
+Prints tables and writes DIR/profile.json. Used to choose the numbers in LAUNCH; not part of any test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from k3lite import bench, kernels  # noqa: E402,F401  (kernels first: it sets up Triton)
+from k3lite.kernels import chunk_bwd_triton, chunk_fwd, situ  # noqa: E402
+
+ITERS = 5
+SETTINGS = [(2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (8, 2), (4, 3), (8, 3), (4, 4)]
+
+
+def kernel_times(fn, iters=ITERS):
+    """ms per call of every GPU kernel fn launches (profiler device time, summed over launches)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for ev in prof.key_averages():
+        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if total > 0:
+            times[ev.key[:80]] = total / iters / 1e3
+    return times
+
+
+def show(title, times, top=14):
+    total = sum(times.values())
+    print(f"\n{title}: total {total:.3f} ms")
+    for name, ms in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"   {ms:8.3f} ms  {100 * ms / total:5.1f}%  {name}")
+
+
+def call(kind, shape, mode, impl, fla):
+    B, T, H = shape
+    t = bench.mixer_inputs(kind, B, T, H, 128, torch.bfloat16, "cuda", mode == "fwd+bwd")
+    if impl == "fla":
+        fwd = lambda: bench.fla_call(fla[kind], kind, t)  # noqa: E731
+    else:
+        fwd = lambda: bench.k3lite_call(kind, t, "triton")  # noqa: E731
+    return bench.with_backward(fwd, t) if mode == "fwd+bwd" else fwd
+
+
+def set_all(num_warps, num_stages):
+    for table in (chunk_fwd.LAUNCH, chunk_bwd_triton.LAUNCH):
+        for name in table:
+            table[name] = dict(num_warps=num_warps, num_stages=num_stages)
+
+
+def sweep(kind, shape, results):
+    saved = ({k: dict(v) for k, v in chunk_fwd.LAUNCH.items()}, {k: dict(v) for k, v in chunk_bwd_triton.LAUNCH.items()})
+    per_kernel = {}
+    for warps, stages in SETTINGS:
+        set_all(warps, stages)
+        try:
+            times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
+        except Exception as err:  # e.g. out of shared memory for this setting
+            print(f"  w{warps} s{stages}: failed {repr(err)[:120]}")
+            continue
+        for name, ms in times.items():
+            per_kernel.setdefault(name, {})[f"w{warps}s{stages}"] = ms
+        print(f"  w{warps} s{stages}: total {sum(times.values()):.3f} ms", flush=True)
+    chunk_fwd.LAUNCH.update(saved[0])
+    chunk_bwd_triton.LAUNCH.update(saved[1])
+    for table, key, widths in ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (32, 64)),
+                               (chunk_bwd_triton.BLOCK_V, "state", (32, 64))):
+        old = table[key]
+        for width in widths:
+            table[key] = width
+            times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
+            tag = f"{'bwd_' if table is chunk_bwd_triton.BLOCK_V else ''}{key}_BV{width}"
+            for name, ms in times.items():
+                per_kernel.setdefault(name, {})[tag] = ms
+        table[key] = old
+    print(f"\nsweep {kind} {shape}: best setting per kernel (default w4, num_stages 3)")
+    best = {}
+    for name, by_setting in sorted(per_kernel.items(), key=lambda kv: -max(kv[1].values())):
+        choice = min(by_setting, key=by_setting.get)
+        best[name] = choice
+        cells = " ".join(f"{s}={ms:.3f}" for s, ms in by_setting.items())
+        print(f"  {name[:40]:40} best {choice:>12} {by_setting[choice]:.3f} | {cells}")
+    results.setdefault("sweep", {})[f"{kind} {shape}"] = {"per_kernel": per_kernel, "best": best}
+
+
+def situ_variants(results):
+    import triton.testing
+
+    rows, cols = 8192, 3072
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    out = {}
+    for mode in ("fwd", "fwd+bwd"):
+        grad = mode == "fwd+bwd"
+        gate = (3 * torch.randn(rows, cols, device="cuda", generator=gen)).bfloat16().requires_grad_(grad)
+        up = (3 * torch.randn(rows, cols, device="cuda", generator=gen)).bfloat16().requires_grad_(grad)
+        fns = {}
+        for fast in (True, False):
+            for block, warps in ((1024, 4), (2048, 8), (4096, 8), (2048, 4), (4096, 16)):
+                def fn(fast=fast, block=block, warps=warps):
+                    situ.FAST_MATH, situ.BLOCK, situ.WARPS = fast, block, warps
+                    return situ.situ_glu(gate, up)
+                fns[f"situ fast={int(fast)} B{block} w{warps}"] = fn
+        for block, warps in ((1024, 4), (2048, 8), (4096, 8)):
+            def fn(block=block, warps=warps):
+                situ.BLOCK, situ.WARPS = block, warps
+                return situ.silu_and_mul(gate, up)
+            fns[f"silu_mul B{block} w{warps}"] = fn
+        fns["situ eager"] = lambda: bench.eager_situ(gate, up)
+        for name, fn in fns.items():
+            run = bench.with_backward(fn, {"g": gate, "u": up}) if grad else fn
+            out[f"{mode} {name}"] = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")
+            print(f"  {mode:>7} {name:28} {out[f'{mode} {name}']:.4f} ms", flush=True)
+    situ.FAST_MATH, situ.BLOCK, situ.WARPS = True, 2048, 8
+    results["situ"] = out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--kinds", default="kda,gated_delta_rule,delta_rule,linear_attention")
+    parser.add_argument("--shape", default="2,8192,16")
+    parser.add_argument("--sweep", default="kda", help="kinds to sweep launch settings for ('' for none)")
+    parser.add_argument("--sections", default="situ,profile,sweep")
+    args = parser.parse_args()
+    shape = tuple(int(x) for x in args.shape.split(","))
+    fla = bench.load_fla()
+    results = {"shape": shape, "profile": {}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "profile.json"
+    sections = args.sections.split(",")
+    if "situ" in sections:
+        situ_variants(results)
+        path.write_text(json.dumps(results, indent=1))
+    if "profile" in sections:
+        for kind in args.kinds.split(","):
+            for mode in ("fwd", "fwd+bwd"):
+                for impl in ("k3lite", "fla"):
+                    if impl == "fla" and kind not in fla:
+                        continue
+                    times = kernel_times(call(kind, shape, mode, impl, fla))
+                    results["profile"][f"{kind} {mode} {impl}"] = times
+                    show(f"{kind} {shape} {mode} {impl}", times)
+                    path.write_text(json.dumps(results, indent=1))
+    if "sweep" in sections:
+        for kind in filter(None, args.sweep.split(",")):
+            sweep(kind, shape, results)
+            path.write_text(json.dumps(results, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
