@@ -101,8 +101,30 @@ def mixer_inputs(kind, B, T, H, D, dtype, device, grad):
 
 
 def k3lite_call(kind, t, backend):
+    """Through the ops API: shape checks, value checks (g <= 0, beta in [0, 2]), then the kernels."""
     args = [t["q"], t["k"], t["v"]] + [t[n] for n in ("g", "beta") if t[n] is not None]
     return OPS[kind].chunked(*args, backend=backend)[0]
+
+
+def kernel_call(kind, t):
+    """The Triton pipeline itself (k3lite.kernels.chunked), without the ops API's value checks, which read
+    g and beta once more and wait for the GPU to answer; the reference library checks no values either."""
+    return kernels.chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
+
+
+def gpu_kernel_ms(fn, iters=10):
+    """GPU time per call summed over the kernels fn launches (torch.profiler), without launch gaps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    total = sum(getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+                for ev in prof.key_averages())
+    return total / iters / 1e3
 
 
 def fla_call(fn, kind, t):
@@ -135,8 +157,10 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save):
             for mode in modes:
                 grad = mode == "fwd+bwd"
                 t = mixer_inputs(kind, B, T, H, D, dtype, device, grad)
-                methods = {"k3lite_triton": lambda: k3lite_call(kind, t, "triton"),
+                methods = {"k3lite_triton": lambda: kernel_call(kind, t),
                            "k3lite_torch": lambda: k3lite_call(kind, t, "torch")}
+                if mode == "fwd":
+                    methods["k3lite_ops_triton"] = lambda: k3lite_call(kind, t, "triton")
                 if kind in fla:
                     methods["fla"] = lambda: fla_call(fla[kind], kind, t)
                 row = {"kind": kind, "B": B, "T": T, "H": H, "D": D, "mode": mode, "sdpa_ms": sdpa[mode]}
@@ -163,7 +187,7 @@ def profile_stages(device, results, save):
 
     for mode in ("fwd", "fwd+bwd"):
         t = mixer_inputs("kda", 2, 8192, 16, 128, torch.bfloat16, device, mode == "fwd+bwd")
-        fwd = lambda: k3lite_call("kda", t, "triton")  # noqa: E731
+        fwd = lambda: kernel_call("kda", t)  # noqa: E731
         fn = with_backward(fwd, t) if mode == "fwd+bwd" else fwd
         fn()
         torch.cuda.synchronize()
@@ -190,7 +214,8 @@ def fmt(x, spec=".3f"):
 
 
 def print_row(row):
-    print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | triton {fmt(row.get('k3lite_triton_ms'))}"
+    ops = f" (ops API {fmt(row['k3lite_ops_triton_ms'])})" if row.get("k3lite_ops_triton_ms") else ""
+    print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | triton {fmt(row.get('k3lite_triton_ms'))}{ops}"
           f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_ms'))} | sdpa {fmt(row['sdpa_ms'])}"
           f" | vs fla {fmt(row.get('ratio_vs_fla'), '.2f')}x", flush=True)
 
@@ -254,12 +279,22 @@ def bench_situ(rows, cols, device, measure, results, save):
                          ("situ_eager", lambda: eager_situ(gate, up)),
                          ("silu_mul_fused", lambda: kernels.silu_and_mul(gate, up)),
                          ("silu_mul_eager", lambda: torch.nn.functional.silu(gate) * up)):
-            out[f"{name}_{mode}_ms"] = measure(with_backward(fn, {"g": gate, "u": up}) if grad else fn)
+            run = with_backward(fn, {"g": gate, "u": up}) if grad else fn
+            out[f"{name}_{mode}_ms"] = measure(run)
+            if device == "cuda":
+                out[f"{name}_{mode}_gpu_ms"] = gpu_kernel_ms(run)
         out[f"eager_over_fused_{mode}"] = out[f"situ_eager_{mode}_ms"] / out[f"situ_fused_{mode}_ms"]
         out[f"fused_over_silu_mul_{mode}"] = out[f"situ_fused_{mode}_ms"] / out[f"silu_mul_fused_{mode}_ms"]
         print(f"situ {mode:>7}: fused {out[f'situ_fused_{mode}_ms']:.4f} ms, eager {out[f'situ_eager_{mode}_ms']:.4f} ms "
               f"({out[f'eager_over_fused_{mode}']:.2f}x), fused SiLU-and-mul {out[f'silu_mul_fused_{mode}_ms']:.4f} ms "
               f"(SiTU/SiLU {out[f'fused_over_silu_mul_{mode}']:.2f}x)", flush=True)
+        if device == "cuda":
+            gpu = {name: out[f"{name}_{mode}_gpu_ms"] for name in ("situ_fused", "situ_eager", "silu_mul_fused")}
+            out[f"eager_over_fused_{mode}_gpu"] = gpu["situ_eager"] / gpu["situ_fused"]
+            out[f"fused_over_silu_mul_{mode}_gpu"] = gpu["situ_fused"] / gpu["silu_mul_fused"]
+            print(f"situ {mode:>7} (GPU kernel time only): fused {gpu['situ_fused']:.4f} ms, eager "
+                  f"{gpu['situ_eager']:.4f} ms ({out[f'eager_over_fused_{mode}_gpu']:.2f}x), SiLU-and-mul "
+                  f"{gpu['silu_mul_fused']:.4f} ms (SiTU/SiLU {out[f'fused_over_silu_mul_{mode}_gpu']:.2f}x)", flush=True)
     bytes_fwd = 3 * rows * cols * torch.finfo(dtype).bits // 8
     out["situ_fused_fwd_tb_per_s"] = bytes_fwd / (out["situ_fused_fwd_ms"] * 1e-3) / 1e12
     results["situ"] = out

@@ -137,17 +137,23 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr,
     dw = tl.zeros([BT, BK], dtype=tl.float32)
     dkeep = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(0, tl.cdiv(V, BV)):
-        b_h = _load_f32(h_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
-        b_d = _load_f32(dh_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
-        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_vn = _load_f32(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        # h, D, dO and V' arrive in the inputs' dtype and go into the products as they are.
+        p_h, m_h = _tile(h_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
+        b_h = tl.load(p_h, mask=m_h, other=0.0)
+        dtype = b_h.dtype
+        p_d, m_d = _tile(dh_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
+        b_d = tl.load(p_d, mask=m_d, other=0.0)
+        p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_do = tl.load(p_do, mask=m_do, other=0.0).to(dtype)
+        p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_vn = tl.load(p_vn, mask=m_vn, other=0.0)
         p_acc += tl.dot(b_do, tl.trans(b_h), input_precision=DOT_PRECISION)
         r_acc += tl.dot(b_vn, tl.trans(b_d), input_precision=DOT_PRECISION)
         if DELTA:
             b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-            dw -= tl.dot(b_dv, tl.trans(b_h), input_precision=DOT_PRECISION)
+            dw -= tl.dot(b_dv.to(dtype), tl.trans(b_h), input_precision=DOT_PRECISION)
         if GATED:
-            dkeep += tl.sum(b_h * b_d, axis=1)
+            dkeep += tl.sum(b_h.to(tl.float32) * b_d.to(tl.float32), axis=1)
     b_q = _load_f32(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
     b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
     dq = scale * p_acc
@@ -219,6 +225,37 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
 
 
 @triton.jit
+def _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr,
+                        BC: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Gradient of one level of the forward's diagonal block (chunk_fwd._diagonal_level): the pairs (r, c)
+    # of one group of 2*HALF rows with c in the first half, r in the second, e[r, c] = decay[r] decay[c].
+    #   dq[r]  = decay[r] sum_c dA[r, c] (k_c decay[c]),   dkr[r] = decay[r] sum_c dB[r, c] (k_c decay[c])
+    #   dkc[c] = decay[c] sum_r (dA[r, c] q_r + beta_r dB[r, c] k_r) decay[r]
+    rows = tl.arange(0, BC)
+    group = rows // (2 * HALF)
+    anchor = group * (2 * HALF) + HALF - 1
+    second_half = (rows % (2 * HALF)) >= HALF
+    cols = tl.arange(0, BK)
+    g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :],
+                  mask=(anchor[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0).to(tl.float32)
+    decay = tl.exp(-tl.abs(b_g - g_a))
+    row_side = second_half[:, None]
+    same_group = group[:, None] == group[None, :]
+    d_a = tl.where(same_group, d_a, 0.0)
+    k_c = tl.where(row_side, 0.0, b_k * decay)
+    dq = tl.where(row_side, decay * tl.dot(d_a, k_c, input_precision=DOT_PRECISION), 0.0)
+    col_sum = tl.dot(tl.trans(d_a), tl.where(row_side, b_q * decay, 0.0), input_precision=DOT_PRECISION)
+    dkr = tl.zeros([BC, BK], dtype=tl.float32)
+    if DELTA:
+        d_b = tl.where(same_group, d_b, 0.0)
+        dkr = tl.where(row_side, decay * tl.dot(d_b, k_c, input_precision=DOT_PRECISION), 0.0)
+        col_sum += tl.dot(tl.trans(d_b * b_beta[:, None]), tl.where(row_side, b_k * decay, 0.0),
+                          input_precision=DOT_PRECISION)
+    dkc = tl.where(row_side, 0.0, decay * col_sum)
+    return dq, dkr, dkc
+
+
+@triton.jit
 def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
                H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                GATED: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
@@ -229,7 +266,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
     # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc.
     # Blocks j < i (rows) use the anchor a = first row of block i - 1; blocks j > i (columns) the anchor
     # a = last row of block i; every factor exp(G_r - G_a), exp(G_a - G_c) is <= 1, as in the forward.
-    # The diagonal block uses exact pairwise differences, one row or column at a time.
+    # The diagonal block splits into levels of anchored pairs, exactly as in the forward (_diagonal_level).
     i_tc, i_bh = tl.program_id(0), tl.program_id(1)
     n_sub: tl.constexpr = BT // BC
     i_t, i_i = i_tc // n_sub, i_tc % n_sub
@@ -303,26 +340,24 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
     if DELTA:
         d_b = tl.where(rows[:, None] > rows[None, :],
                        _load_f32(dakk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC), 0.0)
-    for c in range(0, BC):
-        t_c = row0 + c
-        q_c = _load_row(q_ptr + kbase, t_c, T, K, H * K, BK)
-        k_c = _load_row(k_ptr + kbase, t_c, T, K, H * K, BK)
-        is_c_col = rows[None, :] == c
-        is_c_row = rows[:, None] == c
-        if GATED:
-            g_c = _load_row(g_ptr + kbase, t_c, T, K, H * K, BK)
-            e_row = tl.exp(tl.minimum(b_g - g_c[None, :], 0.0))      # rows r of the block against token c
-            e_col = tl.exp(tl.minimum(g_c[None, :] - b_g, 0.0))      # token c against the columns of the block
-        else:
-            e_row = tl.full([BC, BK], 1.0, dtype=tl.float32)
-            e_col = tl.full([BC, BK], 1.0, dtype=tl.float32)
-        dq += tl.sum(tl.where(is_c_col, d_a, 0.0), axis=1)[:, None] * k_c[None, :] * e_row
-        coef = tl.sum(tl.where(is_c_row, d_a, 0.0), axis=0)[:, None] * q_c[None, :]
-        if DELTA:
-            beta_c = tl.sum(tl.where(rows == c, b_beta, 0.0), axis=0)
-            dkr += tl.sum(tl.where(is_c_col, d_b, 0.0), axis=1)[:, None] * k_c[None, :] * e_row
-            coef += (beta_c * tl.sum(tl.where(is_c_row, d_b, 0.0), axis=0))[:, None] * k_c[None, :]
-        dkc += coef * e_col
+    # Pairs r = c (decay 1), then the pairs c < r level by level, as in the forward (_diagonal_level_bwd).
+    diag_a = tl.sum(tl.where(rows[:, None] == rows[None, :], d_a, 0.0), axis=1)
+    dq += diag_a[:, None] * b_k
+    dkc += diag_a[:, None] * b_q
+    g_rows = g_ptr + kbase + row0 * H * K
+    n_rows = T - row0
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 8, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 4, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 2, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 1, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
 
     p_dq, m_dq = _tile(dq_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
     tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
