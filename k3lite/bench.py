@@ -27,6 +27,7 @@ from k3lite import kernels  # before anything imports triton: on CPU it switches
 from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
 from k3lite.ops.situ import situ_glu
 
+STARTED = time.perf_counter()
 KINDS = ("kda", "gated_delta_rule", "delta_rule", "linear_attention")
 OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
        "gated_delta_rule": gated_delta_rule, "kda": kda}
@@ -214,10 +215,11 @@ def fmt(x, spec=".3f"):
 
 
 def print_row(row):
+    row["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
     ops = f" (ops API {fmt(row['k3lite_ops_triton_ms'])})" if row.get("k3lite_ops_triton_ms") else ""
     print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | triton {fmt(row.get('k3lite_triton_ms'))}{ops}"
           f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_ms'))} | sdpa {fmt(row['sdpa_ms'])}"
-          f" | vs fla {fmt(row.get('ratio_vs_fla'), '.2f')}x", flush=True)
+          f" | vs fla {fmt(row.get('ratio_vs_fla'), '.2f')}x | at {row['elapsed_s']:.0f} s", flush=True)
 
 
 def bench_decode(batches, H, D, device, measure, fla, results, save):

@@ -26,7 +26,7 @@ from k3lite import bench, kernels  # noqa: E402,F401  (kernels first: it sets up
 from k3lite.kernels import chunk_bwd_triton, chunk_fwd, situ  # noqa: E402
 
 ITERS = 5
-SETTINGS = [(2, 2), (4, 1), (4, 2), (4, 3), (8, 2), (8, 3)]
+SETTINGS = [(4, 1), (4, 2), (4, 3), (8, 1), (8, 2), (8, 3)]
 
 
 def kernel_times(fn, iters=ITERS):
@@ -64,29 +64,32 @@ def call(kind, shape, mode, impl, fla):
     return bench.with_backward(fwd, t) if mode == "fwd+bwd" else fwd
 
 
-def set_all(num_warps, num_stages):
-    for table in (chunk_fwd.LAUNCH, chunk_bwd_triton.LAUNCH):
+def set_all(num_warps, num_stages, stages=None):
+    """Give every stage (or those named in stages, as 'fwd.intra' / 'bwd.wy') one launch setting."""
+    for prefix, table in (("fwd", chunk_fwd.LAUNCH), ("bwd", chunk_bwd_triton.LAUNCH)):
         for name in table:
-            table[name] = dict(num_warps=num_warps, num_stages=num_stages)
+            if stages is None or f"{prefix}.{name}" in stages:
+                table[name] = dict(num_warps=num_warps, num_stages=num_stages)
 
 
-def sweep(kind, shape, results):
+def sweep(kind, shape, results, stages=None, widths=True):
     saved = ({k: dict(v) for k, v in chunk_fwd.LAUNCH.items()}, {k: dict(v) for k, v in chunk_bwd_triton.LAUNCH.items()})
     per_kernel = {}
-    for warps, stages in SETTINGS:
-        set_all(warps, stages)
+    for warps, n_stages in SETTINGS:
+        set_all(warps, n_stages, stages)
         try:
             times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
         except Exception as err:  # e.g. out of shared memory for this setting
-            print(f"  w{warps} s{stages}: failed {repr(err)[:120]}")
+            print(f"  w{warps} s{n_stages}: failed {repr(err)[:120]}")
             continue
         for name, ms in times.items():
-            per_kernel.setdefault(name, {})[f"w{warps}s{stages}"] = ms
-        print(f"  w{warps} s{stages}: total {sum(times.values()):.3f} ms", flush=True)
+            per_kernel.setdefault(name, {})[f"w{warps}s{n_stages}"] = ms
+        print(f"  w{warps} s{n_stages}: total {sum(times.values()):.3f} ms", flush=True)
     chunk_fwd.LAUNCH.update(saved[0])
     chunk_bwd_triton.LAUNCH.update(saved[1])
-    for table, key, widths in ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (32, 64)),
-                               (chunk_bwd_triton.BLOCK_V, "state", (32, 64))):
+    width_cases = ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (32, 64)),
+                   (chunk_bwd_triton.BLOCK_V, "state", (32, 64))) if widths else ()
+    for table, key, widths in width_cases:
         old = table[key]
         for width in widths:
             table[key] = width
@@ -143,8 +146,14 @@ def main():
     parser.add_argument("--shape", default="2,8192,16")
     parser.add_argument("--sweep", default="kda", help="kinds to sweep launch settings for ('' for none)")
     parser.add_argument("--sections", default="situ,profile,sweep")
+    parser.add_argument("--impls", default="k3lite,fla")
+    parser.add_argument("--sweep-stages", default="", help="e.g. fwd.intra,bwd.wy (default: every stage)")
+    parser.add_argument("--settings", default="", help="e.g. 4x2,8x1 (num_warps x num_stages)")
+    parser.add_argument("--no-widths", action="store_true", help="sweep no value-block widths")
     args = parser.parse_args()
     shape = tuple(int(x) for x in args.shape.split(","))
+    if args.settings:
+        SETTINGS[:] = [tuple(int(n) for n in item.split("x")) for item in args.settings.split(",")]
     fla = bench.load_fla()
     results = {"shape": shape, "profile": {}}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -156,7 +165,7 @@ def main():
     if "profile" in sections:
         for kind in args.kinds.split(","):
             for mode in ("fwd", "fwd+bwd"):
-                for impl in ("k3lite", "fla"):
+                for impl in args.impls.split(","):
                     if impl == "fla" and kind not in fla:
                         continue
                     try:
@@ -169,7 +178,8 @@ def main():
                     path.write_text(json.dumps(results, indent=1))
     if "sweep" in sections:
         for kind in filter(None, args.sweep.split(",")):
-            sweep(kind, shape, results)
+            stages = set(args.sweep_stages.split(",")) if args.sweep_stages else None
+            sweep(kind, shape, results, stages, widths=not args.no_widths)
             path.write_text(json.dumps(results, indent=1))
     print(f"wrote {path}")
 
