@@ -44,6 +44,14 @@ def _store(base, x, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl
 
 
 @triton.jit
+def _tile_t(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    # Pointers and mask of the [BR, BC] tile at (row0, col0) read as its transpose, a [BC, BR] tile.
+    r = row0 + tl.arange(0, BR)
+    c = col0 + tl.arange(0, BC)
+    return base + r[None, :] * stride + c[:, None], (r[None, :] < n_rows) & (c[:, None] < n_cols)
+
+
+@triton.jit
 def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
     # Row t of a [T, n_cols] view as a float32 vector; zeros when t is past the end.
     c = tl.arange(0, BC)
@@ -102,20 +110,22 @@ def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr
         b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_dv += tl.dot(b_kd, d.to(dtype), input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        p_q, m_q = _tile(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-        b_q = tl.load(p_q, mask=m_q, other=0.0)
+        # Q (and W, G) are read as transposed [BK, BT] tiles, so the products need no register transpose.
+        p_qt, m_qt = _tile_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_qt = tl.load(p_qt, mask=m_qt, other=0.0)
         if GATED:
             t_last = tl.minimum(i_t * BT + BT, T) - 1
             d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
-            b_eg = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
-            b_q = (b_q.to(tl.float32) * b_eg).to(dtype)
+            p_gt, m_gt = _tile_t(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            b_eg = tl.exp(tl.minimum(tl.load(p_gt, mask=m_gt, other=0.0).to(tl.float32), 0.0))
+            b_qt = (b_qt.to(tl.float32) * b_eg).to(dtype)
         p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_do = tl.load(p_do, mask=m_do, other=0.0).to(dtype)
-        d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
+        d += scale * tl.dot(b_qt, b_do, input_precision=DOT_PRECISION)
         if DELTA:
-            p_w, m_w = _tile(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-            b_w = tl.load(p_w, mask=m_w, other=0.0)
-            d -= tl.dot(tl.trans(b_w), b_dv.to(dtype), input_precision=DOT_PRECISION)
+            p_wt, m_wt = _tile_t(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            b_wt = tl.load(p_wt, mask=m_wt, other=0.0)
+            d -= tl.dot(b_wt, b_dv.to(dtype), input_precision=DOT_PRECISION)
     tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
 
 
