@@ -14,7 +14,8 @@ Backward stages, one kernel each (dX is the float32 gradient of X):
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
                          dAi = dV' X_u^T + dW X_w^T;  dAkk = -Ai^T dAi Ai^T on the strict lower triangle
   5. _bwd_intra          dAqk, dAkk through the decayed products into dq, dk, dG, dbeta (per-channel gate:
-                         the forward's anchored levels); _bwd_intra_dense for no gate or one per head
+                         16-row sub-blocks, anchored decays; the diagonal block in anchored levels);
+                         _bwd_intra_dense for no gate or one per head
   6. _bwd_gate_cumsum    dg = reverse chunk-local cumulative sum of dG (summed over channels for one gate per head)
 Gates are handled per channel throughout (a scalar gate is broadcast over K); without a gate G = 0.
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
@@ -22,6 +23,8 @@ into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never fo
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -126,6 +129,47 @@ def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr
             p_wt, m_wt = _tile_t(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
             b_wt = tl.load(p_wt, mask=m_wt, other=0.0)
             d -= tl.dot(b_wt, b_dv.to(dtype), input_precision=DOT_PRECISION)
+    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
+
+
+@triton.jit
+def _bwd_state_pass_f32(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
+                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                    BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
+    # Stage 2 as _bwd_state_pass with every operand in float32 (TF32 products in a bf16 run), selected by
+    # STATE_PASS. Sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
+    #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    rk = tl.arange(0, BK)
+    rv = i_v * BV + tl.arange(0, BV)
+    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
+    state_off = rk[:, None] * V + rv[None, :]
+    if HAS_DHT:
+        d = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + state_off, mask=mask_kv, other=0.0)
+    else:
+        d = tl.zeros([BK, BV], dtype=tl.float32)
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    for i in range(0, NT):
+        i_t = NT - 1 - i
+        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+        tl.store(dh_ptr + h_off + state_off, d, mask=mask_kv)
+        b_kd = _load_f32(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_dv += tl.dot(b_kd, d, input_precision=DOT_PRECISION)
+        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_q = _load_f32(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        if GATED:
+            t_last = tl.minimum(i_t * BT + BT, T) - 1
+            d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
+            b_q = b_q * tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
+        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
+        if DELTA:
+            b_w = _load_f32(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
     tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
 
 
@@ -235,13 +279,13 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
 
 
 @triton.jit
-def _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr,
-                        BT: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Gradient of one level of the forward's anchored products (chunk_fwd._anchored_level): the pairs (r, c)
+def _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr,
+                        BC: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Gradient of one level of the forward's diagonal block (chunk_fwd._diagonal_level): the pairs (r, c)
     # of one group of 2*HALF rows with c in the first half, r in the second, e[r, c] = decay[r] decay[c].
     #   dq[r]  = decay[r] sum_c dA[r, c] (k_c decay[c]),   dkr[r] = decay[r] sum_c dB[r, c] (k_c decay[c])
     #   dkc[c] = decay[c] sum_r (dA[r, c] q_r + beta_r dB[r, c] k_r) decay[r]
-    rows = tl.arange(0, BT)
+    rows = tl.arange(0, BC)
     group = rows // (2 * HALF)
     anchor = group * (2 * HALF) + HALF - 1
     second_half = (rows % (2 * HALF)) >= HALF
@@ -255,7 +299,7 @@ def _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride,
     k_c = tl.where(row_side, 0.0, b_k * decay)
     dq = tl.where(row_side, decay * tl.dot(d_a, k_c, input_precision=DOT_PRECISION), 0.0)
     col_sum = tl.dot(tl.trans(d_a), tl.where(row_side, b_q * decay, 0.0), input_precision=DOT_PRECISION)
-    dkr = tl.zeros([BT, BK], dtype=tl.float32)
+    dkr = tl.zeros([BC, BK], dtype=tl.float32)
     if DELTA:
         d_b = tl.where(same_group, d_b, 0.0)
         dkr = tl.where(row_side, decay * tl.dot(d_b, k_c, input_precision=DOT_PRECISION), 0.0)
@@ -267,72 +311,120 @@ def _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride,
 
 @triton.jit
 def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
-               H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr,
-               DOT_PRECISION: tl.constexpr):
-    # Stage 5 for the per-channel gate, one program per chunk. With e[r, c, d] = exp(G_rd - G_cd), c <= r,
+               H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+               GATED: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Stage 5, one program per (chunk, sub-block i of BC rows). With e[r, c, d] = exp(G_rd - G_cd), c <= r,
     # dA = scale dAqk (query side) and dB = dAkk (key side, rows scaled by beta in the forward):
-    #   dq_r  = sum_c dA[r, c] k_c e[r, c],   dkr_r = sum_c dB[r, c] k_c e[r, c]
-    #   dkc_c = sum_r (dA[r, c] q_r + beta_r dB[r, c] k_r) e[r, c]
+    #   rows of block i:     dq_r  = sum_c dA[r, c] k_c e[r, c],   dkr_r = sum_c dB[r, c] k_c e[r, c]
+    #   columns of block i:  dkc_c = sum_r (dA[r, c] q_r + beta_r dB[r, c] k_r) e[r, c]
     # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc.
-    # The pairs r = c have e = 1; the pairs c < r go level by level as in the forward (_anchored_level_bwd),
-    # over slices of BK key channels.
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    # Blocks j < i (rows) use the anchor a = first row of block i - 1; blocks j > i (columns) the anchor
+    # a = last row of block i; every factor exp(G_r - G_a), exp(G_a - G_c) is <= 1, as in the forward.
+    # The diagonal block splits into levels of anchored pairs, exactly as in the forward (_diagonal_level).
+    i_tc, i_bh = tl.program_id(0), tl.program_id(1)
+    n_sub: tl.constexpr = BT // BC
+    i_t, i_i = i_tc // n_sub, i_tc % n_sub
     i_b, i_h = i_bh // H, i_bh % H
-    row0 = i_t * BT
+    row0 = i_t * BT + i_i * BC
+    if row0 >= T:
+        return
     kbase = (i_b * T * H + i_h) * K
     a_base = (i_b * T * H + i_h) * BT
     b_base = i_b * T * H + i_h
-    rows = tl.arange(0, BT)
-    d_a = tl.where(rows[:, None] >= rows[None, :], _load_f32(daqk_ptr + a_base, row0, 0, T, BT, H * BT, BT, BT), 0.0)
-    d_b = tl.zeros([BT, BT], dtype=tl.float32)
-    b_beta = tl.zeros([BT], dtype=tl.float32)
+    b_q = _load_f32(q_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    b_k = _load_f32(k_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    b_g = tl.zeros([BC, BK], dtype=tl.float32)
+    if GATED:
+        b_g = _load_f32(g_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    b_beta = tl.zeros([BC], dtype=tl.float32)
     if DELTA:
-        d_b = tl.where(rows[:, None] > rows[None, :], _load_f32(dakk_ptr + a_base, row0, 0, T, BT, H * BT, BT, BT),
-                       0.0)
-        p_b, m_b = _vec(beta_ptr + b_base, row0, T, H, BT)
+        p_b, m_b = _vec(beta_ptr + b_base, row0, T, H, BC)
         b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    dq = tl.zeros([BC, BK], dtype=tl.float32)
+    dkr = tl.zeros([BC, BK], dtype=tl.float32)
+    dkc = tl.zeros([BC, BK], dtype=tl.float32)
+
+    if i_i > 0:
+        g_a = tl.zeros([BK], dtype=tl.float32)
+        if GATED:
+            g_a = _load_row(g_ptr + kbase, row0 - 1, T, K, H * K, BK)
+        for i_j in range(0, i_i):
+            col0 = i_t * BT + i_j * BC
+            b_kc = _load_f32(k_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
+            if GATED:
+                b_kc = b_kc * tl.exp(tl.minimum(g_a[None, :] - _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK),
+                                                0.0))
+            d_a = _load_f32(daqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+            dq += tl.dot(d_a, b_kc, input_precision=DOT_PRECISION)
+            if DELTA:
+                d_b = _load_f32(dakk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+                dkr += tl.dot(d_b, b_kc, input_precision=DOT_PRECISION)
+        if GATED:
+            row_decay = tl.exp(tl.minimum(b_g - g_a[None, :], 0.0))
+            dq = dq * row_decay
+            dkr = dkr * row_decay
+
+    n_valid = tl.cdiv(tl.minimum(T - i_t * BT, BT), BC)
+    if i_i + 1 < n_valid:
+        g_z = tl.zeros([BK], dtype=tl.float32)
+        if GATED:
+            g_z = _load_row(g_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
+        for i_j in range(i_i + 1, n_valid):
+            r0 = i_t * BT + i_j * BC
+            b_qr = _load_f32(q_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
+            b_kr = _load_f32(k_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
+            if GATED:
+                decay = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK) - g_z[None, :], 0.0))
+                b_qr = b_qr * decay
+                b_kr = b_kr * decay
+            d_a = _load_f32(daqk_ptr + a_base, r0, i_i * BC, T, BT, H * BT, BC, BC)
+            dkc += tl.dot(tl.trans(d_a), b_qr, input_precision=DOT_PRECISION)
+            if DELTA:
+                p_br, m_br = _vec(beta_ptr + b_base, r0, T, H, BC)
+                beta_r = tl.load(p_br, mask=m_br, other=0.0).to(tl.float32)
+                d_b = _load_f32(dakk_ptr + a_base, r0, i_i * BC, T, BT, H * BT, BC, BC) * beta_r[:, None]
+                dkc += tl.dot(tl.trans(d_b), b_kr, input_precision=DOT_PRECISION)
+        if GATED:
+            dkc = dkc * tl.exp(tl.minimum(g_z[None, :] - b_g, 0.0))
+
+    rows = tl.arange(0, BC)
+    d_a = tl.where(rows[:, None] >= rows[None, :],
+                   _load_f32(daqk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC), 0.0)
+    d_b = tl.zeros([BC, BC], dtype=tl.float32)
+    if DELTA:
+        d_b = tl.where(rows[:, None] > rows[None, :],
+                       _load_f32(dakk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC), 0.0)
+    # Pairs r = c (decay 1), then the pairs c < r level by level, as in the forward (_diagonal_level_bwd).
     diag_a = tl.sum(tl.where(rows[:, None] == rows[None, :], d_a, 0.0), axis=1)
+    dq += diag_a[:, None] * b_k
+    dkc += diag_a[:, None] * b_q
     g_rows = g_ptr + kbase + row0 * H * K
     n_rows = T - row0
-    d_beta = tl.zeros([BT], dtype=tl.float32)
-    for i_k in range(0, tl.cdiv(K, BK)):
-        b_q = _load_f32(q_ptr + kbase, row0, i_k * BK, T, K, H * K, BT, BK)
-        b_k = _load_f32(k_ptr + kbase, row0, i_k * BK, T, K, H * K, BT, BK)
-        b_g = _load_f32(g_ptr + kbase, row0, i_k * BK, T, K, H * K, BT, BK)
-        g_slice = g_rows + i_k * BK
-        n_cols = K - i_k * BK
-        dq = diag_a[:, None] * b_k
-        dkc = diag_a[:, None] * b_q
-        dkr = tl.zeros([BT, BK], dtype=tl.float32)
-        l_dq, l_dkr, l_dkc = _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_slice, n_rows, H * K, n_cols, 32,
-                                                 BT, BK, DELTA, DOT_PRECISION)
-        dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-        l_dq, l_dkr, l_dkc = _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_slice, n_rows, H * K, n_cols, 16,
-                                                 BT, BK, DELTA, DOT_PRECISION)
-        dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-        l_dq, l_dkr, l_dkc = _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_slice, n_rows, H * K, n_cols, 8,
-                                                 BT, BK, DELTA, DOT_PRECISION)
-        dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-        l_dq, l_dkr, l_dkc = _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_slice, n_rows, H * K, n_cols, 4,
-                                                 BT, BK, DELTA, DOT_PRECISION)
-        dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-        l_dq, l_dkr, l_dkc = _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_slice, n_rows, H * K, n_cols, 2,
-                                                 BT, BK, DELTA, DOT_PRECISION)
-        dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-        l_dq, l_dkr, l_dkc = _anchored_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_slice, n_rows, H * K, n_cols, 1,
-                                                 BT, BK, DELTA, DOT_PRECISION)
-        dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-        p_dq, m_dq = _tile(dq_ptr + kbase, row0, i_k * BK, T, K, H * K, BT, BK)
-        tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
-        p_dk, m_dk = _tile(dk_ptr + kbase, row0, i_k * BK, T, K, H * K, BT, BK)
-        tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dkc + b_beta[:, None] * dkr, mask=m_dk)
-        p_dg, m_dg = _tile(dg_ptr + kbase, row0, i_k * BK, T, K, H * K, BT, BK)
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 8, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 4, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 2, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 1, BC, BK,
+                                             DELTA, DOT_PRECISION)
+    dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
+
+    p_dq, m_dq = _tile(dq_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
+    dk = dkc + b_beta[:, None] * dkr
+    p_dk, m_dk = _tile(dk_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dk, mask=m_dk)
+    if DELTA:
+        p_db, m_db = _vec(dbeta_ptr + b_base, row0, T, H, BC)
+        tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + tl.sum(b_k * dkr, axis=1), mask=m_db)
+    if GATED:
+        p_dg, m_dg = _tile(dg_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
         dg = b_q * dq + b_k * (b_beta[:, None] * dkr - dkc)
         tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + dg, mask=m_dg)
-        d_beta += tl.sum(b_k * dkr, axis=1)
-    if DELTA:
-        p_db, m_db = _vec(dbeta_ptr + b_base, row0, T, H, BT)
-        tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
 
 
 @triton.jit
@@ -402,10 +494,14 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 
 # Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; scripts/gpu_profile.py edits them).
 LAUNCH = {name: dict(num_warps=4) for name in
-          ("local_output", "state_pass", "state_grads", "wy", "intra_dense", "gate_cumsum")}
-LAUNCH["intra"] = dict(num_warps=8)
+          ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 BLOCK_V = {"state": None}
-BLOCK_K_INTRA = 32  # key-slice width of _bwd_intra, as in the forward
+# Which reverse state pass runs: "native" (products in the inputs' dtype), "native_s1" (the same, without
+# software pipelining) or "float32" (_bwd_state_pass_f32). The environment variable K3LITE_BWD_STATE_PASS
+# overrides it; scripts/gpu_final.sh uses that to check each on the GPU before the benchmark.
+STATE_PASS = os.environ.get("K3LITE_BWD_STATE_PASS", "native")
+if STATE_PASS not in ("native", "native_s1", "float32"):
+    raise ValueError(f"K3LITE_BWD_STATE_PASS must be native, native_s1 or float32, got {STATE_PASS!r}")
 
 
 def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_state):
@@ -445,9 +541,14 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dh0 = torch.empty(B, H, K, V, **f32)
     BV_state = min(BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    _bwd_state_pass[(triton.cdiv(V, BV_state), B * H)](
+    state_pass, launch = _bwd_state_pass, dict(LAUNCH["state_pass"])
+    if STATE_PASS == "float32":
+        state_pass = _bwd_state_pass_f32
+    elif STATE_PASS == "native_s1":
+        launch["num_stages"] = 1
+    state_pass[(triton.cdiv(V, BV_state), B * H)](
         q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, BK, BV_state, gated, delta, d_state is not None, prec, **LAUNCH["state_pass"])
+        H, K, V, BT, BK, BV_state, gated, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
@@ -463,8 +564,9 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
         _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG, dbeta, dakk, T, H, K, V, BT, BKb,
                              BV, gated, prec, SOLVE_PRECISION, **LAUNCH["wy"])
     if gate == 2:
-        _bwd_intra[(NT, B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG, dbeta if delta else dq, T, H, K, BT,
-                                min(BK, BLOCK_K_INTRA), delta, prec, **LAUNCH["intra"])
+        _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
+                                             dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
+                                             **LAUNCH["intra"])
     else:
         _bwd_intra_dense[(NT, B * H)](q, k, kept["G"] if gate else q, beta_arg, daqk, dakk, dq, dk, dG,
                                       dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, **LAUNCH["intra_dense"])

@@ -108,77 +108,72 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
 
 
 @triton.jit
-def _anchored_level(b_q, b_k, b_g, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # One level of the chunk's [BT, BT] decayed products, over one slice of BK key channels: the pairs (r, c)
-    # in one group of 2*HALF rows with c in the group's first half and r in its second. Their common anchor
-    # a = the last row of the first half lies between them (c <= a < r), so
-    #     exp(G_r - G_c) = exp(G_r - G_a) exp(G_a - G_c),   both factors <= 1,
-    # and one tensor-core product covers every such pair. HALF = BT/2, BT/4, ..., 1 covers each c < r once.
-    # With log-gates <= 0, G falls along the chunk, so either factor is exp(-|G_row - G_anchor|).
-    rows = tl.arange(0, BT)
-    group = rows // (2 * HALF)
-    anchor = group * (2 * HALF) + HALF - 1
-    second_half = (rows % (2 * HALF)) >= HALF
-    cols = tl.arange(0, BK)
-    g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :],
-                  mask=(anchor[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
-    decay = tl.exp(-tl.abs(b_g - g_a))
-    q_r = tl.where(second_half[:, None], b_q * decay, 0.0)
-    k_r = tl.where(second_half[:, None], b_k * decay, 0.0)
-    k_c = tl.where(second_half[:, None], 0.0, b_k * decay)
-    same_group = group[:, None] == group[None, :]
-    a_qk = tl.where(same_group, tl.dot(q_r, tl.trans(k_c), input_precision=DOT_PRECISION), 0.0)
-    a_kk = tl.where(same_group, tl.dot(k_r, tl.trans(k_c), input_precision=DOT_PRECISION), 0.0)
-    return a_qk, a_kk
-
-
-@triton.jit
 def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
-                         H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                         DOT_PRECISION: tl.constexpr):
-    # Gate kind 2 (per channel). One program per chunk of BT = 64 rows:
-    #   A[r, c] = sum_d x_rd k_cd exp(G_rd - G_cd), c <= r (x = q for Aqk, k for Akk),
-    # as the pairs r = c (decay 1) plus six levels of anchored products (_anchored_level, HALF = 32 ... 1),
-    # accumulated over slices of BK key channels so the [BT, BK] tiles stay in registers.
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+                         H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                         BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Gate kind 2 (per channel). One program per (chunk, row sub-block i) writes rows i*BC..i*BC+BC-1.
+    #   off-diagonal blocks (i, j < i): anchor a = i*BC - 1 (last row before block i), so
+    #       A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd)), both factors <= 1 -> tl.dot
+    #   diagonal block (i, i): exact pairwise differences, one column c at a time:
+    #       A[:, c] = sum_d k_:d k_cd exp(G_:d - G_cd)
+    i_tc, i_bh = tl.program_id(0), tl.program_id(1)
+    n_sub: tl.constexpr = BT // BC
+    i_t, i_i = i_tc // n_sub, i_tc % n_sub
     i_b, i_h = i_bh // H, i_bh % H
-    row0 = i_t * BT
+    row0 = i_t * BT + i_i * BC
+    if row0 >= T:
+        return
     base = (i_b * T * H + i_h) * K
     a_base = (i_b * T * H + i_h) * BT
-    g_rows = g_ptr + base + row0 * H * K
-    n_rows = T - row0
-    rows = tl.arange(0, BT)
-    a_qk = tl.zeros([BT, BT], dtype=tl.float32)
-    a_kk = tl.zeros([BT, BT], dtype=tl.float32)
-    for i_k in range(0, tl.cdiv(K, BK)):
-        p_q, m_q = _tile(q_ptr + base, row0, i_k * BK, T, K, H * K, BT, BK)
-        p_k, m_k = _tile(k_ptr + base, row0, i_k * BK, T, K, H * K, BT, BK)
-        p_g, m_g = _tile(g_ptr + base, row0, i_k * BK, T, K, H * K, BT, BK)
-        b_q = tl.load(p_q, mask=m_q, other=0.0).to(tl.float32)
-        b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
-        b_g = tl.load(p_g, mask=m_g, other=0.0)
-        g_slice = g_rows + i_k * BK
-        n_cols = K - i_k * BK
-        a_qk += tl.where(rows[:, None] == rows[None, :], tl.sum(b_q * b_k, axis=1)[:, None], 0.0)
-        level_qk, level_kk = _anchored_level(b_q, b_k, b_g, g_slice, n_rows, H * K, n_cols, 32, BT, BK, DOT_PRECISION)
-        a_qk, a_kk = a_qk + level_qk, a_kk + level_kk
-        level_qk, level_kk = _anchored_level(b_q, b_k, b_g, g_slice, n_rows, H * K, n_cols, 16, BT, BK, DOT_PRECISION)
-        a_qk, a_kk = a_qk + level_qk, a_kk + level_kk
-        level_qk, level_kk = _anchored_level(b_q, b_k, b_g, g_slice, n_rows, H * K, n_cols, 8, BT, BK, DOT_PRECISION)
-        a_qk, a_kk = a_qk + level_qk, a_kk + level_kk
-        level_qk, level_kk = _anchored_level(b_q, b_k, b_g, g_slice, n_rows, H * K, n_cols, 4, BT, BK, DOT_PRECISION)
-        a_qk, a_kk = a_qk + level_qk, a_kk + level_kk
-        level_qk, level_kk = _anchored_level(b_q, b_k, b_g, g_slice, n_rows, H * K, n_cols, 2, BT, BK, DOT_PRECISION)
-        a_qk, a_kk = a_qk + level_qk, a_kk + level_kk
-        level_qk, level_kk = _anchored_level(b_q, b_k, b_g, g_slice, n_rows, H * K, n_cols, 1, BT, BK, DOT_PRECISION)
-        a_qk, a_kk = a_qk + level_qk, a_kk + level_kk
-    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, row0, T, H, BT)
+    cols_k = tl.arange(0, BK)
+    mask_k = cols_k < K
+    p_q, m_q = _tile(q_ptr + base, row0, 0, T, K, H * K, BC, BK)
+    p_k, m_k = _tile(k_ptr + base, row0, 0, T, K, H * K, BC, BK)
+    p_g, m_g = _tile(g_ptr + base, row0, 0, T, K, H * K, BC, BK)
+    b_q = tl.load(p_q, mask=m_q, other=0.0).to(tl.float32)
+    b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
+    b_g = tl.load(p_g, mask=m_g, other=0.0)
+    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, row0, T, H, BC)
     b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
-    p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, 0, T, BT, H * BT, BT, BT)
-    p_akk, m_akk = _tile(akk_ptr + a_base, row0, 0, T, BT, H * BT, BT, BT)
-    tl.store(p_aqk, tl.where(rows[:, None] >= rows[None, :], a_qk * scale, 0.0), mask=m_aqk)
-    tl.store(p_akk, tl.where(rows[:, None] > rows[None, :], a_kk * b_beta[:, None], 0.0), mask=m_akk)
+
+    if i_i > 0:
+        b_ga = tl.load(g_ptr + base + (row0 - 1) * H * K + cols_k, mask=mask_k, other=0.0)
+        row_decay = tl.exp(tl.minimum(b_g - b_ga[None, :], 0.0))
+        b_qr = b_q * row_decay
+        b_kr = b_k * row_decay
+        for i_j in range(0, i_i):
+            col0 = i_t * BT + i_j * BC
+            p_kc, m_kc = _tile(k_ptr + base, col0, 0, T, K, H * K, BC, BK)
+            p_gc, m_gc = _tile(g_ptr + base, col0, 0, T, K, H * K, BC, BK)
+            b_kc = tl.load(p_kc, mask=m_kc, other=0.0).to(tl.float32)
+            b_gc = tl.load(p_gc, mask=m_gc, other=0.0)
+            b_kc = b_kc * tl.exp(tl.minimum(b_ga[None, :] - b_gc, 0.0))
+            a_qk = tl.dot(b_qr, tl.trans(b_kc), input_precision=DOT_PRECISION) * scale
+            a_kk = tl.dot(b_kr, tl.trans(b_kc), input_precision=DOT_PRECISION) * b_beta[:, None]
+            p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+            p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
+            tl.store(p_aqk, a_qk, mask=m_aqk)
+            tl.store(p_akk, a_kk, mask=m_akk)
+
+    rows = tl.arange(0, BC)
+    a_qk = tl.zeros([BC, BC], dtype=tl.float32)
+    a_kk = tl.zeros([BC, BC], dtype=tl.float32)
+    for c in range(0, BC):
+        t_c = row0 + c
+        valid = cols_k < tl.where(t_c < T, K, 0)
+        k_c = tl.load(k_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0).to(tl.float32)
+        g_c = tl.load(g_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0)
+        e = tl.exp(tl.minimum(b_g - g_c[None, :], 0.0))
+        col_qk = tl.sum(b_q * k_c[None, :] * e, axis=1)
+        col_kk = tl.sum(b_k * k_c[None, :] * e, axis=1)
+        a_qk = tl.where(rows[None, :] == c, col_qk[:, None], a_qk)
+        a_kk = tl.where(rows[None, :] == c, col_kk[:, None], a_kk)
+    a_qk = tl.where(rows[:, None] >= rows[None, :], a_qk * scale, 0.0)
+    a_kk = tl.where(rows[:, None] > rows[None, :], a_kk * b_beta[:, None], 0.0)
+    p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
+    p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
+    tl.store(p_aqk, a_qk, mask=m_aqk)
+    tl.store(p_akk, a_kk, mask=m_akk)
 
 
 @triton.jit
@@ -417,14 +412,12 @@ SOLVE_PRECISION = "ieee"
 # with scripts/gpu_profile.py, which times each stage under other settings (it edits this dict).
 LAUNCH = {
     "cumsum": dict(num_warps=4),
-    "intra": dict(num_warps=8),
+    "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
     "wy": dict(num_warps=4),
     "state": dict(num_warps=4),
     "output": dict(num_warps=4),
 }
-# Key-slice width of the per-channel intra-chunk kernel: [64, 32] tiles keep its registers in bounds.
-BLOCK_K_INTRA = 32
 # Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
 BLOCK_V = {"output": 64, "state": None}
 
@@ -450,8 +443,8 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     akk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32) if delta else aqk
     g_arg = G if G is not None else q
     if gate == 2:
-        _intra_chunk_channel[(NT, B * H)](q, k, G, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, BLOCK_K_INTRA),
-                                          prec, **LAUNCH["intra"])
+        _intra_chunk_channel[(NT * (BT // BC), B * H)](q, k, G, beta_arg, aqk, akk, scale, T, H, K, BT, BC, BK,
+                                                       prec, **LAUNCH["intra"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate,
                                         delta, prec, **LAUNCH["intra"])
