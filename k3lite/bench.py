@@ -323,25 +323,31 @@ def plot(results, path):
     if not rows:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    top = max(max(r["ratio_vs_fla"] for r in rows), 1.5) * 1.15
     for ax, mode, target in zip(axes, ("fwd", "fwd+bwd"), (1.25, 1.5)):
         shapes = sorted({(r["B"], r["T"], r["H"]) for r in rows if r["mode"] == mode}, key=lambda s: s[1])
         width = 0.8 / len(KINDS)
         for i, kind in enumerate(KINDS):
-            ys = []
-            for shape in shapes:
+            for j, shape in enumerate(shapes):
                 match = [r for r in rows if (r["B"], r["T"], r["H"]) == shape and r["kind"] == kind and r["mode"] == mode]
-                ys.append(match[0]["ratio_vs_fla"] if match else float("nan"))
-            xs = [j + (i - (len(KINDS) - 1) / 2) * width for j in range(len(shapes))]
-            ax.bar(xs, ys, width=width, color=viz.MECHANISM_COLORS[kind], label=kind.replace("_", " "))
+                if not match:
+                    continue
+                x, y = j + (i - (len(KINDS) - 1) / 2) * width, match[0]["ratio_vs_fla"]
+                ax.bar(x, y, width=width, color=viz.MECHANISM_COLORS[kind],
+                       label=kind.replace("_", " ") if j == 0 or kind not in {r["kind"] for r in rows if
+                                                                            (r["B"], r["T"], r["H"]) == shapes[0]} else None)
+                ax.text(x, y, f"{y:.2f}", ha="center", va="bottom", fontsize=8)
         ax.axhline(1.0, color=viz.PALETTE["black"], linewidth=1)
         ax.axhline(target, color=viz.PALETTE["red"], linewidth=1, linestyle="--", label=f"target {target}x")
         ax.set_xticks(range(len(shapes)), [f"B={b}\nT={t}" for b, t, _ in shapes])
         ax.set_xlim(-0.5, len(shapes) - 0.5)
-        ax.set_yscale("log")
+        ax.set_ylim(0, top)
         ax.set_title(f"{mode}: k3lite Triton time / fla time")
         ax.set_xlabel("shape (H = 16, D = 128, bf16)")
-    axes[0].set_ylabel("time ratio, log scale (1 = as fast as fla)")
-    axes[1].legend(loc="upper right", fontsize=8)
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        ax.legend(unique.values(), unique.keys(), loc="upper left", fontsize=8)
+    axes[0].set_ylabel("time ratio (1 = as fast as fla)")
     fig.savefig(path)
     plt.close(fig)
 

@@ -84,7 +84,7 @@ def _bwd_local_output(aqk_ptr, vn_ptr, do_ptr, dv_ptr, daqk_ptr, scale, T, H: tl
 
 
 @triton.jit
-def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
+def _bwd_state_pass_native(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                     BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
@@ -133,12 +133,12 @@ def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr
 
 
 @triton.jit
-def _bwd_state_pass_f32(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
+def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                     BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
-    # Stage 2 as _bwd_state_pass with every operand in float32 (TF32 products in a bf16 run), selected by
-    # STATE_PASS. Sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
+    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}), every
+    # operand in float32 (TF32 products in a bf16 run):
     #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -496,10 +496,13 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 BLOCK_V = {"state": None}
-# Which reverse state pass runs: "native" (products in the inputs' dtype), "native_s1" (the same, without
-# software pipelining) or "float32" (_bwd_state_pass_f32). The environment variable K3LITE_BWD_STATE_PASS
-# overrides it; scripts/gpu_final.sh uses that to check each on the GPU before the benchmark.
-STATE_PASS = os.environ.get("K3LITE_BWD_STATE_PASS", "native")
+# Which reverse state pass runs: "float32" (_bwd_state_pass, the default), or the experimental
+# _bwd_state_pass_native, whose products take the inputs' dtype: "native", or "native_s1" without software
+# pipelining. The native kernel is right in the interpreter and ran about twice as fast on an H200, but
+# Triton 3.6 compiled its gated delta-rule variant (Gated DeltaNet, KDA) into out-of-range shared-memory
+# accesses (compute-sanitizer, 2026-11-29), so it is opt-in only. K3LITE_BWD_STATE_PASS overrides the
+# choice; scripts/gpu_final.sh tests every variant on the GPU before the benchmark.
+STATE_PASS = os.environ.get("K3LITE_BWD_STATE_PASS", "float32")
 if STATE_PASS not in ("native", "native_s1", "float32"):
     raise ValueError(f"K3LITE_BWD_STATE_PASS must be native, native_s1 or float32, got {STATE_PASS!r}")
 
@@ -542,9 +545,10 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     BV_state = min(BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
     d_state = d_state.float().contiguous() if d_state is not None else None
     state_pass, launch = _bwd_state_pass, dict(LAUNCH["state_pass"])
-    if STATE_PASS == "float32":
-        state_pass = _bwd_state_pass_f32
-    elif STATE_PASS == "native_s1":
+    if STATE_PASS != "float32":
+        state_pass = _bwd_state_pass_native
+    if STATE_PASS == "native_s1" or q.dtype == torch.float32:
+        # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.
         launch["num_stages"] = 1
     state_pass[(triton.cdiv(V, BV_state), B * H)](
         q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
