@@ -72,21 +72,36 @@ def set_all(num_warps, num_stages, stages=None):
                 table[name] = dict(num_warps=num_warps, num_stages=num_stages)
 
 
+STAGE_KERNELS = {
+    "fwd.cumsum": ("_chunk_cumsum",), "fwd.intra": ("_intra_chunk_channel", "_intra_chunk_dense"),
+    "fwd.solve": ("_solve_unit_lower",), "fwd.wy": ("_wy_factors",), "fwd.state": ("_state_pass",),
+    "fwd.output": ("_chunk_output",), "bwd.local_output": ("_bwd_local_output",),
+    "bwd.state_pass": ("_bwd_state_pass", "_bwd_state_pass_native"), "bwd.state_grads": ("_bwd_state_grads",),
+    "bwd.wy": ("_bwd_wy",), "bwd.intra": ("_bwd_intra",), "bwd.intra_dense": ("_bwd_intra_dense",),
+    "bwd.gate_cumsum": ("_bwd_gate_cumsum",),
+}
+
+
 def sweep(kind, shape, results, stages=None, widths=True):
+    """One stage at a time: its kernel under each setting while every other stage keeps its default, so a
+    setting that does not fit (shared memory) costs only that one measurement."""
     saved = ({k: dict(v) for k, v in chunk_fwd.LAUNCH.items()}, {k: dict(v) for k, v in chunk_bwd_triton.LAUNCH.items()})
     per_kernel = {}
-    for warps, n_stages in SETTINGS:
-        set_all(warps, n_stages, stages)
-        try:
-            times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
-        except Exception as err:  # e.g. out of shared memory for this setting
-            print(f"  w{warps} s{n_stages}: failed {repr(err)[:120]}")
-            continue
-        for name, ms in times.items():
-            per_kernel.setdefault(name, {})[f"w{warps}s{n_stages}"] = ms
-        print(f"  w{warps} s{n_stages}: total {sum(times.values()):.3f} ms", flush=True)
-    chunk_fwd.LAUNCH.update(saved[0])
-    chunk_bwd_triton.LAUNCH.update(saved[1])
+    for stage in sorted(stages or STAGE_KERNELS):
+        for warps, n_stages in SETTINGS:
+            set_all(warps, n_stages, {stage})
+            try:
+                times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
+            except Exception as err:  # e.g. out of shared memory for this setting
+                print(f"  {stage} w{warps} s{n_stages}: failed {repr(err)[:100]}", flush=True)
+                times = {}
+            finally:
+                chunk_fwd.LAUNCH.update({k: dict(v) for k, v in saved[0].items()})
+                chunk_bwd_triton.LAUNCH.update({k: dict(v) for k, v in saved[1].items()})
+            for name, ms in times.items():
+                if name in STAGE_KERNELS.get(stage, ()):
+                    per_kernel.setdefault(name, {})[f"w{warps}s{n_stages}"] = ms
+            print(f"  {stage} w{warps} s{n_stages}: total {sum(times.values()):.3f} ms", flush=True)
     width_cases = ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (32, 64)),
                    (chunk_bwd_triton.BLOCK_V, "state", (32, 64))) if widths else ()
     for table, key, widths in width_cases:
