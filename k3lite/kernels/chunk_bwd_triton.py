@@ -8,7 +8,8 @@ The forward keeps G, Aqk, Ai, h_c and V'; W and K_dec are recomputed from Ai (fo
 Backward stages, one kernel each (dX is the float32 gradient of X):
   1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
   2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
-                         D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0)
+                         D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0);
+                         float32 operands. _bwd_state_pass_native, with the inputs' dtype, is opt-in (STATE_PASS)
   3. _bwd_state_grads    dQ = scale exp(G) dO h^T,  dK = exp(G_C - G) V' D^T,  dW = -dV' h^T,
                          dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
