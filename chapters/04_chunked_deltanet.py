@@ -511,9 +511,9 @@ for mode in ("fwd", "fwd+bwd"):
 # %% [markdown]
 # At $T = 8192$ SDPA's FlashAttention kernel is still the faster one: 1.02 ms forward against 1.52 ms for k3lite's
 # KDA (1.43 ms for fla), and 3.64 ms against 6.28 ms with the backward pass. Its time then grows almost eightfold,
-# as the $T^2$ count says, while KDA's a little over doubles (more than the ideal $\times 1$: one long sequence
-# gives the sequential chunk-to-chunk pass half as many independent heads-times-batch rows to spread over the
-# GPU). At $T = 32768$ the order has flipped: KDA's forward takes 3.39 ms against SDPA's 7.70 ms, and 15.9 ms
+# as the $T^2$ count says, while KDA's a little over doubles. It is more than the ideal $\times 1$ because the
+# chunk-to-chunk pass is sequential: one sequence of 32768 tokens is 512 chunks in a row, against 128 for each of
+# two sequences of 8192, which run side by side. At $T = 32768$ the order has flipped: KDA's forward takes 3.39 ms against SDPA's 7.70 ms, and 15.9 ms
 # against 26.7 ms with the backward. Somewhere between the two lengths the linear form overtakes the quadratic
 # one, which is the whole case for it. Gated DeltaNet's forward (one gate per head, so no per-channel decay
 # inside the chunk) is cheaper still, 0.59 ms at $T = 8192$, faster than fla's 0.73 ms. This chapter's own

@@ -424,11 +424,11 @@ if situ_bench:
 # Counted in GPU time, the eager SiTU is several times slower in both passes.
 #
 # Fused, both are one pass over memory (3 tensors read or written in the forward) and SiTU runs level with SiLU.
-# That took one decision in the kernel: its three tanh and one sigmoid go to the GPU's special-function unit in
-# approximate form (`tanh.approx`, an approximate reciprocal), whose relative error of about $2^{-11}$ is below
-# the bf16 rounding of the result. Written with exact divisions, the same kernel was arithmetic-bound and a third
-# slower than SiLU (0.054 against 0.041 ms, an earlier run). A model component is only as cheap as the kernel
-# that runs it: without the fused kernel, K3's activation would pay the eager price.
+# That took one decision in the kernel: its two tanh and its sigmoid go to the GPU's special-function unit in
+# approximate form (`tanh.approx`, an approximate reciprocal), whose documented relative error, about $2^{-11}$, is below
+# the bf16 rounding of the result, and the kernel stays bound by memory traffic rather than by arithmetic (the
+# "TB/s" line above). A model component is only as cheap as the kernel that runs it: without the fused kernel,
+# K3's activation would pay the eager price.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises

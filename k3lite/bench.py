@@ -113,8 +113,8 @@ def kernel_call(kind, t):
     return kernels.chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
 
 
-def gpu_kernel_ms(fn, iters=10):
-    """GPU time per call summed over the kernels fn launches (torch.profiler), without launch gaps."""
+def kernel_times(fn, iters=10):
+    """GPU time per call of every kernel fn launches, {name: ms} (torch.profiler; no launch gaps counted)."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -123,9 +123,17 @@ def gpu_kernel_ms(fn, iters=10):
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-    total = sum(getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-                for ev in prof.key_averages())
-    return total / iters / 1e3
+    times = {}
+    for ev in prof.key_averages():
+        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if total > 0:
+            times[ev.key[:90]] = total / iters / 1e3
+    return times
+
+
+def gpu_kernel_ms(fn, iters=10):
+    """GPU time per call summed over the kernels fn launches."""
+    return sum(kernel_times(fn, iters).values())
 
 
 def fla_call(fn, kind, t):
@@ -191,28 +199,15 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save):
 
 def profile_stages(device, results, save):
     """GPU time per kernel of one k3lite KDA call at (2, 8192, 16, 128), forward and forward+backward."""
-    from torch.profiler import ProfilerActivity, profile
-
     for mode in ("fwd", "fwd+bwd"):
         t = mixer_inputs("kda", 2, 8192, 16, 128, torch.bfloat16, device, mode == "fwd+bwd")
         fwd = lambda: kernel_call("kda", t)  # noqa: E731
-        fn = with_backward(fwd, t) if mode == "fwd+bwd" else fwd
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-        rows = []
-        for ev in prof.key_averages():
-            total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-            if total > 0:
-                rows.append({"name": ev.key[:90], "ms_per_call": total / 3 / 1e3, "launches_per_call": ev.count / 3})
-        rows.sort(key=lambda r: -r["ms_per_call"])
+        times = kernel_times(with_backward(fwd, t) if mode == "fwd+bwd" else fwd, iters=3)
+        rows = sorted(({"name": name, "ms_per_call": ms} for name, ms in times.items()), key=lambda r: -r["ms_per_call"])
         results.setdefault("kda_profile_2x8192x16", {})[mode] = rows[:25]
         print(f"kda 2x8192x16 {mode}: GPU time by kernel (ms per call)")
         for r in rows[:10]:
-            print(f"   {r['ms_per_call']:8.3f}  x{r['launches_per_call']:<5.0f} {r['name']}")
+            print(f"   {r['ms_per_call']:8.3f}  {r['name']}")
         save()
         del t
 
@@ -389,7 +384,6 @@ def main(argv=None):
                         "backward_note": "k3lite chunked backward: all stages Triton (kernels/chunk_bwd_triton.py) by "
                                          "default; backward='hybrid' is the earlier Triton state pass + PyTorch "
                                          "autograd (kernels/chunk_bwd.py)",
-                        "bwd_state_pass": __import__("os").environ.get("K3LITE_BWD_STATE_PASS", "native"),
                         "rows": "k3lite_triton_ms: k3lite.kernels.chunked (the Triton pipeline); k3lite_ops_triton_ms: "
                                 "the ops API in front of it (adds the g <= 0 and beta range checks); k3lite_torch_ms: "
                                 "the same chunked algorithm in PyTorch operations (forward only on the GPU)"},

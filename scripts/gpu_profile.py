@@ -29,24 +29,6 @@ ITERS = 5
 SETTINGS = [(4, 1), (4, 2), (4, 3), (8, 1), (8, 2), (8, 3)]
 
 
-def kernel_times(fn, iters=ITERS):
-    """ms per call of every GPU kernel fn launches (profiler device time, summed over launches)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    times = {}
-    for ev in prof.key_averages():
-        total = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-        if total > 0:
-            times[ev.key[:80]] = total / iters / 1e3
-    return times
-
-
 def show(title, times, top=14):
     total = sum(times.values())
     print(f"\n{title}: total {total:.3f} ms")
@@ -91,7 +73,7 @@ def sweep(kind, shape, results, stages=None, widths=True):
         for warps, n_stages in SETTINGS:
             set_all(warps, n_stages, {stage})
             try:
-                times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
+                times = bench.kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
             except Exception as err:  # e.g. out of shared memory for this setting
                 print(f"  {stage} w{warps} s{n_stages}: failed {repr(err)[:100]}", flush=True)
                 times = {}
@@ -108,7 +90,7 @@ def sweep(kind, shape, results, stages=None, widths=True):
         old = table[key]
         for width in widths:
             table[key] = width
-            times = kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
+            times = bench.kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None), iters=3)
             tag = f"{'bwd_' if table is chunk_bwd_triton.BLOCK_V else ''}{key}_BV{width}"
             for name, ms in times.items():
                 per_kernel.setdefault(name, {})[tag] = ms
@@ -184,7 +166,7 @@ def main():
                     if impl == "fla" and kind not in fla:
                         continue
                     try:
-                        times = kernel_times(call(kind, shape, mode, impl, fla))
+                        times = bench.kernel_times(call(kind, shape, mode, impl, fla), ITERS)
                     except Exception as err:  # report and go on with the next case
                         print(f"\n{kind} {mode} {impl}: FAILED {repr(err)[:300]}", flush=True)
                         continue

@@ -144,25 +144,6 @@ def test_hybrid_backward_agrees_with_triton_backward():
         kernels.chunked("kda", q, k, v, g, beta, scale=0.25, backward="torch")
 
 
-@pytest.mark.parametrize("kind", ["delta_rule", "gated_delta_rule", "kda"])
-@pytest.mark.parametrize("variant", ["native", "native_s1"])
-def test_native_reverse_state_pass_agrees_with_the_default(kind, variant, monkeypatch):
-    # The opt-in reverse state pass (products in the inputs' dtype) computes the same gradients as the default
-    # float32 one; on the GPU it is kept off by default (see STATE_PASS in chunk_bwd_triton.py).
-    from k3lite.kernels import chunk_bwd_triton
-
-    q, k, v, g, beta, h0 = make_inputs(kind, 70, -2.0, seed=12)
-    grads = {}
-    for choice in ("float32", variant):
-        monkeypatch.setattr(chunk_bwd_triton, "STATE_PASS", choice)
-        leaves = [x.clone().requires_grad_(True) if x is not None else None for x in (q, k, v, g, beta, h0)]
-        o, state = kernels.chunked(kind, *leaves[:5], scale=K ** -0.5, initial_state=leaves[5])
-        ((o * torch.linspace(-1, 1, V)).sum() + state.sum()).backward()
-        grads[choice] = [x.grad for x in leaves if x is not None]
-    for a, b in zip(grads["float32"], grads[variant]):
-        assert rel_err(a, b) < 1e-5
-
-
 def test_interpreter_refuses_half_precision():
     q = torch.randn(1, 4, 1, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="float32"):

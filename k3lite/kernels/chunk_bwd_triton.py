@@ -8,8 +8,7 @@ The forward keeps G, Aqk, Ai, h_c and V'; W and K_dec are recomputed from Ai (fo
 Backward stages, one kernel each (dX is the float32 gradient of X):
   1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
   2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
-                         D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0);
-                         float32 operands. _bwd_state_pass_native, with the inputs' dtype, is opt-in (STATE_PASS)
+                         D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0)
   3. _bwd_state_grads    dQ = scale exp(G) dO h^T,  dK = exp(G_C - G) V' D^T,  dW = -dV' h^T,
                          dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
@@ -24,8 +23,6 @@ into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never fo
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -45,14 +42,6 @@ def _load_f32(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl
 def _store(base, x, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
     tl.store(p, x, mask=m)
-
-
-@triton.jit
-def _tile_t(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
-    # Pointers and mask of the [BR, BC] tile at (row0, col0) read as its transpose, a [BC, BR] tile.
-    r = row0 + tl.arange(0, BR)
-    c = col0 + tl.arange(0, BC)
-    return base + r[None, :] * stride + c[:, None], (r[None, :] < n_rows) & (c[:, None] < n_cols)
 
 
 @triton.jit
@@ -85,61 +74,13 @@ def _bwd_local_output(aqk_ptr, vn_ptr, do_ptr, dv_ptr, daqk_ptr, scale, T, H: tl
 
 
 @triton.jit
-def _bwd_state_pass_native(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
-                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                    BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr):
-    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
-    #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
-    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
-    state_off = rk[:, None] * V + rv[None, :]
-    if HAS_DHT:
-        d = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + state_off, mask=mask_kv, other=0.0)
-    else:
-        d = tl.zeros([BK, BV], dtype=tl.float32)
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
-    for i in range(0, NT):
-        i_t = NT - 1 - i
-        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
-        tl.store(dh_ptr + h_off + state_off, d.to(dh_ptr.dtype.element_ty), mask=mask_kv)
-        # Products take the inputs' dtype (bf16 tensor cores in a bf16 run); d stays float32 between chunks.
-        p_kd, m_kd = _tile(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-        b_kd = tl.load(p_kd, mask=m_kd, other=0.0)
-        dtype = b_kd.dtype
-        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_dv += tl.dot(b_kd, d.to(dtype), input_precision=DOT_PRECISION)
-        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        # Q (and W, G) are read as transposed [BK, BT] tiles, so the products need no register transpose.
-        p_qt, m_qt = _tile_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-        b_qt = tl.load(p_qt, mask=m_qt, other=0.0)
-        if GATED:
-            t_last = tl.minimum(i_t * BT + BT, T) - 1
-            d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
-            p_gt, m_gt = _tile_t(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-            b_eg = tl.exp(tl.minimum(tl.load(p_gt, mask=m_gt, other=0.0).to(tl.float32), 0.0))
-            b_qt = (b_qt.to(tl.float32) * b_eg).to(dtype)
-        p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_do = tl.load(p_do, mask=m_do, other=0.0).to(dtype)
-        d += scale * tl.dot(b_qt, b_do, input_precision=DOT_PRECISION)
-        if DELTA:
-            p_wt, m_wt = _tile_t(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-            b_wt = tl.load(p_wt, mask=m_wt, other=0.0)
-            d -= tl.dot(b_wt, b_dv.to(dtype), input_precision=DOT_PRECISION)
-    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
-
-
-@triton.jit
 def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                     BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
     # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}), every
-    # operand in float32 (TF32 products in a bf16 run):
+    # operand in float32 (TF32 products in a bf16 run; a bf16-operand version, twice as fast, was compiled by
+    # Triton 3.6 into out-of-range shared-memory accesses for the gated kinds, so it is not used):
     #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -282,8 +223,11 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
 @triton.jit
 def _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr,
                         BC: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Gradient of one level of the forward's diagonal block (chunk_fwd._diagonal_level): the pairs (r, c)
-    # of one group of 2*HALF rows with c in the first half, r in the second, e[r, c] = decay[r] decay[c].
+    # One level of the diagonal block's gradient: the pairs (r, c) of one group of 2*HALF rows with c in the
+    # group's first half and r in its second. Their common anchor a = the last row of the first half lies
+    # between them (c <= a < r), so e[r, c] = exp(G_r - G_a) exp(G_a - G_c) = decay[r] decay[c], both <= 1
+    # (G falls along the chunk, so either factor is exp(-|G - G_a|)), and tensor-core products cover every
+    # such pair at once. HALF = 8, 4, 2, 1 covers each c < r of the block once:
     #   dq[r]  = decay[r] sum_c dA[r, c] (k_c decay[c]),   dkr[r] = decay[r] sum_c dB[r, c] (k_c decay[c])
     #   dkc[c] = decay[c] sum_r (dA[r, c] q_r + beta_r dB[r, c] k_r) decay[r]
     rows = tl.arange(0, BC)
@@ -321,7 +265,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
     # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc.
     # Blocks j < i (rows) use the anchor a = first row of block i - 1; blocks j > i (columns) the anchor
     # a = last row of block i; every factor exp(G_r - G_a), exp(G_a - G_c) is <= 1, as in the forward.
-    # The diagonal block splits into levels of anchored pairs, exactly as in the forward (_diagonal_level).
+    # The diagonal block splits into levels of anchored pairs (_diagonal_level_bwd).
     i_tc, i_bh = tl.program_id(0), tl.program_id(1)
     n_sub: tl.constexpr = BT // BC
     i_t, i_i = i_tc // n_sub, i_tc % n_sub
@@ -395,7 +339,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
     if DELTA:
         d_b = tl.where(rows[:, None] > rows[None, :],
                        _load_f32(dakk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC), 0.0)
-    # Pairs r = c (decay 1), then the pairs c < r level by level, as in the forward (_diagonal_level_bwd).
+    # Pairs r = c (decay 1), then the pairs c < r level by level (_diagonal_level_bwd).
     diag_a = tl.sum(tl.where(rows[:, None] == rows[None, :], d_a, 0.0), axis=1)
     dq += diag_a[:, None] * b_k
     dkc += diag_a[:, None] * b_q
@@ -497,15 +441,7 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 BLOCK_V = {"state": None}
-# Which reverse state pass runs: "float32" (_bwd_state_pass, the default), or the experimental
-# _bwd_state_pass_native, whose products take the inputs' dtype: "native", or "native_s1" without software
-# pipelining. The native kernel is right in the interpreter and ran about twice as fast on an H200, but
-# Triton 3.6 compiled its gated delta-rule variant (Gated DeltaNet, KDA) into out-of-range shared-memory
-# accesses (compute-sanitizer, 2026-11-29), so it is opt-in only. K3LITE_BWD_STATE_PASS overrides the
-# choice; scripts/gpu_final.sh tests every variant on the GPU before the benchmark.
-STATE_PASS = os.environ.get("K3LITE_BWD_STATE_PASS", "float32")
-if STATE_PASS not in ("native", "native_s1", "float32"):
-    raise ValueError(f"K3LITE_BWD_STATE_PASS must be native, native_s1 or float32, got {STATE_PASS!r}")
+
 
 
 def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_state):
@@ -545,13 +481,11 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dh0 = torch.empty(B, H, K, V, **f32)
     BV_state = min(BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    state_pass, launch = _bwd_state_pass, dict(LAUNCH["state_pass"])
-    if STATE_PASS != "float32":
-        state_pass = _bwd_state_pass_native
-    if STATE_PASS == "native_s1" or q.dtype == torch.float32:
+    launch = dict(LAUNCH["state_pass"])
+    if q.dtype == torch.float32:
         # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.
         launch["num_stages"] = 1
-    state_pass[(triton.cdiv(V, BV_state), B * H)](
+    _bwd_state_pass[(triton.cdiv(V, BV_state), B * H)](
         q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
         H, K, V, BT, BK, BV_state, gated, delta, d_state is not None, prec, **launch)
 

@@ -117,15 +117,21 @@ def _fast(x):
     return FAST_MATH and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
 
 
-class _SiTUGLU(torch.autograd.Function):
+class _FusedGLU(torch.autograd.Function):
+    """h = f(gate) t(up) through one forward and one backward kernel (SiTU-GLU or SiLU-and-mul).
+
+    Both kernel pairs take (gate, up, out, n, *tail) and (gate, up, dh, dgate, dup, n, *tail), where tail holds
+    their own scalars and constexprs; the backward recomputes f and t from the saved inputs.
+    """
+
     @staticmethod
-    def forward(ctx, gate, up, beta1, beta2):
+    def forward(ctx, gate, up, kernels, tail):
         gate, up = gate.contiguous(), up.contiguous()
         out = torch.empty_like(gate)
         n = gate.numel()
-        _situ_glu_fwd[_grid(n, BLOCK)](gate, up, out, n, beta1, beta2, BLOCK, _fast(gate), num_warps=WARPS)
+        kernels[0][_grid(n, BLOCK)](gate, up, out, n, *tail, num_warps=WARPS)
         ctx.save_for_backward(gate, up)
-        ctx.betas = (beta1, beta2)
+        ctx.kernels, ctx.tail = kernels, tail
         return out
 
     @staticmethod
@@ -134,34 +140,13 @@ class _SiTUGLU(torch.autograd.Function):
         dh = dh.contiguous()
         dgate, dup = torch.empty_like(gate), torch.empty_like(up)
         n = gate.numel()
-        _situ_glu_bwd[_grid(n, BLOCK)](gate, up, dh, dgate, dup, n, *ctx.betas, BLOCK, _fast(gate),
-                                            num_warps=WARPS)
+        ctx.kernels[1][_grid(n, BLOCK)](gate, up, dh, dgate, dup, n, *ctx.tail, num_warps=WARPS)
         return dgate, dup, None, None
 
 
-class _SiLUMul(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate, up):
-        gate, up = gate.contiguous(), up.contiguous()
-        out = torch.empty_like(gate)
-        n = gate.numel()
-        _silu_mul_fwd[_grid(n, BLOCK)](gate, up, out, n, BLOCK, num_warps=WARPS)
-        ctx.save_for_backward(gate, up)
-        return out
-
-    @staticmethod
-    def backward(ctx, dh):
-        gate, up = ctx.saved_tensors
-        dh = dh.contiguous()
-        dgate, dup = torch.empty_like(gate), torch.empty_like(up)
-        n = gate.numel()
-        _silu_mul_bwd[_grid(n, BLOCK)](gate, up, dh, dgate, dup, n, BLOCK, num_warps=WARPS)
-        return dgate, dup
-
-
 def situ_glu(gate, up, beta1=4.0, beta2=25.0):
-    return _SiTUGLU.apply(gate, up, float(beta1), float(beta2))
+    return _FusedGLU.apply(gate, up, (_situ_glu_fwd, _situ_glu_bwd), (float(beta1), float(beta2), BLOCK, _fast(gate)))
 
 
 def silu_and_mul(gate, up):
-    return _SiLUMul.apply(gate, up)
+    return _FusedGLU.apply(gate, up, (_silu_mul_fwd, _silu_mul_bwd), (BLOCK,))
