@@ -328,9 +328,7 @@ def plot(results, path):
                 if not match:
                     continue
                 x, y = j + (i - (len(KINDS) - 1) / 2) * width, match[0]["ratio_vs_fla"]
-                ax.bar(x, y, width=width, color=viz.MECHANISM_COLORS[kind],
-                       label=kind.replace("_", " ") if j == 0 or kind not in {r["kind"] for r in rows if
-                                                                            (r["B"], r["T"], r["H"]) == shapes[0]} else None)
+                ax.bar(x, y, width=width, color=viz.MECHANISM_COLORS[kind], label=kind.replace("_", " "))
                 ax.text(x, y, f"{y:.2f}", ha="center", va="bottom", fontsize=8)
         ax.axhline(1.0, color=viz.PALETTE["black"], linewidth=1)
         ax.axhline(target, color=viz.PALETTE["red"], linewidth=1, linestyle="--", label=f"target {target}x")
@@ -340,7 +338,7 @@ def plot(results, path):
         ax.set_title(f"{mode}: k3lite Triton time / fla time")
         ax.set_xlabel("shape (H = 16, D = 128, bf16)")
         handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
+        unique = dict(zip(labels, handles))  # one entry per mechanism, not one per bar
         ax.legend(unique.values(), unique.keys(), loc="upper left", fontsize=8)
     axes[0].set_ylabel("time ratio (1 = as fast as fla)")
     fig.savefig(path)
