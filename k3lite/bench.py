@@ -153,7 +153,7 @@ def with_backward(forward, tensors):
     return run
 
 
-def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save):
+def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, kinds=KINDS):
     """Kind by kind over the first two shapes, then every kind at the remaining shapes: the rows that the
     acceptance targets need come first, and each library compiles (and autotunes) its kernels once per kind."""
     sdpa = {}
@@ -166,8 +166,8 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save):
             sdpa[(B, T, H, mode)] = measure(with_backward(fwd, {"q": q, "k": k, "v": v}) if grad else fwd)
         return sdpa[(B, T, H, mode)]
 
-    order = [(kind, shape) for kind in KINDS for shape in shapes[:2]] + \
-            [(kind, shape) for shape in shapes[2:] for kind in KINDS]
+    order = [(kind, shape) for kind in kinds for shape in shapes[:2]] + \
+            [(kind, shape) for shape in shapes[2:] for kind in kinds]
     for kind, (B, T, H) in order:
         for mode in modes:
             grad = mode == "fwd+bwd"
@@ -345,6 +345,26 @@ def plot(results, path):
     plt.close(fig)
 
 
+def merge(paths, out, plot_path):
+    """One results file from several runs: rows concatenated (each row's ratios come from its own run),
+    sections taken from the run that has them, each run's command kept."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    merged = {"meta": dict(runs[0]["meta"]), "chunked": [], "decode": [], "situ": {}}
+    merged["meta"]["runs"] = [{key: run["meta"].get(key) for key in ("command", "date_utc")} for run in runs]
+    for run in runs:
+        merged["chunked"] += run.get("chunked", [])
+        merged["decode"] += run.get("decode", [])
+        for key, value in run.items():
+            if key not in ("meta", "chunked", "decode") and value:
+                merged[key] = value
+    order = {kind: i for i, kind in enumerate(KINDS)}
+    merged["chunked"].sort(key=lambda r: (r["T"] == 2048, order[r["kind"]], r["T"], r["mode"]))
+    out.write_text(json.dumps(merged, indent=1))
+    if plot_path:
+        plot(merged, plot_path)
+    print(f"wrote {out} from {len(runs)} runs")
+
+
 def versions(fla):
     info = {"python": platform.python_version(), "torch": torch.__version__}
     try:
@@ -364,7 +384,12 @@ def main(argv=None):
     parser.add_argument("--plot", type=Path, help="PNG path for the ratio plot (GPU runs)")
     parser.add_argument("--quick", action="store_true", help="one shape per section")
     parser.add_argument("--sections", default="situ,decode,profile,fwd,fwd+bwd", help="comma-separated subset")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated mechanisms for fwd, fwd+bwd")
+    parser.add_argument("--merge", type=Path, nargs="+", help="join the JSON files of runs that split the work "
+                        "(e.g. one per GPU of a machine) into --out, and plot; measures nothing")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out, args.plot)
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
@@ -404,7 +429,7 @@ def main(argv=None):
         bench_decode(batches[-1:] if args.quick else batches, 16 if gpu else 2, D, device, measure, fla, results, save)
     modes = [m for m in ("fwd", "fwd+bwd") if m in sections]
     if modes:
-        bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save)
+        bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, args.kinds.split(","))
     if gpu and "profile" in sections:
         try:
             profile_stages(device, results, save)

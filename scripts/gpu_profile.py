@@ -55,7 +55,8 @@ def set_all(num_warps, num_stages, stages=None):
 
 
 STAGE_KERNELS = {
-    "fwd.cumsum": ("_chunk_cumsum",), "fwd.intra": ("_intra_chunk_channel", "_intra_chunk_dense"),
+    "fwd.cumsum": ("_chunk_cumsum",), "fwd.intra": ("_intra_chunk_dense",),
+    "fwd.diagonal": ("_diagonal_rows",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
     "fwd.solve": ("_solve_unit_lower",), "fwd.wy": ("_wy_factors",), "fwd.state": ("_state_pass",),
     "fwd.output": ("_chunk_output",), "bwd.local_output": ("_bwd_local_output",),
     "bwd.state_pass": ("_bwd_state_pass", "_bwd_state_pass_native"), "bwd.state_grads": ("_bwd_state_grads",),
@@ -84,7 +85,7 @@ def sweep(kind, shape, results, stages=None, widths=True):
                 if name in STAGE_KERNELS.get(stage, ()):
                     per_kernel.setdefault(name, {})[f"w{warps}s{n_stages}"] = ms
             print(f"  {stage} w{warps} s{n_stages}: total {sum(times.values()):.3f} ms", flush=True)
-    width_cases = ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (32, 64)),
+    width_cases = ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (16, 32, 64)),
                    (chunk_bwd_triton.BLOCK_V, "state", (32, 64))) if widths else ()
     for table, key, widths in width_cases:
         old = table[key]

@@ -6,9 +6,14 @@ DELTA selects the delta rule (WY/UT form) over plain linear attention.
 
 Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s
-  2. _intra_chunk         Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
+  2. _intra_chunk_dense   Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
                           Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
   3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
+     For per-channel gates (KDA) stages 2-3 are two other kernels, since exp(G_r - G_i) then differs
+     per channel and cannot be pulled out of the product:
+     _diagonal_rows       the 16x16 diagonal blocks, one token's row per program, pair by pair
+     _offdiagonal_solve   the six blocks below them as tensor-core products through an anchor row,
+                          then the same block merge as _solve_unit_lower, one program per chunk
   4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V
   5. _state_pass          per chunk: h = S;  V' = U - W S;  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
   6. _chunk_output        O = scale * (exp(G) * Q) h + Aqk V'
@@ -108,72 +113,121 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
 
 
 @triton.jit
-def _intra_chunk_channel(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
-                         H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                         BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Gate kind 2 (per channel). One program per (chunk, row sub-block i) writes rows i*BC..i*BC+BC-1.
-    #   off-diagonal blocks (i, j < i): anchor a = i*BC - 1 (last row before block i), so
-    #       A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd)), both factors <= 1 -> tl.dot
-    #   diagonal block (i, i): exact pairwise differences, one column c at a time:
-    #       A[:, c] = sum_d k_:d k_cd exp(G_:d - G_cd)
-    i_tc, i_bh = tl.program_id(0), tl.program_id(1)
-    n_sub: tl.constexpr = BT // BC
-    i_t, i_i = i_tc // n_sub, i_tc % n_sub
+def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
+                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                   BH: tl.constexpr, BK: tl.constexpr):
+    # Gate kind 2, diagonal 16x16 blocks. One program per (token t, group of BH heads) writes row t of its
+    # sub-chunk's block, pair by pair with exact differences (j <= t, so every exponent is <= 0):
+    #   Aqk[t, j] = scale * sum_d q_td k_jd exp(G_td - G_jd),  Akk[t, j] = beta_t * (same with k_t), j < t
+    # Only the pairs j <= t are computed (half the block); the rest of the row is written as zeros.
+    i_bt, i_hg = tl.program_id(0), tl.program_id(1)
+    i_b, t = i_bt // T, i_bt % T
+    j0 = t - t % BC
+    heads = i_hg * BH + tl.arange(0, BH)
+    cols = tl.arange(0, BK)
+    m_h = heads < H
+    m = m_h[:, None] & (cols[None, :] < K)
+    off = heads[:, None] * K + cols[None, :]
+    row = (i_b * T + t) * H
+    b_q = tl.load(q_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
+    b_k = tl.load(k_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
+    b_g = tl.load(g_ptr + row * K + off, mask=m, other=0.0)
+    b_beta = tl.load(beta_ptr + row + heads, mask=m_h, other=0.0).to(tl.float32)
+    p_aqk = aqk_ptr + (row + heads) * BT + j0 % BT
+    p_akk = akk_ptr + (row + heads) * BT + j0 % BT
+    for j in range(j0, t + 1):
+        row_j = (i_b * T + j) * H * K
+        b_kj = tl.load(k_ptr + row_j + off, mask=m, other=0.0).to(tl.float32)
+        b_kj = b_kj * tl.exp(tl.minimum(b_g - tl.load(g_ptr + row_j + off, mask=m, other=0.0), 0.0))
+        tl.store(p_aqk + (j - j0), tl.sum(b_q * b_kj, axis=1) * scale, mask=m_h)
+        tl.store(p_akk + (j - j0), tl.sum(b_k * b_kj, axis=1) * tl.where(j < t, b_beta, 0.0), mask=m_h)
+    c = tl.arange(0, BC)
+    above = m_h[:, None] & (c[None, :] > t - j0)
+    zero = tl.zeros([BH, BC], dtype=tl.float32)
+    tl.store(p_aqk[:, None] + c[None, :], zero, mask=above)
+    tl.store(p_akk[:, None] + c[None, :], zero, mask=above)
+
+
+@triton.jit
+def _load_f32(ptr, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    p, m = _tile(ptr, row0, col0, n_rows, n_cols, stride, BR, BC)
+    return tl.load(p, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _anchor_row(g_ptr, row, col0, T, K: tl.constexpr, stride, BK: tl.constexpr):
+    c = col0 + tl.arange(0, BK)
+    return tl.load(g_ptr + row * stride + c, mask=c < tl.where(row < T, K, 0), other=0.0)
+
+
+@triton.jit
+def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_ga, acc_qk, acc_kk, DOT_PRECISION: tl.constexpr):
+    # Block (i, j < i) for one slice of channels: rows already carry exp(G_r - G_a); the columns get
+    # exp(G_a - G_c). Both factors are <= 1.
+    b_kc = b_kc * tl.exp(tl.minimum(b_ga[None, :] - b_gc, 0.0))
+    acc_qk = tl.dot(b_qr, tl.trans(b_kc), acc_qk, input_precision=DOT_PRECISION)
+    acc_kk = tl.dot(b_kr, tl.trans(b_kc), acc_kk, input_precision=DOT_PRECISION)
+    return acc_qk, acc_kk
+
+
+@triton.jit
+def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
+                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
+    # Gate kind 2, one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
+    #   block (i, j): anchor a = i*BC - 1 (the last row before block i), for each slice of BK channels
+    #       A[r, c] += sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))  -> tl.dot
+    #   Aqk blocks go to memory; Akk blocks stay in registers and meet the diagonal blocks that
+    #   _diagonal_rows wrote, in the same block merge as _solve_unit_lower.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    row0 = i_t * BT + i_i * BC
-    if row0 >= T:
-        return
     base = (i_b * T * H + i_h) * K
+    S = H * K
+    r0 = i_t * BT
+    r1, r2, r3 = r0 + BC, r0 + 2 * BC, r0 + 3 * BC
+    z = tl.zeros([BC, BC], dtype=tl.float32)
+    q10, k10, q20, k20, q21, k21, q30, k30, q31, k31, q32, k32 = z, z, z, z, z, z, z, z, z, z, z, z
+    for i_k in range(0, tl.cdiv(K, BK)):
+        c0 = i_k * BK
+        k0 = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
+        g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
+        k1 = _load_f32(k_ptr + base, r1, c0, T, K, S, BC, BK)
+        g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
+        k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
+        g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
+        g3 = _load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK)
+        ga = _anchor_row(g_ptr + base, r1 - 1, c0, T, K, S, BK)
+        d = tl.exp(tl.minimum(g1 - ga[None, :], 0.0))
+        qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
+        q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, ga, q10, k10, DOT_PRECISION)
+        ga = _anchor_row(g_ptr + base, r2 - 1, c0, T, K, S, BK)
+        d = tl.exp(tl.minimum(g2 - ga[None, :], 0.0))
+        qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
+        kd = k2 * d
+        q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, ga, q20, k20, DOT_PRECISION)
+        q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, ga, q21, k21, DOT_PRECISION)
+        ga = _anchor_row(g_ptr + base, r3 - 1, c0, T, K, S, BK)
+        d = tl.exp(tl.minimum(g3 - ga[None, :], 0.0))
+        qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
+        kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
+        q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, ga, q30, k30, DOT_PRECISION)
+        q31, k31 = _offdiagonal_pair(qd, kd, k1, g1, ga, q31, k31, DOT_PRECISION)
+        q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, ga, q32, k32, DOT_PRECISION)
+    A = H * BT
     a_base = (i_b * T * H + i_h) * BT
-    cols_k = tl.arange(0, BK)
-    mask_k = cols_k < K
-    p_q, m_q = _tile(q_ptr + base, row0, 0, T, K, H * K, BC, BK)
-    p_k, m_k = _tile(k_ptr + base, row0, 0, T, K, H * K, BC, BK)
-    p_g, m_g = _tile(g_ptr + base, row0, 0, T, K, H * K, BC, BK)
-    b_q = tl.load(p_q, mask=m_q, other=0.0).to(tl.float32)
-    b_k = tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
-    b_g = tl.load(p_g, mask=m_g, other=0.0)
-    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, row0, T, H, BC)
-    b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
-
-    if i_i > 0:
-        b_ga = tl.load(g_ptr + base + (row0 - 1) * H * K + cols_k, mask=mask_k, other=0.0)
-        row_decay = tl.exp(tl.minimum(b_g - b_ga[None, :], 0.0))
-        b_qr = b_q * row_decay
-        b_kr = b_k * row_decay
-        for i_j in range(0, i_i):
-            col0 = i_t * BT + i_j * BC
-            p_kc, m_kc = _tile(k_ptr + base, col0, 0, T, K, H * K, BC, BK)
-            p_gc, m_gc = _tile(g_ptr + base, col0, 0, T, K, H * K, BC, BK)
-            b_kc = tl.load(p_kc, mask=m_kc, other=0.0).to(tl.float32)
-            b_gc = tl.load(p_gc, mask=m_gc, other=0.0)
-            b_kc = b_kc * tl.exp(tl.minimum(b_ga[None, :] - b_gc, 0.0))
-            a_qk = tl.dot(b_qr, tl.trans(b_kc), input_precision=DOT_PRECISION) * scale
-            a_kk = tl.dot(b_kr, tl.trans(b_kc), input_precision=DOT_PRECISION) * b_beta[:, None]
-            p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
-            p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
-            tl.store(p_aqk, a_qk, mask=m_aqk)
-            tl.store(p_akk, a_kk, mask=m_akk)
-
-    rows = tl.arange(0, BC)
-    a_qk = tl.zeros([BC, BC], dtype=tl.float32)
-    a_kk = tl.zeros([BC, BC], dtype=tl.float32)
-    for c in range(0, BC):
-        t_c = row0 + c
-        valid = cols_k < tl.where(t_c < T, K, 0)
-        k_c = tl.load(k_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0).to(tl.float32)
-        g_c = tl.load(g_ptr + base + t_c * H * K + cols_k, mask=valid, other=0.0)
-        e = tl.exp(tl.minimum(b_g - g_c[None, :], 0.0))
-        col_qk = tl.sum(b_q * k_c[None, :] * e, axis=1)
-        col_kk = tl.sum(b_k * k_c[None, :] * e, axis=1)
-        a_qk = tl.where(rows[None, :] == c, col_qk[:, None], a_qk)
-        a_kk = tl.where(rows[None, :] == c, col_kk[:, None], a_kk)
-    a_qk = tl.where(rows[:, None] >= rows[None, :], a_qk * scale, 0.0)
-    a_kk = tl.where(rows[:, None] > rows[None, :], a_kk * b_beta[:, None], 0.0)
-    p_aqk, m_aqk = _tile(aqk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
-    p_akk, m_akk = _tile(akk_ptr + a_base, row0, i_i * BC, T, BT, H * BT, BC, BC)
-    tl.store(p_aqk, a_qk, mask=m_aqk)
-    tl.store(p_akk, a_kk, mask=m_akk)
+    _store_block(aqk_ptr + a_base, q10 * scale, r1, 0, T, A, BC)
+    _store_block(aqk_ptr + a_base, q20 * scale, r2, 0, T, A, BC)
+    _store_block(aqk_ptr + a_base, q21 * scale, r2, BC, T, A, BC)
+    _store_block(aqk_ptr + a_base, q30 * scale, r3, 0, T, A, BC)
+    _store_block(aqk_ptr + a_base, q31 * scale, r3, BC, T, A, BC)
+    _store_block(aqk_ptr + a_base, q32 * scale, r3, 2 * BC, T, A, BC)
+    beta_base = beta_ptr + i_b * T * H + i_h
+    beta1 = _load_beta(beta_base, r1, T, H, BC)
+    beta2 = _load_beta(beta_base, r2, T, H, BC)
+    beta3 = _load_beta(beta_base, r3, T, H, BC)
+    _merge_inverse(akk_ptr + a_base, ai_ptr + a_base, r0, T, A, k10 * beta1[:, None], k20 * beta2[:, None],
+                   k21 * beta2[:, None], k30 * beta3[:, None], k31 * beta3[:, None], k32 * beta3[:, None],
+                   BC, SOLVE_PRECISION)
 
 
 @triton.jit
@@ -211,33 +265,26 @@ def _mm(a, b, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                      DOT_PRECISION: tl.constexpr):
-    # Ai = (I + Akk)^-1 for a 64x64 unit lower-triangular matrix split into 4x4 blocks of 16:
-    #   Ai_ii = (I + A_ii)^-1 (a finite series, _invert_diag_block),  Ai_ij = -Ai_ii sum_{j <= m < i} A_im Ai_mj.
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    a = akk_ptr + (i_b * T * H + i_h) * BT
-    o = ai_ptr + (i_b * T * H + i_h) * BT
-    S = H * BT
-    r0 = i_t * BT
-    t00 = _invert_diag_block(a, r0, 0, T, S, BC, DOT_PRECISION)
-    t11 = _invert_diag_block(a, r0 + BC, BC, T, S, BC, DOT_PRECISION)
-    t22 = _invert_diag_block(a, r0 + 2 * BC, 2 * BC, T, S, BC, DOT_PRECISION)
-    t33 = _invert_diag_block(a, r0 + 3 * BC, 3 * BC, T, S, BC, DOT_PRECISION)
-    a10 = _load_block(a, r0 + BC, 0, T, S, BC)
-    a20 = _load_block(a, r0 + 2 * BC, 0, T, S, BC)
-    a21 = _load_block(a, r0 + 2 * BC, BC, T, S, BC)
-    a30 = _load_block(a, r0 + 3 * BC, 0, T, S, BC)
-    a31 = _load_block(a, r0 + 3 * BC, BC, T, S, BC)
-    a32 = _load_block(a, r0 + 3 * BC, 2 * BC, T, S, BC)
-    t10 = -_mm(t11, _mm(a10, t00, DOT_PRECISION), DOT_PRECISION)
-    t21 = -_mm(t22, _mm(a21, t11, DOT_PRECISION), DOT_PRECISION)
-    t32 = -_mm(t33, _mm(a32, t22, DOT_PRECISION), DOT_PRECISION)
-    t20 = -_mm(t22, _mm(a20, t00, DOT_PRECISION) + _mm(a21, t10, DOT_PRECISION), DOT_PRECISION)
-    t31 = -_mm(t33, _mm(a31, t11, DOT_PRECISION) + _mm(a32, t21, DOT_PRECISION), DOT_PRECISION)
-    t30 = -_mm(t33, _mm(a30, t00, DOT_PRECISION) + _mm(a31, t10, DOT_PRECISION) + _mm(a32, t20, DOT_PRECISION),
-               DOT_PRECISION)
+def _load_beta(beta_base, row0, T, H: tl.constexpr, BC: tl.constexpr):
+    p, m = _vec(beta_base, row0, T, H, BC)
+    return tl.load(p, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _merge_inverse(a, o, r0, T, S, a10, a20, a21, a30, a31, a32, BC: tl.constexpr, PRECISION: tl.constexpr):
+    # Ai = (I + A)^-1 of one 64x64 unit lower-triangular chunk in 4x4 blocks of 16, given its six strictly
+    # lower blocks a_ij; the diagonal blocks are read from a. Writes the whole 64x64 Ai (zeros above).
+    #   Ai_ii = (I + A_ii)^-1 (a finite series, _invert_diag_block),  Ai_ij = -Ai_ii sum_{j <= m < i} A_im Ai_mj
+    t00 = _invert_diag_block(a, r0, 0, T, S, BC, PRECISION)
+    t11 = _invert_diag_block(a, r0 + BC, BC, T, S, BC, PRECISION)
+    t22 = _invert_diag_block(a, r0 + 2 * BC, 2 * BC, T, S, BC, PRECISION)
+    t33 = _invert_diag_block(a, r0 + 3 * BC, 3 * BC, T, S, BC, PRECISION)
+    t10 = -_mm(t11, _mm(a10, t00, PRECISION), PRECISION)
+    t21 = -_mm(t22, _mm(a21, t11, PRECISION), PRECISION)
+    t32 = -_mm(t33, _mm(a32, t22, PRECISION), PRECISION)
+    t20 = -_mm(t22, _mm(a20, t00, PRECISION) + _mm(a21, t10, PRECISION), PRECISION)
+    t31 = -_mm(t33, _mm(a31, t11, PRECISION) + _mm(a32, t21, PRECISION), PRECISION)
+    t30 = -_mm(t33, _mm(a30, t00, PRECISION) + _mm(a31, t10, PRECISION) + _mm(a32, t20, PRECISION), PRECISION)
     zero = tl.zeros([BC, BC], dtype=tl.float32)
     _store_block(o, t00, r0, 0, T, S, BC)
     _store_block(o, zero, r0, BC, T, S, BC)
@@ -255,6 +302,22 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
     _store_block(o, t31, r0 + 3 * BC, BC, T, S, BC)
     _store_block(o, t32, r0 + 3 * BC, 2 * BC, T, S, BC)
     _store_block(o, t33, r0 + 3 * BC, 3 * BC, T, S, BC)
+
+
+@triton.jit
+def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                      DOT_PRECISION: tl.constexpr):
+    # Gate kinds 0 and 1: Ai = (I + Akk)^-1 per chunk, every block of Akk read from memory.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    a = akk_ptr + (i_b * T * H + i_h) * BT
+    S = H * BT
+    r0 = i_t * BT
+    _merge_inverse(a, ai_ptr + (i_b * T * H + i_h) * BT, r0, T, S,
+                   _load_block(a, r0 + BC, 0, T, S, BC), _load_block(a, r0 + 2 * BC, 0, T, S, BC),
+                   _load_block(a, r0 + 2 * BC, BC, T, S, BC), _load_block(a, r0 + 3 * BC, 0, T, S, BC),
+                   _load_block(a, r0 + 3 * BC, BC, T, S, BC), _load_block(a, r0 + 3 * BC, 2 * BC, T, S, BC),
+                   BC, DOT_PRECISION)
 
 
 @triton.jit
@@ -414,10 +477,15 @@ LAUNCH = {
     "cumsum": dict(num_warps=4),
     "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
+    "diagonal": dict(num_warps=1),
+    "offdiagonal_solve": dict(num_warps=2),
     "wy": dict(num_warps=4),
     "state": dict(num_warps=4),
     "output": dict(num_warps=4),
 }
+# KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
+DIAGONAL_HEADS = 2
+OFFDIAGONAL_BK = 32
 # Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
 BLOCK_V = {"output": 64, "state": None}
 
@@ -442,18 +510,20 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
     akk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32) if delta else aqk
     g_arg = G if G is not None else q
-    if gate == 2:
-        _intra_chunk_channel[(NT * (BT // BC), B * H)](q, k, G, beta_arg, aqk, akk, scale, T, H, K, BT, BC, BK,
-                                                       prec, **LAUNCH["intra"])
+    ai = torch.empty_like(akk) if delta else None
+    if gate == 2:  # always a delta kind (KDA)
+        _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, G, beta, aqk, akk, scale, T, H, K, BT, BC,
+                                                                 DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
+        _offdiagonal_solve[(NT, B * H)](q, k, G, beta, aqk, akk, ai, scale, T, H, K, BT, BC, min(BK, OFFDIAGONAL_BK),
+                                        prec, SOLVE_PRECISION, **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate,
                                         delta, prec, **LAUNCH["intra"])
-    parts = {"G": G, "aqk": aqk, "akk": None, "ai": None, "w": None, "u": None, "kd": k}
+        if delta:
+            _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
+    parts = {"G": G, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
-        ai = torch.empty_like(akk)
-        _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
-        w, u, kd = wy_factors(kind, k, v, G, beta, ai)
-        parts.update(akk=akk, ai=ai, w=w, u=u, kd=kd)
+        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, beta, ai)
     return parts
 
 
