@@ -9,7 +9,8 @@ Backward stages, one kernel each (dX is the float32 gradient of X):
   1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
   2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
                          D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0);
-                         D in float32, in two halves of key rows, products in the inputs' dtype
+                         D in float32; without a gate _bwd_state_pass_halves (two halves of key rows,
+                         products in the inputs' dtype), with one the all-float32 _bwd_state_pass
   3. _bwd_state_grads    dQ = scale exp(G) dO h^T,  dK = exp(G_C - G) V' D^T,  dW = -dV' h^T,
                          dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
@@ -89,11 +90,55 @@ def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                     BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
-    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
+    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}), every
+    # operand in float32 (TF32 products in a bf16 run). Used for the gated kinds; see _bwd_state_pass_halves.
     #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
-    # D is kept in float32 as two halves of BK/2 key rows, D1 and D2, and every product takes the inputs'
-    # dtype (bf16 tensor cores in a bf16 run). Whole [BK, BV] float32 operands made each chunk's step about
-    # four times slower on the H200: this pass is sequential, so its time is the latency of one step.
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    rk = tl.arange(0, BK)
+    rv = i_v * BV + tl.arange(0, BV)
+    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
+    state_off = rk[:, None] * V + rv[None, :]
+    if HAS_DHT:
+        d = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + state_off, mask=mask_kv, other=0.0)
+    else:
+        d = tl.zeros([BK, BV], dtype=tl.float32)
+    kbase = (i_b * T * H + i_h) * K
+    vbase = (i_b * T * H + i_h) * V
+    for i in range(0, NT):
+        i_t = NT - 1 - i
+        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+        tl.store(dh_ptr + h_off + state_off, d, mask=mask_kv)
+        b_kd = _load_f32(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_dv += tl.dot(b_kd, d, input_precision=DOT_PRECISION)
+        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_q = _load_f32(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        if GATED:
+            t_last = tl.minimum(i_t * BT + BT, T) - 1
+            d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
+            b_q = b_q * tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
+        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
+        if DELTA:
+            b_w = _load_f32(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
+    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
+
+
+@triton.jit
+def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
+                           H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                           BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
+                           DOT_PRECISION: tl.constexpr):
+    # Stage 2 as _bwd_state_pass, for the kinds without a gate: D is kept in float32 as two halves of BK/2 key
+    # rows, D1 and D2, and every product takes the inputs' dtype (bf16 tensor cores in a bf16 run). The pass is
+    # sequential, so its time is the latency of one chunk's step: 0.36 ms against 1.62 ms for _bwd_state_pass
+    # (DeltaNet, (2, 8192, 16, 128) bf16, H200). Its gated form (decay D by exp(G_C), Q by exp(G)) was as fast
+    # and right at that shape, but Triton 3.6 compiled it into illegal memory accesses at T = 1 (GPU tests,
+    # Gated DeltaNet bf16), like the one-tile bf16 version before it (git 1a6a616); the gated kinds keep the
+    # float32 pass.
+    tl.static_assert(not GATED, "the gated kinds use _bwd_state_pass")
     HALF: tl.constexpr = BK // 2
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -127,14 +172,6 @@ def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_q1 = _load_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
         b_q2 = _load_t(q_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
-        if GATED:
-            t_last = tl.minimum(i_t * BT + BT, T) - 1
-            d1 = d1 * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, HALF))[:, None]
-            d2 = d2 * tl.exp(_load_row(g_ptr + kbase + HALF, t_last, T, K - HALF, H * K, HALF))[:, None]
-            g1 = _load_t(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
-            g2 = _load_t(g_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
-            b_q1 = (b_q1.to(tl.float32) * tl.exp(tl.minimum(g1, 0.0))).to(dtype)
-            b_q2 = (b_q2.to(tl.float32) * tl.exp(tl.minimum(g2, 0.0))).to(dtype)
         p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_do = tl.load(p_do, mask=m_do, other=0.0).to(dtype)
         d1 += scale * tl.dot(b_q1, b_do, input_precision=DOT_PRECISION)
@@ -474,9 +511,9 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 # Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; scripts/gpu_profile.py edits them).
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
-LAUNCH["state_pass"] = dict(num_warps=4, num_stages=2)  # 3 stages overflow shared memory with gates and BV = 64
-# Value-block width of the reverse state pass: 32 was faster than 64 at (2, 8192, 16, 128) on the H200.
-BLOCK_V = {"state": 32}
+LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
+# Value-block widths of the reverse state passes (None: 32 when B*H is small, else 64).
+BLOCK_V = {"state": None, "state_halves": 32}
 
 
 
@@ -515,16 +552,18 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
 
     dh = torch.empty(B, NT, H, K, V, device=dev, dtype=q.dtype)  # like h: the inputs' dtype
     dh0 = torch.empty(B, H, K, V, **f32)
-    BV_state = min(BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    launch = dict(LAUNCH["state_pass"])
+    name = "state_halves" if not gated else "state"
+    BV_state = min(BLOCK_V[name] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
+    launch = dict(LAUNCH["state_pass_halves" if not gated else "state_pass"])
     if q.dtype == torch.float32:
         # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.
         launch["num_stages"] = 1
-    # The state is split into two halves of key rows, each at least 16 wide for the tensor cores.
-    _bwd_state_pass[(triton.cdiv(V, BV_state), B * H)](
+    # (The halves kernel splits the key rows in two, each at least 16 wide for the tensor cores.)
+    state_pass = _bwd_state_pass_halves if not gated else _bwd_state_pass
+    state_pass[(triton.cdiv(V, BV_state), B * H)](
         q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 32), BV_state, gated, delta, d_state is not None, prec, **launch)
+        H, K, V, BT, max(BK, 32) if not gated else BK, BV_state, gated, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
