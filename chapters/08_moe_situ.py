@@ -418,8 +418,8 @@ if situ_bench:
 # %% [markdown]
 # Read the table against the traffic count. In the forward pass, eager SiTU is slower than fused SiLU by about the
 # ratio of bytes the two move: on a GPU an elementwise chain is priced by memory traffic. With the backward pass
-# the wall-clock gap shrinks to about 2×, below the seeds' "almost 3×" — but read the kernel-time line before
-# concluding: at 8192 × 3072 a fused forward+backward keeps the GPU busy for about 0.11 ms of the 0.31 ms it takes,
+# the wall-clock gap shrinks to about 2.4×, below the seeds' "almost 3×" — but read the kernel-time line before
+# concluding: at 8192 × 3072 a fused forward+backward keeps the GPU busy for about 0.11 ms of the 0.25 ms it takes,
 # the rest is launching kernels and autograd's bookkeeping, and that fixed cost flatters the slow version.
 # Counted in GPU time, the eager SiTU is several times slower in both passes.
 #
