@@ -128,6 +128,31 @@ def test_gradients_with_several_key_and_value_blocks(kind):
         assert rel_err(x.grad, ref.grad) < 1e-4, name
 
 
+@pytest.mark.parametrize("kind,K", [("kda", 24), ("delta_rule", 24), ("delta_rule", 72)])
+def test_odd_head_count_and_partial_key_block(kind, K):
+    # Three heads: KDA's diagonal-rows kernel takes heads in groups (DIAGONAL_HEADS), so the last group is
+    # partial. K = 24 and 72 leave the key tiles partly masked, including the second half of the ungated
+    # reverse state pass. Batch 2, so tokens of the second sequence are indexed from the flat B*T grid.
+    gen = torch.Generator().manual_seed(5)
+    batch, T, heads, V = 2, 70, 3, 20
+    q = torch.randn(batch, T, heads, K, generator=gen)
+    k = torch.nn.functional.normalize(torch.randn(batch, T, heads, K, generator=gen), dim=-1)
+    v = torch.randn(batch, T, heads, V, generator=gen)
+    g = -4 * torch.rand(batch, T, heads, K, generator=gen) if kind == "kda" else None
+    beta = torch.rand(batch, T, heads, generator=gen)
+    inputs = [x for x in (q, k, v, g, beta) if x is not None]
+    leaves = [x.clone().requires_grad_(True) for x in inputs]
+    o, s = OPS[kind].chunked(*leaves, backend="triton")
+    refs = [x.double().requires_grad_(True) for x in inputs]
+    o_ref, s_ref = OPS[kind].recurrent(*refs)
+    assert rel_err(o, o_ref) < 1e-5 and rel_err(s, s_ref) < 1e-5
+    d_o, d_s = torch.randn(o.shape, generator=gen), torch.randn(s.shape, generator=gen)
+    torch.autograd.backward([o, s], [d_o, d_s])
+    torch.autograd.backward([o_ref, s_ref], [d_o.double(), d_s.double()])
+    for x, ref in zip(leaves, refs):
+        assert rel_err(x.grad, ref.grad) < 1e-4
+
+
 def test_hybrid_backward_agrees_with_triton_backward():
     # The hybrid (Triton state pass + PyTorch autograd) path stays selectable; only the output is used
     # and there is no initial state, so d_state arrives as zeros and no state gradient is asked for.

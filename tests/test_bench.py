@@ -1,0 +1,31 @@
+"""The benchmark's file handling (the measuring itself runs on a GPU, outside the tests)."""
+
+import json
+
+from k3lite import bench
+
+
+def run_file(path, command, rows, **sections):
+    data = {"meta": {"command": command, "date_utc": "2026-11-29T00:00:00+00:00", "device": "test"},
+            "chunked": rows, "decode": [], "situ": {}, **sections}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def row(kind, T, mode, ratio):
+    return {"kind": kind, "B": 2, "T": T, "H": 16, "D": 128, "mode": mode, "sdpa_ms": 1.0, "k3lite_triton_ms": ratio,
+            "fla_ms": 1.0 if ratio else None, "ratio_vs_fla": ratio}
+
+
+def test_merge_keeps_every_row_and_each_run(tmp_path):
+    a = run_file(tmp_path / "a.json", "bench --kinds kda", [row("kda", 8192, "fwd", 1.1), row("kda", 2048, "fwd", 0.9)],
+                 situ={"situ_fused_fwd_ms": 0.04})
+    b = run_file(tmp_path / "b.json", "bench --kinds delta_rule",
+                 [row("delta_rule", 8192, "fwd+bwd", 1.3), row("delta_rule", 8192, "fwd", None)])
+    out, png = tmp_path / "merged.json", tmp_path / "merged.png"
+    bench.main(["--merge", str(a), str(b), "--out", str(out), "--plot", str(png)])
+    merged = json.loads(out.read_text())
+    assert [r["kind"] for r in merged["chunked"]] == ["kda", "delta_rule", "delta_rule", "kda"]  # T = 2048 last
+    assert [run["command"] for run in merged["meta"]["runs"]] == ["bench --kinds kda", "bench --kinds delta_rule"]
+    assert merged["situ"] == {"situ_fused_fwd_ms": 0.04}
+    assert png.stat().st_size > 10_000  # a row without a reference time is drawn as a note, not a crash
