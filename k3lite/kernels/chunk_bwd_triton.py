@@ -30,14 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _tile, _vec,
+from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _load_f32, _tile, _vec,
                         dot_precision, wy_factors)
-
-
-@triton.jit
-def _load_f32(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
-    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
-    return tl.load(p, mask=m, other=0.0).to(tl.float32)
 
 
 @triton.jit
