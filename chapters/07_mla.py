@@ -456,30 +456,40 @@ print(f"silent-token error, gate off / gate on: {errors[False][0] / errors[True]
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# ### Exercise 1 — the cache of each variant
-# Write `cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim)` returning the numbers cached
-# per token and per layer, for `kind` in `"mha"`, `"gqa"`, `"mqa"`, `"mla"` (arguments a kind does not use are `None`).
+# ### Exercise 1 — one cached group, several heads
+# The table at the top credits GQA with a cache of $2\,n_g d_h$ numbers instead of $2\,n_h d_h$: only $n_g$ key and
+# value heads are stored, and each serves $n_h / n_g$ query heads. Write `expand_kv_groups(kv, num_heads)` that takes
+# a cached `kv [B, T, n_g, d_h]` and returns `[B, T, num_heads, d_h]`, in which query head $h$ reads group
+# $h \,//\, (n_h / n_g)$: consecutive heads share a group, the usual numbering (Llama's `repeat_kv` follows it).
+# A `num_heads` that $n_g$ does not divide is a `ValueError` naming both numbers. The checker runs causal attention
+# with your expansion and compares each head with attention over its own group's cache.
 
 # %%
 from k3lite.exercises import ch07
 
 
-def my_cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim):
+def my_expand_kv_groups(kv, num_heads):
     raise NotImplementedError
 
 
 # %%
-ch07.check_cache_elements(my_cache_elements)
+ch07.check_expand_kv_groups(my_expand_kv_groups)
 
 # %% tags=["hide-input"]
-# Solution
-def solution_cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim):
-    per_kind = {"mha": lambda: 2 * num_heads * head_dim, "gqa": lambda: 2 * num_kv_heads * head_dim,
-                "mqa": lambda: 2 * head_dim, "mla": lambda: latent_dim + rope_dim}
-    return per_kind[kind]()
+# Solution: repeat each group in place (a view plus one copy), never tile the groups.
+def solution_expand_kv_groups(kv, num_heads):
+    groups = kv.shape[2]
+    if num_heads % groups:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of the number of cached groups ({groups})")
+    return kv.repeat_interleave(num_heads // groups, dim=2)
 
 
-ch07.check_cache_elements(solution_cache_elements)
+ch07.check_expand_kv_groups(solution_expand_kv_groups)
+
+# %% [markdown]
+# The expansion is a read-time convenience: the cache keeps $n_g$ heads, and a fused attention kernel does not
+# even materialise the copy, it points each query head at its group. MLA goes one step further and caches no
+# head at all, only the latent that every head's key and value are computed from.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2 — absorb the key projection

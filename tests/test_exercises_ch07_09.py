@@ -8,25 +8,27 @@ from k3lite.exercises import ExerciseFailed, ch07
 # ---------------------------------------------------------------- chapter 07
 
 
-def _cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim):
-    return {"mha": 2 * num_heads * head_dim, "gqa": 2 * (num_kv_heads or 0) * head_dim,
-            "mqa": 2 * head_dim, "mla": (latent_dim or 0) + (rope_dim or 0)}[kind]
+def _expand_kv_groups(kv, num_heads):
+    groups = kv.shape[2]
+    if num_heads % groups:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of {groups} groups")
+    return kv.repeat_interleave(num_heads // groups, dim=2)
 
 
-def test_ch07_cache_elements(capsys):
-    assert ch07.check_cache_elements(_cache_elements) is True
+def test_ch07_expand_kv_groups(capsys):
+    assert ch07.check_expand_kv_groups(_expand_kv_groups) is True
     assert "correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (lambda kind, h, d, g, c, r: _cache_elements(kind, h, d, g, c, r) // (1 if kind == "mla" else 2), "half"),
-    (lambda kind, h, d, g, c, r: c if kind == "mla" else _cache_elements(kind, h, d, g, c, r), "rope"),
-    (lambda kind, h, d, g, c, r: 2 * (c + r) if kind == "mla" else _cache_elements(kind, h, d, g, c, r), "once"),
-    (lambda kind, h, d, g, c, r: 2 * h * d if kind == "gqa" else _cache_elements(kind, h, d, g, c, r), "GQA"),
+    (lambda kv, n: kv.repeat(1, 1, n // kv.shape[2], 1), "tiled"),      # head h reads group h % G
+    (lambda kv, n: kv.repeat_interleave(n // kv.shape[2], dim=2), "ValueError"),  # no check of divisibility
+    (lambda kv, n: kv, "shape"),                                        # not expanded at all
+    (lambda kv, n: _expand_kv_groups(kv.flip(1), n), "values differ"),  # reads the cache in the wrong order
 ])
-def test_ch07_cache_elements_wrong(wrong, hint):
+def test_ch07_expand_kv_groups_wrong(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        ch07.check_cache_elements(wrong)
+        ch07.check_expand_kv_groups(wrong)
 
 
 def test_ch07_not_attempted(capsys):

@@ -1,6 +1,6 @@
 """Checkers for chapter 07 (Multi-head Latent Attention).
 
-1. :func:`check_cache_elements` — cached elements per token and layer for MHA, GQA, MQA and MLA.
+1. :func:`check_expand_kv_groups` — serve GQA's cached key/value groups to every query head.
 2. :func:`check_absorb_query` — fold the key up-projection into the query (scores from the latent).
 3. :func:`check_absorbed_output` — apply the value up-projection once, after the attention sum.
 """
@@ -11,61 +11,56 @@ import torch
 
 from k3lite.exercises import ExerciseFailed, attempt, expect_close, expect_equal
 
-# ---------------------------------------------------------------- exercise 1: cache elements
-
-# (kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim)
-_CACHE_CASES = [
-    ("mha", 12, 64, None, None, None),
-    ("mha", 96, 128, None, None, None),
-    ("gqa", 32, 128, 8, None, None),
-    ("gqa", 96, 128, 4, None, None),
-    ("mqa", 96, 128, None, None, None),
-    ("mla", 128, 128, None, 512, 64),
-    ("mla", 4, 16, None, 24, 8),
-]
-
-
-def _cache_elements_reference(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim):
-    if kind == "mha":
-        return 2 * num_heads * head_dim
-    if kind == "gqa":
-        return 2 * num_kv_heads * head_dim
-    if kind == "mqa":
-        return 2 * head_dim
-    return latent_dim + rope_dim
-
-
-def check_cache_elements(cache_elements) -> bool:
-    """``cache_elements(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim) -> int``.
-
-    ``kind`` is ``"mha"``, ``"gqa"``, ``"mqa"`` or ``"mla"``; arguments a kind does not use are ``None``.
-    """
-
-    def check():
-        for case in _CACHE_CASES:
-            got = cache_elements(*case)
-            expected = _cache_elements_reference(*case)
-            kind = case[0]
-            if kind != "mla" and got == expected // 2:
-                raise ExerciseFailed(f"{case}: you got half the answer. Every cached head stores a key and a value.")
-            if kind == "mla" and got == 2 * expected:
-                raise ExerciseFailed(f"{case}: MLA caches the latent once; keys and values are both read from it.")
-            if kind == "mla" and got == case[4]:
-                raise ExerciseFailed(f"{case}: the shared positional key part (rope_dim) is cached too.")
-            hints = {"mha": "one key and one value per head",
-                     "gqa": "one key and one value per KV group, shared by the heads of that group",
-                     "mqa": "a single key and value shared by all heads",
-                     "mla": "the latent c_KV plus the shared positional key"}
-            expect_equal(got, expected, what=f"cache_elements{case}", hint=f"{kind.upper()} caches {hints[kind]}.")
-
-    return attempt("Exercise 1 (cache elements per token and layer)", check)
-
-
-# ---------------------------------------------------------------- exercise 2: absorbed query
+# ---------------------------------------------------------------- exercise 1: one cached group, several heads
 
 def _random(*shape, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
+
+def _attention(q, k, v):
+    """Causal softmax attention per head, q, k, v [B, T, H, D]."""
+    scores = torch.einsum("bthd,bshd->bhts", q, k) / q.shape[-1] ** 0.5
+    causal = torch.ones(q.shape[1], q.shape[1], dtype=torch.bool).tril()
+    return torch.einsum("bhts,bshd->bthd", scores.masked_fill(~causal, float("-inf")).softmax(-1), v)
+
+
+def check_expand_kv_groups(expand_kv_groups) -> bool:
+    """``expand_kv_groups(kv [B, T, G, D], num_heads) -> [B, T, num_heads, D]``.
+
+    Query head ``h`` reads group ``h // (num_heads // G)``: consecutive heads share a group. A ``num_heads``
+    that ``G`` does not divide is a ``ValueError``.
+    """
+
+    def check():
+        batch, T, groups, heads, dim = 2, 5, 3, 12, 4
+        q = _random(batch, T, heads, dim, seed=0)
+        k, v = _random(batch, T, groups, dim, seed=1), _random(batch, T, groups, dim, seed=2)
+        got_k, got_v = expand_kv_groups(k, heads), expand_kv_groups(v, heads)
+        for name, got, cached in (("keys", got_k, k), ("values", got_v, v)):
+            if not torch.is_tensor(got) or tuple(got.shape) != (batch, T, heads, dim):
+                shape = tuple(got.shape) if torch.is_tensor(got) else type(got).__name__
+                raise ExerciseFailed(f"expanded {name}: expected shape {(batch, T, heads, dim)}, got {shape}. "
+                                     "The head axis (dim 2) grows from G groups to num_heads heads.")
+            if torch.equal(got, cached.repeat(1, 1, heads // groups, 1)):
+                raise ExerciseFailed(f"expanded {name}: head h reads group h % G here (the groups tiled). Consecutive "
+                                     "heads share a group: head h reads group h // (num_heads // G).")
+        per_group = torch.stack([_attention(q[:, :, h:h + 1], k[:, :, h // (heads // groups)][:, :, None],
+                                            v[:, :, h // (heads // groups)][:, :, None])[:, :, 0]
+                                 for h in range(heads)], dim=2)
+        expect_close(_attention(q, got_k, got_v), per_group, what="attention of every head over its group's cache",
+                     atol=1e-9, hint="Head h reads group h // (num_heads // G).")
+        try:
+            expand_kv_groups(k, 8)
+        except ValueError:
+            pass
+        else:
+            raise ExerciseFailed("8 heads cannot share 3 groups evenly: raise a ValueError that says so, rather than "
+                                 "return a tensor with some heads reading the wrong group.")
+
+    return attempt("Exercise 1 (one cached group, several heads)", check)
+
+
+# ---------------------------------------------------------------- exercise 2: absorbed query
 
 def check_absorb_query(absorb_query) -> bool:
     """``absorb_query(q_nope [H, d_nope], w_uk [H, d_nope, d_c]) -> q_latent [H, d_c]``.
