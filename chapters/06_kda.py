@@ -395,7 +395,10 @@ for name, g_long in strong_gates.items():
 # they cut a 64-token chunk into sub-chunks of 16 and factor each pair through a sub-chunk anchor so
 # that each factor is $\le 1$, and K3 additionally bounds every gate at $-5$, which keeps a 16-token
 # factor below $e^{80}$. `k3lite.ops.kda` halves each chunk recursively down to single tokens, which
-# is the same idea with the anchor at every halving boundary.
+# is the same idea with the anchor at every halving boundary. The Triton forward of `k3lite.kernels`
+# (`chunk_fwd.py`) follows the production split: in a 64-token chunk, the four $16 \times 16$ blocks on
+# the diagonal are computed pair by pair with exact differences $G_r - G_i \le 0$, one token's row per
+# program, and the six blocks below them are tensor-core products through an anchor row.
 
 
 # %% [markdown] slideshow={"slide_type": "slide"}
