@@ -228,7 +228,7 @@ class GPT2(nn.Module):
         return logits if cache is None else (logits, cache)
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None,
                  use_cache: bool = True) -> torch.Tensor:
         """Append ``max_new_tokens`` tokens to ``idx [B, T]``.

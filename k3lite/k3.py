@@ -360,18 +360,19 @@ class K3(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, greedy: bool = False, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        """Append ``max_new_tokens`` sampled tokens to ``idx [B, T]``.
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool = True) -> torch.Tensor:
+        """Append ``max_new_tokens`` tokens to ``idx [B, T]``; the same options as ``GPT2.generate``.
 
-        With ``use_cache`` the prompt is processed once and every new token costs one step per layer
-        (a KDA state update or an MLA read of the cached latents); without it the whole sequence is
-        recomputed for each token. Both give the same tokens.
+        ``temperature=0`` is greedy (arg-max); otherwise sample from the softmax of ``logits / temperature``,
+        restricted to the ``top_k`` most likely tokens if given. With ``use_cache`` the prompt is processed
+        once and every new token costs one step per layer (a KDA state update or an MLA read of the cached
+        latents); without it the whole sequence is recomputed for each token. Both give the same tokens.
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if not greedy and temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (or use greedy=True), got {temperature}")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
         if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.config.vocab_size}], got {top_k}")
         self._check_idx(idx)
@@ -387,7 +388,7 @@ class K3(nn.Module):
                     logits = result.logits[:, -1]
                 else:
                     logits = self.run(tokens).logits[:, -1]
-                next_token = self._choose(logits, temperature, top_k, greedy, generator)
+                next_token = self._choose(logits, temperature, top_k, generator)
                 tokens = torch.cat([tokens, next_token], dim=1)
                 next_input = next_token
         finally:
@@ -395,8 +396,8 @@ class K3(nn.Module):
         return tokens
 
     @staticmethod
-    def _choose(logits, temperature, top_k, greedy, generator) -> torch.Tensor:
-        if greedy:
+    def _choose(logits, temperature, top_k, generator) -> torch.Tensor:
+        if temperature == 0:
             return logits.argmax(dim=-1, keepdim=True)
         logits = logits.float() / temperature
         if top_k is not None:

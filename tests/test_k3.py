@@ -118,15 +118,33 @@ def test_cached_decoding_equals_recomputation(changes):
 def test_generate_with_cache_gives_the_same_tokens_as_without():
     model = _model()
     prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(2))
-    greedy_cached = model.generate(prompt, 8, greedy=True)
-    greedy_plain = model.generate(prompt, 8, greedy=True, use_cache=False)
+    greedy_cached = model.generate(prompt, 8, temperature=0)
+    greedy_plain = model.generate(prompt, 8, temperature=0, use_cache=False)
     assert greedy_cached.shape == (2, 13) and torch.equal(greedy_cached, greedy_plain)
     assert torch.equal(greedy_cached[:, :5], prompt)
     sampled = [model.generate(prompt, 5, temperature=0.8, top_k=20, use_cache=cached,
                               generator=torch.Generator().manual_seed(3)) for cached in (True, False)]
     assert torch.equal(*sampled)
     with pytest.raises(ValueError, match="temperature"):
-        model.generate(prompt, 2, temperature=0.0)
+        model.generate(prompt, 2, temperature=-0.5)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(prompt, 2.5)
+
+
+def test_generate_takes_the_same_options_as_gpt2():
+    # One way to ask for each behaviour in both models: temperature=0 is greedy, options are keywords.
+    import inspect
+
+    from k3lite.gpt2 import GPT2
+
+    k3_params = inspect.signature(_model().generate).parameters
+    gpt2_params = inspect.signature(GPT2.generate).parameters
+    assert list(k3_params) == [name for name in gpt2_params if name != "self"]
+    assert all(k3_params[name].default == gpt2_params[name].default for name in k3_params)
+    model = _model()
+    prompt = torch.randint(0, 256, (1, 4), generator=torch.Generator().manual_seed(6))
+    greedy = model.generate(prompt, 6, temperature=0)
+    assert torch.equal(greedy, model.generate(prompt, 6, temperature=1.7, top_k=1, generator=torch.Generator()))
     with pytest.raises(ValueError, match="idx"):
         model.run(torch.full((1, 3), 256))
 
@@ -148,9 +166,9 @@ def test_empty_prompt_and_cache_of_another_batch_name_the_argument():
     with pytest.raises(ValueError, match=r"idx must be \[B, T\] with T >= 1"):
         model.run(empty)
     with pytest.raises(ValueError, match=r"idx must be \[B, T\] with T >= 1"):
-        model.generate(empty, 3, greedy=True)
+        model.generate(empty, 3, temperature=0)
     with pytest.raises(ValueError, match=r"idx must be \[B, T\] with T >= 1"):
-        model.generate(empty, 0, greedy=True)
+        model.generate(empty, 0, temperature=0)
     idx = torch.randint(0, 256, (2, 4), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         cache = model.run(idx).cache
@@ -163,7 +181,7 @@ def test_empty_prompt_and_cache_of_another_batch_name_the_argument():
 def test_generate_restores_training_mode_even_after_an_error(monkeypatch):
     model = _model().train()
     prompt = torch.zeros(1, 3, dtype=torch.long)
-    model.generate(prompt, 2, greedy=True)
+    model.generate(prompt, 2, temperature=0)
     assert model.training
 
     def broken_run(*args, **kwargs):
@@ -172,5 +190,5 @@ def test_generate_restores_training_mode_even_after_an_error(monkeypatch):
 
     monkeypatch.setattr(model, "run", broken_run)
     with pytest.raises(RuntimeError, match="simulated failure"):
-        model.generate(prompt, 2, greedy=True)
+        model.generate(prompt, 2, temperature=0)
     assert model.training
