@@ -513,8 +513,8 @@ for mode in ("fwd", "fwd+bwd"):
 
 # %% [markdown]
 # This chapter's DeltaNet is already ahead of softmax attention at $T = 8192$: its forward takes 0.52 ms against
-# SDPA's 0.95 ms, and 2.92 ms against 3.61 ms with the backward pass. KDA, whose per-channel decay makes its
-# intra-chunk stage the costliest (chapter 6), about ties SDPA's forward there (1.07 ms against 1.01 ms) and
+# SDPA's 0.95 ms, and 2.92 ms against 3.61 ms with the backward pass. KDA, whose per-channel decay has to be applied
+# inside the intra-chunk products (chapter 6), about ties SDPA's forward there (1.07 ms against 1.01 ms) and
 # loses once the backward is added (5.81 ms against 3.63 ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then
 # grows almost eightfold, as the $T^2$ count says, while KDA's a little over doubles: at $T = 32768$ KDA's
 # forward takes 2.46 ms against SDPA's 7.56 ms, and 15.0 ms against 26.6 ms with the backward. The growth is

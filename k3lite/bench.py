@@ -364,7 +364,7 @@ def merge(paths, out, plot_path):
             if key not in ("meta", "chunked", "decode") and value:
                 merged[key] = value
     order = {kind: i for i, kind in enumerate(KINDS)}
-    merged["chunked"].sort(key=lambda r: (r["T"] == 2048, order[r["kind"]], r["T"], r["mode"]))
+    merged["chunked"].sort(key=lambda r: (order[r["kind"]], r["T"], r["mode"]))
     out.write_text(json.dumps(merged, indent=1))
     if plot_path:
         plot(merged, plot_path)
@@ -394,7 +394,12 @@ def main(argv=None):
     parser.add_argument("--merge", type=Path, nargs="+", help="join the JSON files of runs that split the work "
                         "(e.g. one per GPU of a machine) into --out, and plot; measures nothing")
     args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    if unknown := [kind for kind in kinds if kind not in KINDS]:
+        parser.error(f"--kinds: unknown {', '.join(unknown)}; choose from {', '.join(KINDS)}")
     if args.merge:
+        if args.out is None:
+            parser.error("--merge needs --out, the file to write")
         return merge(args.merge, args.out, args.plot)
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
@@ -435,7 +440,7 @@ def main(argv=None):
         bench_decode(batches[-1:] if args.quick else batches, 16 if gpu else 2, D, device, measure, fla, results, save)
     modes = [m for m in ("fwd", "fwd+bwd") if m in sections]
     if modes:
-        bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, args.kinds.split(","))
+        bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, kinds)
     if gpu and "profile" in sections:
         try:
             profile_stages(device, results, save)

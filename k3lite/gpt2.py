@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from k3lite import sampling
+
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -237,12 +239,7 @@ class GPT2(nn.Module):
         ``logits / temperature``, restricted to the ``top_k`` most likely tokens if given.
         ``use_cache=False`` recomputes the whole sequence at every step (same tokens, more work).
         """
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-        if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
-            raise ValueError(f"top_k must be in [1, {self.config.vocab_size}] or None, got {top_k}")
+        sampling.check_options(max_new_tokens, temperature, top_k, self.config.vocab_size)
         self._check_input(idx, None)
         if idx.shape[1] + max_new_tokens > self.config.n_ctx:
             raise ValueError(f"max_new_tokens: {idx.shape[1]} prompt + {max_new_tokens} new tokens "
@@ -257,7 +254,7 @@ class GPT2(nn.Module):
                     logits, cache = self(pending, cache)
                 else:
                     logits = self(sequence)
-                pending = _choose_next(logits[:, -1, :], temperature, top_k, generator)
+                pending = sampling.choose_next(logits[:, -1, :], temperature, top_k, generator)
                 sequence = torch.cat([sequence, pending], dim=1)
         finally:
             self.train(was_training)   # also after an error, so a failed call leaves the mode as it was
@@ -306,20 +303,6 @@ class GPT2(nn.Module):
             exported[f"transformer.{hf_name}"] = tensor.t().contiguous() if _is_conv1d_weight(hf_name) else tensor
         exported["lm_head.weight"] = exported["transformer.wte.weight"]
         return exported
-
-
-def _choose_next(logits: torch.Tensor, temperature: float, top_k: int | None,
-                 generator: torch.Generator | None) -> torch.Tensor:
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None:
-        kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
-    probabilities = torch.softmax(logits, dim=-1)
-    if generator is not None and generator.device != probabilities.device:
-        probabilities = probabilities.to(generator.device)
-    return torch.multinomial(probabilities, 1, generator=generator).to(logits.device)
 
 
 # Our module names on the left, Hugging Face's on the right (inside ``transformer.h.{i}``).

@@ -23,9 +23,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from k3lite import sampling
 from k3lite.layers.kda_layer import GATE_FORMS, KDACache, KDALayer
 from k3lite.layers.mla import MLA, MLACache
 from k3lite.layers.moe import ACTIVATIONS, GatedMLP, MoE, RoutedExperts, SigmoidRouter
@@ -369,12 +369,7 @@ class K3(nn.Module):
         once and every new token costs one step per layer (a KDA state update or an MLA read of the cached
         latents); without it the whole sequence is recomputed for each token. Both give the same tokens.
         """
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-        if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
-            raise ValueError(f"top_k must be in [1, {self.config.vocab_size}], got {top_k}")
+        sampling.check_options(max_new_tokens, temperature, top_k, self.config.vocab_size)
         self._check_idx(idx)
         was_training = self.training
         self.eval()
@@ -388,19 +383,10 @@ class K3(nn.Module):
                     logits = result.logits[:, -1]
                 else:
                     logits = self.run(tokens).logits[:, -1]
-                next_token = self._choose(logits, temperature, top_k, generator)
+                next_token = sampling.choose_next(logits, temperature, top_k, generator)
                 tokens = torch.cat([tokens, next_token], dim=1)
                 next_input = next_token
         finally:
             self.train(was_training)   # also after an error, so a failed call leaves the mode as it was
         return tokens
 
-    @staticmethod
-    def _choose(logits, temperature, top_k, generator) -> torch.Tensor:
-        if temperature == 0:
-            return logits.argmax(dim=-1, keepdim=True)
-        logits = logits.float() / temperature
-        if top_k is not None:
-            threshold = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < threshold, float("-inf"))
-        return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)

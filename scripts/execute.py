@@ -15,17 +15,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bookinfo import CHAPTERS_DIR, chapter_stems  # noqa: E402
+from bookinfo import CHAPTER_ENV, CHAPTERS_DIR, chapter_stems  # noqa: E402
 
 
 def execute(stem: str) -> float:
     source = CHAPTERS_DIR / f"{stem}.py"
     if not source.exists():
         raise SystemExit(f"no chapter source {source}")
-    env = dict(os.environ, K3LITE_PROFILE="small", PYTHONHASHSEED="0")
-    # the same CPU code paths as make test (see the Makefile)
-    env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
-    env.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    env = dict(os.environ, **CHAPTER_ENV)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "jupytext", "--sync", "--set-kernel", "python3", "--execute", str(source)],
                    check=True, env=env, cwd=CHAPTERS_DIR)

@@ -16,14 +16,12 @@ import nbformat
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bookinfo import CHAPTERS_DIR, load_book  # noqa: E402
+from bookinfo import CHAPTER_ENV, CHAPTERS_DIR, load_book  # noqa: E402
 
 
 def time_chapter(stem: str) -> float:
     notebook = nbformat.read(CHAPTERS_DIR / f"{stem}.ipynb", as_version=4)
-    os.environ["K3LITE_PROFILE"] = "small"
-    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
-    os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    os.environ.update(CHAPTER_ENV)
     client = NotebookClient(notebook, timeout=1200, kernel_name="python3",
                             resources={"metadata": {"path": str(CHAPTERS_DIR)}})
     start = time.perf_counter()

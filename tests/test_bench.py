@@ -25,7 +25,19 @@ def test_merge_keeps_every_row_and_each_run(tmp_path):
     out, png = tmp_path / "merged.json", tmp_path / "merged.png"
     bench.main(["--merge", str(a), str(b), "--out", str(out), "--plot", str(png)])
     merged = json.loads(out.read_text())
-    assert [r["kind"] for r in merged["chunked"]] == ["kda", "delta_rule", "delta_rule", "kda"]  # T = 2048 last
+    assert [(r["kind"], r["T"], r["mode"]) for r in merged["chunked"]] == [
+        ("kda", 2048, "fwd"), ("kda", 8192, "fwd"), ("delta_rule", 8192, "fwd"), ("delta_rule", 8192, "fwd+bwd")]
     assert [run["command"] for run in merged["meta"]["runs"]] == ["bench --kinds kda", "bench --kinds delta_rule"]
     assert merged["situ"] == {"situ_fused_fwd_ms": 0.04}
     assert png.stat().st_size > 10_000  # a row without a reference time is drawn as a note, not a crash
+
+
+def test_bad_options_are_refused(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        bench.main(["--kinds", "kda,softmax", "--sections", "fwd"])
+    assert "--kinds: unknown softmax" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--merge", str(tmp_path / "a.json")])
+    assert "--merge needs --out" in capsys.readouterr().err

@@ -30,21 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _load_f32, _tile, _vec,
-                        dot_precision, wy_factors)
-
-
-@triton.jit
-def _store(base, x, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
-    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
-    tl.store(p, x, mask=m)
-
-
-@triton.jit
-def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
-    # Row t of a [T, n_cols] view as a float32 vector; zeros when t is past the end.
-    c = tl.arange(0, BC)
-    return tl.load(base + t * stride + c, mask=c < tl.where(t < T, n_cols, 0), other=0.0).to(tl.float32)
+from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _load_f32, _load_row,
+                        _load_vec_f32, _store, _tile, _vec, dot_precision, wy_factors)
 
 
 @triton.jit
@@ -251,8 +238,7 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
     kbase = (i_b * T * H + i_h) * K
     vbase = (i_b * T * H + i_h) * V
     b_ai = _load_f32(ai_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
-    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-    b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
     d_ai = tl.zeros([BT, BT], dtype=tl.float32)
     d_beta = tl.zeros([BT], dtype=tl.float32)
     for i_v in range(0, tl.cdiv(V, BV)):
@@ -348,8 +334,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
         b_g = _load_f32(g_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
     b_beta = tl.zeros([BC], dtype=tl.float32)
     if DELTA:
-        p_b, m_b = _vec(beta_ptr + b_base, row0, T, H, BC)
-        b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+        b_beta = _load_vec_f32(beta_ptr + b_base, row0, T, H, BC)
     dq = tl.zeros([BC, BK], dtype=tl.float32)
     dkr = tl.zeros([BC, BK], dtype=tl.float32)
     dkc = tl.zeros([BC, BK], dtype=tl.float32)

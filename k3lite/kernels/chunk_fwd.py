@@ -54,6 +54,31 @@ def _vec(base, row0, n_rows, stride, BR: tl.constexpr):
 
 
 @triton.jit
+def _load_f32(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
+    return tl.load(p, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store(base, x, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
+    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
+    tl.store(p, x, mask=m)
+
+
+@triton.jit
+def _load_vec_f32(base, row0, n_rows, stride, BR: tl.constexpr):
+    p, m = _vec(base, row0, n_rows, stride, BR)
+    return tl.load(p, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
+    # Row t of a [T, n_cols] view as a float32 vector; zeros when t is past the end.
+    c = tl.arange(0, BC)
+    return tl.load(base + t * stride + c, mask=c < tl.where(t < T, n_cols, 0), other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _chunk_cumsum(g_ptr, out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                   BK: tl.constexpr, PER_CHANNEL: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens (float32).
@@ -105,8 +130,7 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
     p_aqk, m_aqk = _tile(aqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
     tl.store(p_aqk, tl.where(causal, acc_qk * scale, 0.0), mask=m_aqk)
     if DELTA:
-        p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-        b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+        b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
         strict = rows[:, None] > rows[None, :]
         p_akk, m_akk = _tile(akk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
         tl.store(p_akk, tl.where(strict, acc_kk * b_beta[:, None], 0.0), mask=m_akk)
@@ -149,18 +173,6 @@ def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
 
 
 @triton.jit
-def _load_f32(ptr, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.constexpr):
-    p, m = _tile(ptr, row0, col0, n_rows, n_cols, stride, BR, BC)
-    return tl.load(p, mask=m, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _anchor_row(g_ptr, row, col0, T, K: tl.constexpr, stride, BK: tl.constexpr):
-    c = col0 + tl.arange(0, BK)
-    return tl.load(g_ptr + row * stride + c, mask=c < tl.where(row < T, K, 0), other=0.0)
-
-
-@triton.jit
 def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_ga, acc_qk, acc_kk, DOT_PRECISION: tl.constexpr):
     # Block (i, j < i) for one slice of channels: rows already carry exp(G_r - G_a); the columns get
     # exp(G_a - G_c). Both factors are <= 1.
@@ -196,17 +208,17 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, 
         k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
         g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
         g3 = _load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK)
-        ga = _anchor_row(g_ptr + base, r1 - 1, c0, T, K, S, BK)
+        ga = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
         d = tl.exp(tl.minimum(g1 - ga[None, :], 0.0))
         qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
         q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, ga, q10, k10, DOT_PRECISION)
-        ga = _anchor_row(g_ptr + base, r2 - 1, c0, T, K, S, BK)
+        ga = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
         d = tl.exp(tl.minimum(g2 - ga[None, :], 0.0))
         qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
         kd = k2 * d
         q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, ga, q20, k20, DOT_PRECISION)
         q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, ga, q21, k21, DOT_PRECISION)
-        ga = _anchor_row(g_ptr + base, r3 - 1, c0, T, K, S, BK)
+        ga = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
         d = tl.exp(tl.minimum(g3 - ga[None, :], 0.0))
         qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
         kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
@@ -215,16 +227,16 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, 
         q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, ga, q32, k32, DOT_PRECISION)
     A = H * BT
     a_base = (i_b * T * H + i_h) * BT
-    _store_block(aqk_ptr + a_base, q10 * scale, r1, 0, T, A, BC)
-    _store_block(aqk_ptr + a_base, q20 * scale, r2, 0, T, A, BC)
-    _store_block(aqk_ptr + a_base, q21 * scale, r2, BC, T, A, BC)
-    _store_block(aqk_ptr + a_base, q30 * scale, r3, 0, T, A, BC)
-    _store_block(aqk_ptr + a_base, q31 * scale, r3, BC, T, A, BC)
-    _store_block(aqk_ptr + a_base, q32 * scale, r3, 2 * BC, T, A, BC)
+    _store(aqk_ptr + a_base, q10 * scale, r1, 0, T, A, A, BC, BC)
+    _store(aqk_ptr + a_base, q20 * scale, r2, 0, T, A, A, BC, BC)
+    _store(aqk_ptr + a_base, q21 * scale, r2, BC, T, A, A, BC, BC)
+    _store(aqk_ptr + a_base, q30 * scale, r3, 0, T, A, A, BC, BC)
+    _store(aqk_ptr + a_base, q31 * scale, r3, BC, T, A, A, BC, BC)
+    _store(aqk_ptr + a_base, q32 * scale, r3, 2 * BC, T, A, A, BC, BC)
     beta_base = beta_ptr + i_b * T * H + i_h
-    beta1 = _load_beta(beta_base, r1, T, H, BC)
-    beta2 = _load_beta(beta_base, r2, T, H, BC)
-    beta3 = _load_beta(beta_base, r3, T, H, BC)
+    beta1 = _load_vec_f32(beta_base, r1, T, H, BC)
+    beta2 = _load_vec_f32(beta_base, r2, T, H, BC)
+    beta3 = _load_vec_f32(beta_base, r3, T, H, BC)
     _merge_inverse(akk_ptr + a_base, ai_ptr + a_base, r0, T, A, k10 * beta1[:, None], k20 * beta2[:, None],
                    k21 * beta2[:, None], k30 * beta3[:, None], k31 * beta3[:, None], k32 * beta3[:, None],
                    BC, SOLVE_PRECISION)
@@ -234,9 +246,8 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, 
 def _invert_diag_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr, PRECISION: tl.constexpr):
     # (I + L)^-1 for a strictly lower 16x16 block L. L is nilpotent (L^16 = 0), so the inverse is the finite
     # series sum_k (-L)^k = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products, no row-by-row loop.
-    p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
     rows = tl.arange(0, BC)
-    l1 = tl.where(rows[:, None] > rows[None, :], tl.load(p, mask=m, other=0.0), 0.0)
+    l1 = tl.where(rows[:, None] > rows[None, :], _load_f32(a_ptr, row0, col0, T, stride, stride, BC, BC), 0.0)
     l2 = tl.dot(l1, l1, input_precision=PRECISION)
     l4 = tl.dot(l2, l2, input_precision=PRECISION)
     l8 = tl.dot(l4, l4, input_precision=PRECISION)
@@ -248,26 +259,8 @@ def _invert_diag_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr, PRECISION
 
 
 @triton.jit
-def _load_block(a_ptr, row0, col0, T, stride, BC: tl.constexpr):
-    p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
-    return tl.load(p, mask=m, other=0.0)
-
-
-@triton.jit
-def _store_block(a_ptr, x, row0, col0, T, stride, BC: tl.constexpr):
-    p, m = _tile(a_ptr, row0, col0, T, stride, stride, BC, BC)
-    tl.store(p, x, mask=m)
-
-
-@triton.jit
 def _mm(a, b, DOT_PRECISION: tl.constexpr):
     return tl.dot(a, b, input_precision=DOT_PRECISION)
-
-
-@triton.jit
-def _load_beta(beta_base, row0, T, H: tl.constexpr, BC: tl.constexpr):
-    p, m = _vec(beta_base, row0, T, H, BC)
-    return tl.load(p, mask=m, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -286,22 +279,22 @@ def _merge_inverse(a, o, r0, T, S, a10, a20, a21, a30, a31, a32, BC: tl.constexp
     t31 = -_mm(t33, _mm(a31, t11, PRECISION) + _mm(a32, t21, PRECISION), PRECISION)
     t30 = -_mm(t33, _mm(a30, t00, PRECISION) + _mm(a31, t10, PRECISION) + _mm(a32, t20, PRECISION), PRECISION)
     zero = tl.zeros([BC, BC], dtype=tl.float32)
-    _store_block(o, t00, r0, 0, T, S, BC)
-    _store_block(o, zero, r0, BC, T, S, BC)
-    _store_block(o, zero, r0, 2 * BC, T, S, BC)
-    _store_block(o, zero, r0, 3 * BC, T, S, BC)
-    _store_block(o, t10, r0 + BC, 0, T, S, BC)
-    _store_block(o, t11, r0 + BC, BC, T, S, BC)
-    _store_block(o, zero, r0 + BC, 2 * BC, T, S, BC)
-    _store_block(o, zero, r0 + BC, 3 * BC, T, S, BC)
-    _store_block(o, t20, r0 + 2 * BC, 0, T, S, BC)
-    _store_block(o, t21, r0 + 2 * BC, BC, T, S, BC)
-    _store_block(o, t22, r0 + 2 * BC, 2 * BC, T, S, BC)
-    _store_block(o, zero, r0 + 2 * BC, 3 * BC, T, S, BC)
-    _store_block(o, t30, r0 + 3 * BC, 0, T, S, BC)
-    _store_block(o, t31, r0 + 3 * BC, BC, T, S, BC)
-    _store_block(o, t32, r0 + 3 * BC, 2 * BC, T, S, BC)
-    _store_block(o, t33, r0 + 3 * BC, 3 * BC, T, S, BC)
+    _store(o, t00, r0, 0, T, S, S, BC, BC)
+    _store(o, zero, r0, BC, T, S, S, BC, BC)
+    _store(o, zero, r0, 2 * BC, T, S, S, BC, BC)
+    _store(o, zero, r0, 3 * BC, T, S, S, BC, BC)
+    _store(o, t10, r0 + BC, 0, T, S, S, BC, BC)
+    _store(o, t11, r0 + BC, BC, T, S, S, BC, BC)
+    _store(o, zero, r0 + BC, 2 * BC, T, S, S, BC, BC)
+    _store(o, zero, r0 + BC, 3 * BC, T, S, S, BC, BC)
+    _store(o, t20, r0 + 2 * BC, 0, T, S, S, BC, BC)
+    _store(o, t21, r0 + 2 * BC, BC, T, S, S, BC, BC)
+    _store(o, t22, r0 + 2 * BC, 2 * BC, T, S, S, BC, BC)
+    _store(o, zero, r0 + 2 * BC, 3 * BC, T, S, S, BC, BC)
+    _store(o, t30, r0 + 3 * BC, 0, T, S, S, BC, BC)
+    _store(o, t31, r0 + 3 * BC, BC, T, S, S, BC, BC)
+    _store(o, t32, r0 + 3 * BC, 2 * BC, T, S, S, BC, BC)
+    _store(o, t33, r0 + 3 * BC, 3 * BC, T, S, S, BC, BC)
 
 
 @triton.jit
@@ -314,9 +307,9 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
     S = H * BT
     r0 = i_t * BT
     _merge_inverse(a, ai_ptr + (i_b * T * H + i_h) * BT, r0, T, S,
-                   _load_block(a, r0 + BC, 0, T, S, BC), _load_block(a, r0 + 2 * BC, 0, T, S, BC),
-                   _load_block(a, r0 + 2 * BC, BC, T, S, BC), _load_block(a, r0 + 3 * BC, 0, T, S, BC),
-                   _load_block(a, r0 + 3 * BC, BC, T, S, BC), _load_block(a, r0 + 3 * BC, 2 * BC, T, S, BC),
+                   _load_f32(a, r0 + BC, 0, T, S, S, BC, BC), _load_f32(a, r0 + 2 * BC, 0, T, S, S, BC, BC),
+                   _load_f32(a, r0 + 2 * BC, BC, T, S, S, BC, BC), _load_f32(a, r0 + 3 * BC, 0, T, S, S, BC, BC),
+                   _load_f32(a, r0 + 3 * BC, BC, T, S, S, BC, BC), _load_f32(a, r0 + 3 * BC, 2 * BC, T, S, S, BC, BC),
                    BC, DOT_PRECISION)
 
 
@@ -331,8 +324,7 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
     t_last = tl.minimum(i_t * BT + BT, T) - 1
     p_ai, m_ai = _tile(ai_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
-    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-    b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
+    b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
     if GATE == 1:
         p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
         b_gl = tl.load(p_g, mask=m_g, other=0.0)
