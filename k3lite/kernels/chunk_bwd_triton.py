@@ -9,8 +9,9 @@ Backward stages, one kernel each (dX is the float32 gradient of X):
   1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
   2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
                          D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0);
-                         D in float32; without a gate _bwd_state_pass_halves (two halves of key rows,
-                         products in the inputs' dtype), with one the all-float32 _bwd_state_pass
+                         D in float32 as two halves of key rows, products in the inputs' dtype
+                         (_bwd_state_pass_halves; with a gate Q arrives as exp(G) Q, from _gated_queries);
+                         _bwd_state_pass is the same step with every operand in float32 (GATED_STATE_PASS)
   3. _bwd_state_grads    dQ = scale exp(G) dO h^T,  dK = exp(G_C - G) V' D^T,  dW = -dV' h^T,
                          dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
@@ -19,7 +20,8 @@ Backward stages, one kernel each (dX is the float32 gradient of X):
                          16-row sub-blocks, anchored decays; the diagonal block in anchored levels);
                          _bwd_intra_dense for no gate or one per head
   6. _bwd_gate_cumsum    dg = reverse chunk-local cumulative sum of dG (summed over channels for one gate per head)
-Gates are handled per channel throughout (a scalar gate is broadcast over K); without a gate G = 0.
+Gates are handled per channel (a gate per head is broadcast over K), except in stages 4 and 5, which read a
+gate per head as one value per row and sum its gradient over the channels in the kernel; without a gate G = 0.
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
 into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed.
 """
@@ -30,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SOLVE_PRECISION, SUB, _block, _load_f32, _load_row,
+from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SUB, _block, _load_f32, _load_row,
                         _load_vec_f32, _store, _tile, _vec, dot_precision, wy_factors)
 
 
@@ -112,14 +114,11 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                            BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                            DOT_PRECISION: tl.constexpr):
-    # Stage 2 as _bwd_state_pass, for the kinds without a gate: D is kept in float32 as two halves of BK/2 key
-    # rows, D1 and D2, and every product takes the inputs' dtype (bf16 tensor cores in a bf16 run). The pass is
-    # sequential, so its time is the latency of one chunk's step: 0.36 ms against 1.62 ms for _bwd_state_pass
-    # (DeltaNet, (2, 8192, 16, 128) bf16, H200). Its gated form (decay D by exp(G_C), Q by exp(G)) was as fast
-    # and right at that shape, but Triton 3.6 compiled it into illegal memory accesses at T = 1 (GPU tests,
-    # Gated DeltaNet bf16), like the one-tile bf16 version before it (git 1a6a616); the gated kinds keep the
-    # float32 pass.
-    tl.static_assert(not GATED, "the gated kinds use _bwd_state_pass")
+    # Stage 2 as _bwd_state_pass, with D kept in float32 as two halves of BK/2 key rows, D1 and D2, and every
+    # product in the inputs' dtype (bf16 tensor cores in a bf16 run). The pass is sequential, so its time is
+    # the latency of one chunk's step: 0.36 ms against 1.62 ms for _bwd_state_pass (DeltaNet, (2, 8192, 16,
+    # 128) bf16, H200). With a gate, q_ptr holds exp(G) Q already (_gated_queries): gating Q inside the loop
+    # made Triton 3.6 and 3.7 compile this kernel into illegal memory accesses (GPU tests, T = 1).
     HALF: tl.constexpr = BK // 2
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -151,6 +150,10 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         b_dv += tl.dot(b_k1, d1.to(dtype), input_precision=DOT_PRECISION)
         b_dv += tl.dot(tl.load(p_k2, mask=m_k2, other=0.0), d2.to(dtype), input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        if GATED:
+            t_last = tl.minimum(i_t * BT + BT, T) - 1
+            d1 = d1 * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, HALF))[:, None]
+            d2 = d2 * tl.exp(_load_row(g_ptr + kbase + HALF, t_last, T, K - HALF, H * K, HALF))[:, None]
         b_q1 = _load_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
         b_q2 = _load_t(q_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
         p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
@@ -165,6 +168,17 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
                          input_precision=DOT_PRECISION)
     tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + off1, d1, mask=m1)
     tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + off2, d2, mask=m2)
+
+
+@triton.jit
+def _gated_queries(q_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # exp(G) Q in the inputs' dtype, element by element (G <= 0, so every factor is <= 1): the reverse state
+    # pass of the gated kinds reads it as the ungated pass reads Q.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    b_q = tl.load(q_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    b_g = tl.load(g_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, (b_q * tl.exp(tl.minimum(b_g, 0.0))).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -227,8 +241,9 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr,
 @triton.jit
 def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_ptr, dbeta_ptr, dakk_ptr, T,
             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-            BV: tl.constexpr, GATED: tl.constexpr, DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
-    # Stage 4, one program per chunk. U = Ai X_u, W = Ai X_w with X_u = beta V, X_w = beta exp(G) K:
+            BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Stage 4, one program per chunk. Its products take the inputs' dtype (Ai, dV', dW rounded to it, as the
+    # reference library does; TF32 for dAkk); float32 inputs keep exact float32 products. U = Ai X_u, W = Ai X_w with X_u = beta V, X_w = beta exp(G) K:
     #   dX_u = Ai^T dU (dU = dV'):  dv = beta dX_u,  dbeta += sum_v dX_u V,  dAi += dU X_u^T
     #   dX_w = Ai^T dW:  dk += beta exp(G) dX_w,  dG += dX_w X_w,  dbeta += sum_d dX_w exp(G) K,  dAi += dW X_w^T
     #   Ai = (I + Akk)^-1  =>  dAkk = -Ai^T dAi Ai^T, kept on the strict lower triangle (where Akk lives).
@@ -237,34 +252,47 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
     a_base = (i_b * T * H + i_h) * BT
     kbase = (i_b * T * H + i_h) * K
     vbase = (i_b * T * H + i_h) * V
+    dtype = k_ptr.dtype.element_ty
     b_ai = _load_f32(ai_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    b_ait = tl.trans(b_ai).to(dtype)
     b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
     d_ai = tl.zeros([BT, BT], dtype=tl.float32)
     d_beta = tl.zeros([BT], dtype=tl.float32)
+    d_g_row = tl.zeros([BT], dtype=tl.float32)
+    if GATE == 1:  # g_ptr, dg_ptr: [B, T, H] rows (one gate per head); dG summed over channels here
+        e_g_row = tl.exp(tl.minimum(_load_vec_f32(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT), 0.0))
     for i_v in range(0, tl.cdiv(V, BV)):
-        b_du = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_du = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV).to(dtype)
         b_v = _load_f32(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_dxu = tl.dot(tl.trans(b_ai), b_du, input_precision=DOT_PRECISION)
+        b_dxu = tl.dot(b_ait, b_du, input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dxu * b_beta[:, None], i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         d_beta += tl.sum(b_dxu * b_v, axis=1)
-        d_ai += tl.dot(b_du, tl.trans(b_v * b_beta[:, None]), input_precision=DOT_PRECISION)
+        d_ai += tl.dot(b_du, tl.trans((b_v * b_beta[:, None]).to(dtype)), input_precision=DOT_PRECISION)
     for i_k in range(0, tl.cdiv(K, BK)):
-        b_dw = _load_f32(dw_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_dw = _load_f32(dw_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK).to(dtype)
         b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         b_eg = tl.full([BT, BK], 1.0, dtype=tl.float32)
-        if GATED:
+        if GATE == 1:
+            b_eg = b_eg * e_g_row[:, None]
+        if GATE == 2:
             b_eg = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK), 0.0))
         b_kg = b_k * b_eg
-        b_dxw = tl.dot(tl.trans(b_ai), b_dw, input_precision=DOT_PRECISION)
-        d_ai += tl.dot(b_dw, tl.trans(b_kg * b_beta[:, None]), input_precision=DOT_PRECISION)
-        d_beta += tl.sum(b_dxw * b_kg, axis=1)
+        b_dxw = tl.dot(b_ait, b_dw, input_precision=DOT_PRECISION)
+        d_ai += tl.dot(b_dw, tl.trans((b_kg * b_beta[:, None]).to(dtype)), input_precision=DOT_PRECISION)
+        dxw_kg = tl.sum(b_dxw * b_kg, axis=1)
+        d_beta += dxw_kg
         p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + b_beta[:, None] * b_eg * b_dxw, mask=m_dk)
-        if GATED:
+        if GATE == 1:
+            d_g_row += b_beta * dxw_kg
+        if GATE == 2:
             p_dg, m_dg = _tile(dg_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + b_dxw * b_kg * b_beta[:, None], mask=m_dg)
-    d_akk = -tl.dot(tl.dot(tl.trans(b_ai), d_ai, input_precision=SOLVE_PRECISION), tl.trans(b_ai),
-                    input_precision=SOLVE_PRECISION)
+    if GATE == 1:
+        p_dgr, m_dgr = _vec(dg_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        tl.store(p_dgr, tl.load(p_dgr, mask=m_dgr, other=0.0) + d_g_row, mask=m_dgr)
+    d_akk = -tl.dot(tl.dot(tl.trans(b_ai), d_ai, input_precision=DOT_PRECISION), tl.trans(b_ai),
+                    input_precision=DOT_PRECISION)
     rows = tl.arange(0, BT)
     _store(dakk_ptr + a_base, tl.where(rows[:, None] > rows[None, :], d_akk, 0.0), i_t * BT, 0, T, BT, H * BT, BT, BT)
     p_db, m_db = _vec(dbeta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
@@ -430,6 +458,7 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, 
     # per (r, c), so it goes onto the [BT, BT] gradients once, dA = scale dAqk (.) decay, dB = dAkk (.) decay,
     # and per key block:  dq = dA K,  dkr = dB K,  dkc = dA^T Q + (diag(beta) dB)^T K,
     # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc (as in _bwd_intra).
+    # The products take the inputs' dtype (dA, dB rounded to it); float32 inputs keep exact products.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     kbase = (i_b * T * H + i_h) * K
@@ -450,24 +479,33 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, 
         decay = tl.exp(tl.minimum(b_g[:, None] - b_g[None, :], 0.0))
         d_a = d_a * decay
         d_b = d_b * decay
-    d_bb = d_b * b_beta[:, None]
+    dtype = q_ptr.dtype.element_ty
+    d_bb = (d_b * b_beta[:, None]).to(dtype)
+    d_a = d_a.to(dtype)
+    d_b = d_b.to(dtype)
     d_beta = tl.zeros([BT], dtype=tl.float32)
+    d_g_row = tl.zeros([BT], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(K, BK)):
-        b_q = _load_f32(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-        b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-        dq = tl.dot(d_a, b_k, input_precision=DOT_PRECISION)
-        dkr = tl.dot(d_b, b_k, input_precision=DOT_PRECISION)
-        dkc = tl.dot(tl.trans(d_a), b_q, input_precision=DOT_PRECISION)
-        dkc += tl.dot(tl.trans(d_bb), b_k, input_precision=DOT_PRECISION)
+        p_q, m_q = _tile(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_qn = tl.load(p_q, mask=m_q, other=0.0)
+        p_k, m_k = _tile(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        b_kn = tl.load(p_k, mask=m_k, other=0.0)
+        dq = tl.dot(d_a, b_kn, input_precision=DOT_PRECISION)
+        dkr = tl.dot(d_b, b_kn, input_precision=DOT_PRECISION)
+        dkc = tl.dot(tl.trans(d_a), b_qn, input_precision=DOT_PRECISION)
+        dkc += tl.dot(tl.trans(d_bb), b_kn, input_precision=DOT_PRECISION)
+        b_q = b_qn.to(tl.float32)
+        b_k = b_kn.to(tl.float32)
         p_dq, m_dq = _tile(dq_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
         p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dkc + b_beta[:, None] * dkr, mask=m_dk)
         d_beta += tl.sum(b_k * dkr, axis=1)
         if GATE == 1:
-            p_dg, m_dg = _tile(dg_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            dg = b_q * dq + b_k * (b_beta[:, None] * dkr - dkc)
-            tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + dg, mask=m_dg)
+            d_g_row += tl.sum(b_q * dq + b_k * (b_beta[:, None] * dkr - dkc), axis=1)
+    if GATE == 1:  # dg_ptr: [B, T, H] rows, the gradient of the one gate per head (summed over channels)
+        p_dgr, m_dgr = _vec(dg_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        tl.store(p_dgr, tl.load(p_dgr, mask=m_dgr, other=0.0) + d_g_row, mask=m_dgr)
     if DELTA:
         p_db, m_db = _vec(dbeta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
         tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
@@ -491,6 +529,10 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
+LAUNCH["state_pass"] = dict(num_warps=8, num_stages=1)  # 0.87 ms against 1.55 at num_warps=4 (KDA, (2, 8192))
+# Which reverse state pass the gated kinds take: "halves" (bf16 products, gated queries precomputed) or
+# "float32" (_bwd_state_pass).
+GATED_STATE_PASS = "halves"
 # Value-block widths of the reverse state passes (None: 32 when B*H is small, else 64).
 BLOCK_V = {"state": None, "state_halves": 32}
 
@@ -532,17 +574,22 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dh = torch.empty(B, NT, H, K, V, device=dev, dtype=q.dtype)  # like h: the inputs' dtype
     dh0 = torch.empty(B, H, K, V, **f32)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    name = "state_halves" if not gated else "state"
+    halves = not gated or GATED_STATE_PASS == "halves"
+    name = "state_halves" if halves else "state"
     BV_state = min(BLOCK_V[name] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
-    launch = dict(LAUNCH["state_pass_halves" if not gated else "state_pass"])
+    launch = dict(LAUNCH["state_pass_halves" if halves else "state_pass"])
     if q.dtype == torch.float32:
         # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.
         launch["num_stages"] = 1
+    q_state = q
+    if gated and halves:
+        q_state = torch.empty_like(q)
+        _gated_queries[(triton.cdiv(q.numel(), 1024),)](q, g_arg, q_state, q.numel(), 1024)
     # (The halves kernel splits the key rows in two, each at least 16 wide for the tensor cores.)
-    state_pass = _bwd_state_pass_halves if not gated else _bwd_state_pass
+    state_pass = _bwd_state_pass_halves if halves else _bwd_state_pass
     state_pass[(triton.cdiv(V, BV_state), B * H)](
-        q, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 32) if not gated else BK, BV_state, gated, delta, d_state is not None, prec, **launch)
+        q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
+        H, K, V, BT, max(BK, 32) if halves else BK, BV_state, gated, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
@@ -554,21 +601,24 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
+    # One gate per head: stages 4 and 5 read it as a row and add its gradient, summed over channels, to dG_row.
+    dG_row = torch.zeros(B, T, H, **f32) if gate == 1 else dG
+    g_row = kept["G"] if gate == 1 else g_arg
     if delta:
-        _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG, dbeta, dakk, T, H, K, V, BT, BKb,
-                             BV, gated, prec, SOLVE_PRECISION, **LAUNCH["wy"])
+        _bwd_wy[(NT, B * H)](k, v, g_row, beta_arg, parts["ai"], dw, dv, dk, dG_row, dbeta, dakk, T, H, K, V, BT,
+                             BKb, BV, gate, prec, **LAUNCH["wy"])
     if gate == 2:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
                                              **LAUNCH["intra"])
     else:
-        _bwd_intra_dense[(NT, B * H)](q, k, kept["G"] if gate else q, beta_arg, daqk, dakk, dq, dk, dG,
+        _bwd_intra_dense[(NT, B * H)](q, k, g_row if gate else q, beta_arg, daqk, dakk, dq, dk, dG_row,
                                       dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, **LAUNCH["intra_dense"])
     dg = None
     if gated:
         dg = torch.empty(g.shape, **f32)
-        if gate == 1:  # one gate per head: its gradient sums the channels, then a width-1 reverse cumsum
-            _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1).contiguous(), dg, T, H, 1, BT, 16, **LAUNCH["gate_cumsum"])
+        if gate == 1:  # one gate per head: stage 3's per-channel dG summed, plus the rows, then a reverse cumsum
+            _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, 16, **LAUNCH["gate_cumsum"])
         else:
             _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])
     return dq, dk, dv, dg, dbeta, (dh0 if initial_state is not None else None)
