@@ -512,21 +512,22 @@ for mode in ("fwd", "fwd+bwd"):
               + "   (T^2 per sequence predicts x8.0, linear in tokens x1.0)")
 
 # %% [markdown]
-# This chapter's DeltaNet is already ahead of softmax attention at $T = 8192$: its forward takes 0.52 ms against
-# SDPA's 0.95 ms, and 2.92 ms against 3.61 ms with the backward pass. KDA, whose per-channel decay has to be applied
-# inside the intra-chunk products (chapter 6), about ties SDPA's forward there (1.07 ms against 1.01 ms) and
-# loses once the backward is added (5.81 ms against 3.63 ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then
-# grows almost eightfold, as the $T^2$ count says, while KDA's a little over doubles: at $T = 32768$ KDA's
-# forward takes 2.46 ms against SDPA's 7.56 ms, and 15.0 ms against 26.6 ms with the backward. The growth is
-# more than the ideal $\times 1$ because the chunk-to-chunk pass is sequential: one sequence of 32768 tokens is
+# This chapter's DeltaNet is already ahead of softmax attention at $T = 8192$: its forward takes 0.54 ms against
+# SDPA's 1.00 ms, and 2.26 ms against 3.66 ms with the backward pass. KDA, whose per-channel decay has to be applied
+# inside the intra-chunk products (chapter 6), about ties SDPA's forward there (1.09 ms against 1.00 ms) and
+# loses once the backward is added (4.56 ms against 3.65 ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then
+# grows 7.5-fold (the $T^2$ count says 8), while KDA's a little over doubles: at $T = 32768$ KDA's forward
+# takes 2.49 ms against SDPA's 7.5 ms, and 9.97 ms against 26.45 ms with the backward. The growth
+# is more than the ideal $\times 1$ because the chunk-to-chunk pass is sequential: one sequence of 32768 tokens is
 # 512 chunks in a row, against 128 for each of two sequences of 8192, which run side by side. At $T = 32768$
 # every chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for
 # the linear form.
 #
 # The last column says how far the course's kernels are from the production ones. Every forward is within
-# $1.25\times$ of fla except linear attention at $T = 32768$; the backward of the two ungated kinds at
-# $T = 32768$ is the furthest behind, about $1.7\times$. (fla's own times moved by up to $2\times$ between
-# the two GPU runs these rows come from, so read a ratio near a threshold as "about there".)
+# $1.25\times$ of fla except linear attention at $T = 32768$ ($1.40\times$), and every forward+backward within
+# $1.5\times$ except linear attention there ($1.70\times$); at $B = 8$, $T = 2048$ every k3lite kernel is faster
+# than fla's. (fla's own times move between runs, by up to $2\times$ in earlier measurements, so read a ratio near
+# a threshold as "about there".)
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
