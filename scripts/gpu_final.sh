@@ -7,6 +7,10 @@
 # Triton too), then benchmarks Gated DeltaNet and DeltaNet. --merge joins the two files.
 # Results under $OUT: tests.log, bench_gpu0/1.json and .log, bench_h200.json and .png.
 # Usage: bash scripts/gpu_final.sh [BENCH0_TIMEOUT_S] [TEST_TIMEOUT_S] [BENCH1_TIMEOUT_S]
+# Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
+#     flash-linear-attention==0.6.0 fla-core==0.6.0 && echo /.whl/ >> .git/info/exclude
+#   bash scripts/pack_triton.sh
 set -o pipefail
 bench0_s=${1:-530}; test_s=${2:-175}; bench1_s=${3:-345}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
