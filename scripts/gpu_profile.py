@@ -59,7 +59,7 @@ STAGE_KERNELS = {
     "fwd.diagonal": ("_diagonal_rows",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
     "fwd.solve": ("_solve_unit_lower",), "fwd.wy": ("_wy_factors",), "fwd.state": ("_state_pass",),
     "fwd.output": ("_chunk_output",), "bwd.local_output": ("_bwd_local_output",),
-    "bwd.state_pass": ("_bwd_state_pass",), "bwd.state_pass_halves": ("_bwd_state_pass_halves",),
+    "bwd.state_pass_halves": ("_bwd_state_pass_halves",),
     "bwd.state_grads": ("_bwd_state_grads",),
     "bwd.wy": ("_bwd_wy",), "bwd.intra": ("_bwd_intra",), "bwd.intra_dense": ("_bwd_intra_dense",),
     "bwd.gate_cumsum": ("_bwd_gate_cumsum",),
@@ -87,7 +87,6 @@ def sweep(kind, shape, results, stages=None, widths=True):
                     per_kernel.setdefault(name, {})[f"w{warps}s{n_stages}"] = ms
             print(f"  {stage} w{warps} s{n_stages}: total {sum(times.values()):.3f} ms", flush=True)
     width_cases = ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (16, 32, 64)),
-                   (chunk_bwd_triton.BLOCK_V, "state", (32, 64)),
                    (chunk_bwd_triton.BLOCK_V, "state_halves", (32, 64))) if widths else ()
     for table, key, widths in width_cases:
         old = table[key]

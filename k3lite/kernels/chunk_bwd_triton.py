@@ -7,11 +7,10 @@ Forward recap (chunk_fwd.py), per chunk of BT tokens, G the chunk-local cumulati
 The forward keeps G, Aqk, Ai, h_c and V'; W and K_dec are recomputed from Ai (forward stage 4).
 Backward stages, one kernel each (dX is the float32 gradient of X):
   1. _bwd_local_output   dV'_o = Aqk^T dO,   dAqk = scale causal(dO V'^T)   (scale folded in for stage 5)
-  2. _bwd_state_pass     reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
+  2. _bwd_state_pass_halves  reverse over chunks, D = dh_{c+1}:  dV' = dV'_o + K_dec D,
                          D <- exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'   (D after chunk 0 is d h_0);
                          D in float32 as two halves of key rows, products in the inputs' dtype
-                         (_bwd_state_pass_halves; with a gate Q arrives as exp(G) Q, from _gated_queries);
-                         _bwd_state_pass is the same step with every operand in float32 (GATED_STATE_PASS)
+                         (with a gate, Q arrives as exp(G) Q, from _gated_queries)
   3. _bwd_state_grads    dQ = scale exp(G) dO h^T,  dK = exp(G_C - G) V' D^T,  dW = -dV' h^T,
                          dG = Q dQ - K dK on every row, plus sum_r K dK + exp(G_C) sum_v h D on the row of G_C
   4. _bwd_wy             dX_u = Ai^T dV' -> dv = beta dX_u;  dX_w = Ai^T dW -> dk, dG, dbeta;
@@ -69,56 +68,18 @@ def _load_t(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.c
 
 
 @triton.jit
-def _bwd_state_pass(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
-                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                    BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr):
-    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}), every
-    # operand in float32 (TF32 products in a bf16 run). Used for the gated kinds; see _bwd_state_pass_halves.
-    #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
-    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
-    state_off = rk[:, None] * V + rv[None, :]
-    if HAS_DHT:
-        d = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + state_off, mask=mask_kv, other=0.0)
-    else:
-        d = tl.zeros([BK, BV], dtype=tl.float32)
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
-    for i in range(0, NT):
-        i_t = NT - 1 - i
-        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
-        tl.store(dh_ptr + h_off + state_off, d, mask=mask_kv)
-        b_kd = _load_f32(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_dv += tl.dot(b_kd, d, input_precision=DOT_PRECISION)
-        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_q = _load_f32(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-        if GATED:
-            t_last = tl.minimum(i_t * BT + BT, T) - 1
-            d = d * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, BK))[:, None]
-            b_q = b_q * tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK), 0.0))
-        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
-        if DELTA:
-            b_w = _load_f32(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
-            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
-    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + state_off, d, mask=mask_kv)
-
-
-@triton.jit
 def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                            BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                            DOT_PRECISION: tl.constexpr):
-    # Stage 2 as _bwd_state_pass, with D kept in float32 as two halves of BK/2 key rows, D1 and D2, and every
-    # product in the inputs' dtype (bf16 tensor cores in a bf16 run). The pass is sequential, so its time is
-    # the latency of one chunk's step: 0.36 ms against 1.62 ms for _bwd_state_pass (DeltaNet, (2, 8192, 16,
-    # 128) bf16, H200). With a gate, q_ptr holds exp(G) Q already (_gated_queries): gating Q inside the loop
-    # made Triton 3.6 and 3.7 compile this kernel into illegal memory accesses (GPU tests, T = 1).
+    # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
+    #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
+    # D is kept in float32 as two halves of BK/2 key rows, D1 and D2, and every product takes the inputs' dtype
+    # (bf16 tensor cores in a bf16 run). The pass is sequential, so its time is the latency of one chunk's
+    # step: 0.36 ms against 1.62 ms for the same step on whole float32 [BK, BV] tiles (DeltaNet, (2, 8192, 16,
+    # 128) bf16, H200; git 63f65f3 has that form). With a gate, q_ptr holds exp(G) Q already (_gated_queries):
+    # gating Q inside the loop made Triton 3.6 and 3.7.1 compile this kernel into out-of-range shared-memory
+    # accesses (compute-sanitizer, GPU tests at T = 1).
     HALF: tl.constexpr = BK // 2
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -242,11 +203,12 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr,
 def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_ptr, dbeta_ptr, dakk_ptr, T,
             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
             BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Stage 4, one program per chunk. Its products take the inputs' dtype (Ai, dV', dW rounded to it, as the
-    # reference library does; TF32 for dAkk); float32 inputs keep exact float32 products. U = Ai X_u, W = Ai X_w with X_u = beta V, X_w = beta exp(G) K:
+    # Stage 4, one program per chunk. U = Ai X_u, W = Ai X_w with X_u = beta V, X_w = beta exp(G) K:
     #   dX_u = Ai^T dU (dU = dV'):  dv = beta dX_u,  dbeta += sum_v dX_u V,  dAi += dU X_u^T
     #   dX_w = Ai^T dW:  dk += beta exp(G) dX_w,  dG += dX_w X_w,  dbeta += sum_d dX_w exp(G) K,  dAi += dW X_w^T
     #   Ai = (I + Akk)^-1  =>  dAkk = -Ai^T dAi Ai^T, kept on the strict lower triangle (where Akk lives).
+    # The products take the inputs' dtype (Ai, dV', dW rounded to it, as the reference library does; TF32 for
+    # dAkk); float32 inputs keep exact float32 products.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     a_base = (i_b * T * H + i_h) * BT
@@ -527,14 +489,10 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 
 # Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; scripts/gpu_profile.py edits them).
 LAUNCH = {name: dict(num_warps=4) for name in
-          ("local_output", "state_pass", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
+          ("local_output", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
-LAUNCH["state_pass"] = dict(num_warps=8, num_stages=1)  # 0.87 ms against 1.55 at num_warps=4 (KDA, (2, 8192))
-# Which reverse state pass the gated kinds take: "halves" (bf16 products, gated queries precomputed) or
-# "float32" (_bwd_state_pass).
-GATED_STATE_PASS = "halves"
-# Value-block widths of the reverse state passes (None: 32 when B*H is small, else 64).
-BLOCK_V = {"state": None, "state_halves": 32}
+# Value-block width of the reverse state pass (None: 32 when B*H is small, else 64).
+BLOCK_V = {"state_halves": 32}
 
 
 
@@ -574,22 +532,19 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dh = torch.empty(B, NT, H, K, V, device=dev, dtype=q.dtype)  # like h: the inputs' dtype
     dh0 = torch.empty(B, H, K, V, **f32)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    halves = not gated or GATED_STATE_PASS == "halves"
-    name = "state_halves" if halves else "state"
-    BV_state = min(BLOCK_V[name] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
-    launch = dict(LAUNCH["state_pass_halves" if halves else "state_pass"])
+    BV_state = min(BLOCK_V["state_halves"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
+    launch = dict(LAUNCH["state_pass_halves"])
     if q.dtype == torch.float32:
         # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.
         launch["num_stages"] = 1
     q_state = q
-    if gated and halves:
+    if gated:
         q_state = torch.empty_like(q)
         _gated_queries[(triton.cdiv(q.numel(), 1024),)](q, g_arg, q_state, q.numel(), 1024)
-    # (The halves kernel splits the key rows in two, each at least 16 wide for the tensor cores.)
-    state_pass = _bwd_state_pass_halves if halves else _bwd_state_pass
-    state_pass[(triton.cdiv(V, BV_state), B * H)](
+    # The key rows split in two halves, each at least 16 wide for the tensor cores.
+    _bwd_state_pass_halves[(triton.cdiv(V, BV_state), B * H)](
         q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 32) if halves else BK, BV_state, gated, delta, d_state is not None, prec, **launch)
+        H, K, V, BT, max(BK, 32), BV_state, gated, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
@@ -612,7 +567,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
                                              dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
                                              **LAUNCH["intra"])
     else:
-        _bwd_intra_dense[(NT, B * H)](q, k, g_row if gate else q, beta_arg, daqk, dakk, dq, dk, dG_row,
+        _bwd_intra_dense[(NT, B * H)](q, k, g_row, beta_arg, daqk, dakk, dq, dk, dG_row,
                                       dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, **LAUNCH["intra_dense"])
     dg = None
     if gated:
