@@ -15,6 +15,7 @@ TORCH_BUILD     ?= cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # JupyterLab refuses to start as root (Docker, CI) unless told that this is intended.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+LAB_DIR  ?= chapters
 LAB_ARGS ?=
 EXECUTE ?= 1
 NOTEBOOKS = $$($(PY) scripts/bookinfo.py notebooks)
@@ -61,8 +62,8 @@ nbval: $(STAMP)
 # shows the notebook with its outputs, and a save updates both. The .py twins are hidden from the file
 # browser so each chapter is listed once.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=chapters $(LAB_ROOT_FLAG) \
-		'--ContentsManager.hide_globs=["__pycache__","*.pyc","*.py",".ipynb_checkpoints"]' $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --notebook-dir=$(LAB_DIR) $(LAB_ROOT_FLAG) \
+		'--ContentsManager.hide_globs=["__pycache__","*.pyc","*.py","jupytext.toml",".ipynb_checkpoints"]' $(LAB_ARGS)
 
 execute: $(STAMP)
 	$(PY) scripts/execute.py $(CH)
