@@ -74,6 +74,15 @@ timings: $(STAMP)
 slides: $(STAMP)
 	$(PY) scripts/build_slides.py
 
+# The built site over http://localhost (search needs it: over file:// the browser refuses the index's
+# snippets). PORT=8000 by default; the slides are under /slides/.
+PORT ?= 8000
+.PHONY: serve
+serve:
+	@test -f _build/html/index.html || { echo "no site in _build/html: run make book first"; exit 1; }
+	@echo "serving _build/html on http://localhost:$(PORT)/ (Ctrl-C stops it)"
+	python3 -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
 bench: $(STAMP)
 	$(PY) -m k3lite.bench
 
