@@ -7,6 +7,11 @@ and says which shape or range was expected. The kernels package may import this 
 else from k3lite), so it depends on torch only.
 
 ``step`` functions have no time axis: q, k ``[B, H, K]``, v ``[B, H, V]``; pass ``time_axis=False``.
+
+Value checks (g <= 0, beta in [0, 2]) never stop the host on CUDA: reading a GPU number with ``.item()``
+waits for every queued kernel, 0.1-0.3 ms per call, the whole budget of a decode step. On CUDA they
+become device-side asserts (``torch._assert_async``) that fail, naming the argument, when the stream is
+next synchronised; on CPU they raise a ``ValueError`` at once.
 """
 
 from __future__ import annotations
@@ -79,6 +84,18 @@ def _values_readable(x: torch.Tensor) -> bool:
     return not x.is_meta and not torch.compiler.is_compiling()
 
 
+def _assert_on_device(condition: torch.Tensor, message: str) -> bool:
+    """On CUDA, queue an assert of the 0-d bool ``condition`` and return True; on CPU return False.
+
+    The assert needs no host synchronisation: a failure surfaces as a device-side assertion error
+    carrying ``message`` at the next synchronisation (``.item()``, ``.cpu()``, ``torch.cuda.synchronize``).
+    """
+    if not condition.is_cuda:
+        return False
+    torch._assert_async(condition, f"k3lite: {message} (ValueError on CPU)")
+    return True
+
+
 def _expected(dims: Dims, *tail: int) -> tuple[int, ...]:
     lead = (dims.B, dims.H) if dims.T is None else (dims.B, dims.T, dims.H)
     return (*lead, *tail)
@@ -92,12 +109,14 @@ def check_gate(g, dims: Dims, *, per_channel: bool) -> None:
         layout = ("[B, T, H, K]" if per_channel else "[B, T, H]") if dims.T is not None else (
             "[B, H, K]" if per_channel else "[B, H]")
         raise ValueError(f"g must have shape {layout} = {expected}, got {tuple(g.shape)}")
-    if not _values_readable(g):
+    if not _values_readable(g) or g.numel() == 0:
         return
     # exp(g) is the fraction of memory kept; g > 0 would amplify the state and blow it up.
-    largest = g.max().item() if g.numel() else 0.0
-    if not largest <= 0:   # also catches NaN
-        raise ValueError(f"g is a log-space decay and must be <= 0 everywhere, got max {largest:.4g}")
+    largest = g.max()
+    if _assert_on_device(largest <= 0, "g is a log-space decay and must be <= 0 everywhere"):   # NaN fails too
+        return
+    if not largest.item() <= 0:
+        raise ValueError(f"g is a log-space decay and must be <= 0 everywhere, got max {largest.item():.4g}")
 
 
 def check_beta(beta, dims: Dims) -> None:
@@ -107,12 +126,14 @@ def check_beta(beta, dims: Dims) -> None:
     if tuple(beta.shape) != expected:
         layout = "[B, T, H]" if dims.T is not None else "[B, H]"
         raise ValueError(f"beta must have shape {layout} = {expected}, got {tuple(beta.shape)}")
-    if not _values_readable(beta):
+    if not _values_readable(beta) or beta.numel() == 0:
         return
     # I - beta k k^T has eigenvalue 1 - beta along a unit key: outside [0, 2] it grows without bound.
-    low, high = (x.item() for x in torch.aminmax(beta)) if beta.numel() else (0.0, 0.0)
-    if not (0 <= low and high <= 2):   # also catches NaN
-        raise ValueError(f"beta must lie in [0, 2], got min {low:.4g}, max {high:.4g}")
+    low, high = torch.aminmax(beta)
+    if _assert_on_device((low >= 0) & (high <= 2), "beta must lie in [0, 2]"):   # NaN fails too
+        return
+    if not (0 <= low.item() and high.item() <= 2):
+        raise ValueError(f"beta must lie in [0, 2], got min {low.item():.4g}, max {high.item():.4g}")
 
 
 def check_state(state, dims: Dims, name: str = "initial_state") -> None:
@@ -148,6 +169,11 @@ def resolve_backend(backend, like: torch.Tensor) -> str:
     if backend == "auto":
         return "triton" if like.is_cuda else "torch"
     return backend
+
+
+def needs_grad(*tensors) -> bool:
+    """Whether autograd would record an op on these tensors (None entries are skipped)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:

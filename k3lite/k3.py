@@ -373,6 +373,11 @@ class K3(nn.Module):
         self._check_idx(idx)
         was_training = self.training
         self.eval()
+        # The loop owns its caches, so each KDA step may overwrite the cached state: no state allocation
+        # per token and layer (the prompt's chunked pass still returns a fresh state).
+        kda_mixers = [layer.mixer for layer in self.layers if isinstance(layer.mixer, KDALayer)]
+        for mixer in kda_mixers:
+            mixer.update_state_in_place = use_cache
         try:
             tokens, cache = idx, None
             next_input = idx
@@ -388,5 +393,7 @@ class K3(nn.Module):
                 next_input = next_token
         finally:
             self.train(was_training)   # also after an error, so a failed call leaves the mode as it was
+            for mixer in kda_mixers:
+                mixer.update_state_in_place = False
         return tokens
 

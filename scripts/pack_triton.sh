@@ -6,6 +6,7 @@
 # and xz-compresses the rest: about 47 MiB. Writes .t371/triton371.tar.xz (git-ignored).
 # On the device: tar -xJf .t371/triton371.tar.xz -C /tmp/t371 && export PYTHONPATH=/tmp/t371:$PYTHONPATH
 set -euo pipefail
+repo=$PWD   # the output goes here; the work folder is deleted at the end
 work=$(mktemp -d)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$work" triton==3.7.1
@@ -15,7 +16,7 @@ rm -rf triton/backends/nvidia/bin/ptxas-blackwell triton/backends/nvidia/bin/nvd
   triton/backends/nvidia/lib/cupti/libnvperf_host.so triton/backends/nvidia/lib/cupti/libcupti.so.* \
   triton/backends/nvidia/lib/cupti/libcheckpoint.so triton/backends/nvidia/lib/cupti/libpcsamplingutil.so
 strip --strip-unneeded triton/_C/libtriton.so triton/_C/libproton.so
-cd - > /dev/null
+cd "$repo"
 mkdir -p .t371 && grep -qx '/.t371/' .git/info/exclude || echo /.t371/ >> .git/info/exclude
 tar -C "$work/slim" -cf - triton triton-3.7.1.dist-info | xz -9 -T0 > .t371/triton371.tar.xz
 rm -rf "$work"; ls -l .t371/triton371.tar.xz

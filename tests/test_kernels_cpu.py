@@ -153,20 +153,113 @@ def test_odd_head_count_and_partial_key_block(kind, K):
         assert rel_err(x.grad, ref.grad) < 1e-4
 
 
-def test_hybrid_backward_agrees_with_triton_backward():
-    # The hybrid (Triton state pass + PyTorch autograd) path stays selectable; only the output is used
-    # and there is no initial state, so d_state arrives as zeros and no state gradient is asked for.
-    q, k, v, g, beta, _ = make_inputs("kda", 40, -2.0, seed=11)
-    grads = {}
-    for backward in ("triton", "hybrid"):
-        leaves = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta)]
-        o, _ = kernels.chunked("kda", *leaves, scale=K ** -0.5, backward=backward)
-        (o * torch.linspace(-1, 1, V)).sum().backward()
-        grads[backward] = [x.grad for x in leaves]
-    for name, a, b in zip("q k v g beta".split(), grads["triton"], grads["hybrid"]):
-        assert rel_err(a, b) < 1e-5, name
-    with pytest.raises(ValueError, match="backward"):
-        kernels.chunked("kda", q, k, v, g, beta, scale=0.25, backward="torch")
+def _kernel_inputs(kind, T=5):
+    q, k, v, g, beta, h0 = make_inputs(kind, T, -1.0, seed=3)
+    return dict(q=q, k=k, v=v, g=g, beta=beta), h0
+
+
+BAD_CHUNKED = [  # (kind, argument replaced, bad value builder, words the error must contain)
+    ("kda", "g", lambda x: x.abs() + 0.1, "g .*<= 0"),
+    ("gated_delta_rule", "g", lambda x: x + 1.0, "g .*<= 0"),
+    ("kda", "g", lambda x: x.masked_fill(torch.zeros_like(x, dtype=torch.bool).index_fill(1, torch.tensor([2]), True),
+                                         float("nan")), "g .*<= 0"),
+    ("kda", "beta", lambda x: torch.full_like(x, 5.0), r"beta must lie in \[0, 2\]"),
+    ("kda", "k", lambda x: x[:, :-1], r"k must have the same shape as q"),
+    ("kda", "v", lambda x: x[:, :, 0], r"v must have shape \[B, T, H, V\]"),
+    ("kda", "g", lambda x: x[..., 0], r"g must have shape \[B, T, H, K\]"),
+    ("gated_delta_rule", "g", lambda x: x[..., None].expand(*x.shape, K), r"g must have shape \[B, T, H\]"),
+    ("delta_rule", "beta", lambda x: x[:, :, :1], r"beta must have shape \[B, T, H\]"),
+    ("kda", "q", lambda x: x.double(), "q, k, v must share one dtype"),
+    ("kda", "k", lambda x: x.long(), "k must have a floating-point dtype"),
+    ("kda", "beta", lambda x: None, "needs beta"),
+    ("linear_attention", "g", lambda x: torch.zeros(1, 5, H), "takes no g"),
+]
+
+
+@pytest.mark.parametrize("kind,name,make_bad,message", BAD_CHUNKED)
+def test_chunked_entry_point_rejects_bad_arguments(kind, name, make_bad, message):
+    args, h0 = _kernel_inputs(kind)
+    args[name] = make_bad(args[name])
+    with pytest.raises(ValueError, match=message):
+        kernels.chunked(kind, args["q"], args["k"], args["v"], args["g"], args["beta"], scale=0.25,
+                        initial_state=h0)
+
+
+@pytest.mark.parametrize("bad_state,message", [
+    (lambda h0: h0[:, :, :, 0], r"initial_state must have shape \[B, H, K, V\]"),
+    (lambda h0: h0.transpose(-1, -2), r"initial_state must have shape \[B, H, K, V\]"),
+])
+def test_chunked_entry_point_rejects_bad_state(bad_state, message):
+    args, h0 = _kernel_inputs("kda")
+    with pytest.raises(ValueError, match=message):
+        kernels.chunked("kda", *args.values(), scale=0.25, initial_state=bad_state(h0))
+
+
+def _step_inputs(kind):
+    args, h0 = _kernel_inputs(kind, T=1)
+    return {n: (x[:, 0] if x is not None else None) for n, x in args.items()}, h0
+
+
+@pytest.mark.parametrize("name,make_bad,message", [
+    ("state", lambda h0: h0[:, :, :, 0], r"state must have shape \[B, H, K, V\]"),  # used to abort the process
+    ("state", lambda h0: h0[:1, :1], r"state must have shape \[B, H, K, V\]"),
+    ("g", lambda g: g.abs() + 0.5, "g .*<= 0"),
+    ("beta", lambda b: b + 3.0, r"beta must lie in \[0, 2\]"),
+    ("v", lambda v: v[:, 0], r"v must have shape \[B, H, V\]"),
+    ("k", lambda k: k[:, :, :-1], "k must have the same shape as q"),
+])
+def test_step_entry_point_rejects_bad_arguments(name, make_bad, message):
+    args, h0 = _step_inputs("kda")
+    if name == "state":
+        h0 = make_bad(h0)
+    else:
+        args[name] = make_bad(args[name])
+    with pytest.raises(ValueError, match=message):
+        kernels.step("kda", *args.values(), state=h0, scale=0.25)
+
+
+@pytest.mark.parametrize("kind", list(OPS))
+def test_step_without_state_starts_from_zeros(kind):
+    args, h0 = _step_inputs(kind)
+    o, state = kernels.step(kind, *args.values(), state=None, scale=0.25)
+    o_zero, state_zero = kernels.step(kind, *args.values(), state=torch.zeros_like(h0), scale=0.25)
+    assert torch.equal(o, o_zero) and torch.equal(state, state_zero)
+    o_ops, state_ops = call(kind, "step", *args.values(), state=None, scale=0.25, backend="triton")
+    assert torch.equal(o_ops, o) and torch.equal(state_ops, state)
+
+
+def test_step_with_grad_raises_in_kernels_and_differentiates_through_ops():
+    args, h0 = _step_inputs("kda")
+    leaves = {n: x.clone().requires_grad_(True) for n, x in args.items()}
+    state = h0.clone().requires_grad_(True)
+    with pytest.raises(ValueError, match="requires grad"):
+        kernels.step("kda", *leaves.values(), state=state, scale=0.25)
+    o, new_state = kda.step(*leaves.values(), state=state, backend="triton")
+    assert o.grad_fn is not None and new_state.grad_fn is not None
+    (o.sum() + new_state.sum()).backward()
+    refs = {n: x.detach().double().requires_grad_(True) for n, x in args.items()}
+    ref_state = h0.double().requires_grad_(True)
+    o_ref, s_ref = kda.recurrent(*(x[:, None] for x in refs.values()), initial_state=ref_state)
+    (o_ref.sum() + s_ref.sum()).backward()
+    for name in args:
+        assert rel_err(leaves[name].grad, refs[name].grad) < 1e-5, name
+    assert rel_err(state.grad, ref_state.grad) < 1e-5
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_kda_step_in_place_reuses_the_state(backend):
+    args, h0 = _step_inputs("kda")
+    o, expected = kda.step(*args.values(), state=h0, backend=backend)
+    state = h0.clone()
+    storage = state.untyped_storage().data_ptr()
+    o_in_place, result = kda.step(*args.values(), state=state, backend=backend, inplace=True)
+    assert result.untyped_storage().data_ptr() == storage
+    assert torch.equal(state, result)
+    torch.testing.assert_close(o_in_place, o, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(result, expected, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="inplace=True needs a contiguous"):
+        kda.step(*args.values(), state=h0.transpose(-1, -2).contiguous().transpose(-1, -2), backend=backend,
+                 inplace=True)
 
 
 def test_interpreter_refuses_half_precision():

@@ -2,8 +2,8 @@
 
 Three entry points, called by ``k3lite.ops``:
 
-    chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64) -> (o, final_state)
-    step(kind, q, k, v, g=None, beta=None, *, state, scale) -> (o, new_state)
+    chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None, chunk_size=64) -> (o, final_state)
+    step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=False) -> (o, new_state)
     situ_glu(gate, up, beta1=4.0, beta2=25.0) -> h
 
 kind is one of "linear_attention", "delta_rule", "gated_delta_rule", "kda".
@@ -12,11 +12,12 @@ On a machine without CUDA the kernels run through the Triton interpreter (float3
 for tiny shapes in tests and notebooks). The interpreter must be switched on before the kernel
 modules are imported, which is why they are imported lazily, after ``_ensure_backend``.
 
-Gradients of ``chunked``: by default every stage of the backward is a Triton kernel
-(``chunk_bwd_triton.py``: the reverse state pass plus the chunk-parallel gradients through the
-intra-chunk products, the triangular solve, the WY factors and the decays). ``backward="hybrid"`` keeps
-the earlier path for comparison (``chunk_bwd.py``): Triton reverse state pass, PyTorch autograd in
-float32 through the chunk-parallel parts.
+Both entry points check their arguments as ``k3lite.ops`` does (one set of checks, ``k3lite._validate``);
+``run_chunked`` / ``run_step`` skip them for the ops, which checked already.
+
+Gradients of ``chunked``: every stage of the backward is a Triton kernel (``chunk_bwd_triton.py``: the
+reverse state pass plus the chunk-parallel gradients through the intra-chunk products, the triangular
+solve, the WY factors and the decays). ``step`` has no backward (see its docstring).
 
 Precision: every tl.dot takes ``input_precision`` from a DOT_PRECISION constexpr, "ieee" when the
 inputs are float32 (Hopper would otherwise use TF32 for float32 products) and "tf32" otherwise.
@@ -28,6 +29,8 @@ import os
 import sys
 
 import torch
+
+from k3lite import _validate
 
 KINDS = ("linear_attention", "delta_rule", "gated_delta_rule", "kda")
 
@@ -97,71 +100,114 @@ def _check_kind(kind):
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
 
+# The tensor-core products take bf16, fp16 or float32 operands.
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_size=None, scale=None):
+    """The ops' argument checks (``_validate``, ValueError naming the tensor) for one kernel call.
+
+    Returns the scale. The kinds fix which of g and beta must be given: a gate for gated_delta_rule
+    ([.., H]) and kda ([.., H, K]), beta for every delta kind, neither for linear attention.
+    """
+    _check_kind(kind)
+    gate, delta = kind in ("gated_delta_rule", "kda"), kind != "linear_attention"
+    for name, x, needed, shape in (("g", g, gate, "[B, T, H, K]" if kind == "kda" else "[B, T, H]"),
+                                   ("beta", beta, delta, "[B, T, H]")):
+        if needed and x is None:
+            raise ValueError(f"kind {kind!r} needs {name} of shape {shape}, got None")
+        if not needed and x is not None:
+            raise ValueError(f"kind {kind!r} takes no {name}, got a tensor of shape {tuple(x.shape)}")
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=kind == "kda", state=state,
+                                  state_name=state_name, time_axis=time_axis)
+    if chunk_size is not None:
+        _validate.check_chunk_size(chunk_size)
+    return _validate.resolve_scale(scale, dims.K)
+
+
+def _check_kernel_inputs(kind, q, k, v, g, beta, state):
+    """What the kernels need beyond the ops' checks: a known kind, their dtypes, one device."""
+    _check_kind(kind)
+    if q.dtype not in KERNEL_DTYPES:
+        raise ValueError(f"q, k, v must have one of the dtypes {KERNEL_DTYPES} for the Triton kernels, "
+                         f"got {q.dtype}")
+    _check_tensors(q, k, v, g, beta, state.float() if state is not None else None)
+
+
 class _Chunked(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, kind, scale, backward, q, k, v, g, beta, initial_state):
+    def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
         from .chunk_fwd import chunk_forward
 
         args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
         h0 = initial_state.float().contiguous() if initial_state is not None else None
         o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True)
-        ctx.kind, ctx.scale, ctx.backward_kind = kind, scale, backward
+        ctx.kind, ctx.scale = kind, scale
         ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["aqk"],
                               kept["ai"])
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_state):
+        from .chunk_bwd_triton import chunk_backward
+
         q, k, v, g, beta, h0, h, v_new, G, aqk, ai = ctx.saved_tensors
-        needs = ctx.needs_input_grad[3:]
-        if ctx.backward_kind == "hybrid":
-            # Sequential part in Triton, chunk-parallel parts through PyTorch autograd (see chunk_bwd.py).
-            from .chunk_bwd import chunk_backward
-
-            inputs = [x.detach().requires_grad_(need) if x is not None else None
-                      for x, need in zip((q, k, v, g, beta, h0), needs)]
-            grads = chunk_backward(ctx.kind, ctx.scale, inputs, h, v_new, d_o, d_state)
-        else:
-            from .chunk_bwd_triton import chunk_backward
-
-            args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
-            kept = {"h": h, "vn": v_new, "G": G, "aqk": aqk, "ai": ai}
-            grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
-        result = [None, None, None]
+        needs = ctx.needs_input_grad[2:]
+        args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
+        kept = {"h": h, "vn": v_new, "G": G, "aqk": aqk, "ai": ai}
+        grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
+        result = [None, None]
         for grad, x, need in zip(grads, (q, k, v, g, beta, h0), needs):
             result.append(grad.to(x.dtype) if need and grad is not None else None)
         return tuple(result)
 
 
-BACKWARDS = ("triton", "hybrid")
+def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None, chunk_size=64):
+    """Chunked forward of one mixer through the Triton pipeline; differentiable (Triton backward).
 
-
-def chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64, backward="triton"):
-    """Chunked forward of one mixer through the Triton pipeline; differentiable.
-
-    The Triton pipeline always works on 64-token chunks (tensor-core tiles); ``chunk_size`` is accepted
-    for a uniform signature and does not change the result, which is the same for every chunk size.
-    ``backward`` picks the gradient path: "triton" (all stages Triton kernels, chunk_bwd_triton.py) or
-    "hybrid" (Triton reverse state pass plus PyTorch autograd, chunk_bwd.py), kept for comparison.
+    q, k ``[B, T, H, K]``, v ``[B, T, H, V]`` in one of float32 / bf16 / fp16; g and beta as the ops
+    take them (any float dtype); initial_state ``[B, H, K, V]`` or None. Every argument is checked as
+    ``k3lite.ops`` checks it (ValueError naming the tensor; on CUDA the value checks are asynchronous).
+    The pipeline always works on 64-token chunks (tensor-core tiles); ``chunk_size`` is accepted for a
+    uniform signature and does not change the result, which is the same for every chunk size.
     """
-    _check_kind(kind)
-    if int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-    if backward not in BACKWARDS:
-        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
-    _check_tensors(q, k, v, g, beta)
-    if initial_state is not None:
-        _check_tensors(initial_state.float())
-    return _Chunked.apply(kind, float(scale), backward, q, k, v, g, beta, initial_state)
+    scale = check_call(kind, q, k, v, g, beta, initial_state, state_name="initial_state", time_axis=True,
+                       chunk_size=chunk_size, scale=scale)
+    return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state)
 
 
-def step(kind, q, k, v, g=None, beta=None, *, state, scale):
-    """One fused recurrent step (decode). q, k [B,H,K]; v [B,H,V]; state [B,H,K,V] float32."""
-    _check_kind(kind)
-    _check_tensors(q, k, v, g, beta, state)
+def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
+    """:func:`chunked` after the ops' checks, for callers that ran them already (``k3lite.ops``)."""
+    _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
+    return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
+
+
+def step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=False):
+    """One fused recurrent step (decode): q, k ``[B, H, K]``, v ``[B, H, V]``, state ``[B, H, K, V]``.
+
+    ``state=None`` starts from zeros. With ``inplace=True`` the new state is written into ``state``
+    (float32 and contiguous), so a decode loop allocates no state. The kernel has no backward: when an
+    input requires grad it raises; ``k3lite.ops.<kind>.step`` then takes the PyTorch step instead.
+    Returns ``(o [B, H, V], new_state [B, H, K, V] float32)``.
+    """
+    scale = check_call(kind, q, k, v, g, beta, state, state_name="state", time_axis=False, scale=scale)
+    if _validate.needs_grad(q, k, v, g, beta, state):
+        raise ValueError("the fused decode step has no backward and an input requires grad; use "
+                         f"k3lite.ops.{kind}.step, which takes the differentiable PyTorch step then")
+    return run_step(kind, q, k, v, g, beta, state=state, scale=scale, inplace=inplace)
+
+
+def run_step(kind, q, k, v, g=None, beta=None, *, state=None, scale, inplace=False):
+    """:func:`step` after the ops' checks, for callers that ran them already (``k3lite.ops``)."""
     from .recurrent_step import decode_step
 
-    return decode_step(kind, q, k, v, g, beta, state.float(), float(scale))
+    _check_kernel_inputs(kind, q, k, v, g, beta, state)
+    if inplace and (state is None or state.dtype != torch.float32 or not state.is_contiguous()):
+        raise ValueError("inplace=True needs a contiguous float32 state [B, H, K, V] to write into, got "
+                         + ("None" if state is None else f"{state.dtype}, contiguous={state.is_contiguous()}"))
+    if state is None:
+        state = q.new_zeros(*q.shape, v.shape[-1], dtype=torch.float32)
+    return decode_step(kind, q, k, v, g, beta, state.float(), float(scale), inplace=inplace)
 
 
 def situ_glu(gate, up, beta1=4.0, beta2=25.0):

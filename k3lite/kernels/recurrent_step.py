@@ -46,17 +46,21 @@ def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, 
     tl.store(o_ptr + i_bh * V + rv, b_o.to(o_ptr.dtype.element_ty), mask=mv)
 
 
-def decode_step(kind, q, k, v, g, beta, state, scale, *, block_v=64, num_warps=4):
-    """q, k [B,H,K]; v [B,H,V]; g [B,H] or [B,H,K]; beta [B,H]; state [B,H,K,V] float32."""
+def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=64, num_warps=4):
+    """q, k [B,H,K]; v [B,H,V]; g [B,H] or [B,H,K]; beta [B,H]; state [B,H,K,V] float32.
+
+    ``inplace``: write the new state over ``state`` (contiguous float32). Each program reads its state
+    block completely before it writes the same block, so reading and writing one buffer is safe."""
     B, H, K = q.shape
     V = v.shape[-1]
     BK = max(16, triton.next_power_of_2(K))
     BV = min(block_v, max(16, triton.next_power_of_2(V)))
-    q, k, v, state = q.contiguous(), k.contiguous(), v.contiguous(), state.contiguous()
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    state = state if inplace else state.contiguous()
     g = g.contiguous() if g is not None else q
     beta = beta.contiguous() if beta is not None else q
     o = torch.empty_like(v)
-    new_state = torch.empty_like(state)
+    new_state = state if inplace else torch.empty_like(state)
     _decode_step[(triton.cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, scale, K, V, BK, BV,
                                               GATE_OF_KIND[kind], DELTA_OF_KIND[kind], num_warps=num_warps)
     return o, new_state

@@ -92,6 +92,10 @@ class KDALayer(nn.Module):
         self.head_dim, self.value_head_dim = head_dim, value_head_dim
         self.gate_form, self.gate_lower_bound = gate_form, gate_lower_bound
         self.chunk_size, self.backend = chunk_size, backend
+        # A decode loop that owns its cache (K3.generate) sets this: each one-token step then writes the new
+        # state over the cached one instead of allocating a new [B, H, K, V] tensor. Off by default, since
+        # a caller may keep the old cache and expect it unchanged.
+        self.update_state_in_place = False
         key_size, value_size = num_heads * head_dim, num_heads * value_head_dim
 
         self.q_proj = nn.Linear(hidden_size, key_size, bias=False)
@@ -153,7 +157,8 @@ class KDALayer(nn.Module):
         if mode == "recurrent":
             o, state = kda.recurrent(q, k, v, g, beta, initial_state=state)
         elif mode == "auto" and state is not None and x.shape[1] == 1:
-            o, state = kda.step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], state=state, backend=self.backend)
+            o, state = kda.step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], state=state, backend=self.backend,
+                                inplace=self.update_state_in_place)
             o = o[:, None]
         else:
             o, state = kda.chunked(q, k, v, g, beta, initial_state=state, chunk_size=self.chunk_size,

@@ -30,7 +30,9 @@ def solve_unit_lower(L: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
 
 
 def triton_call(function: str, kind: str, *args, **kwargs):
-    """Call ``k3lite.kernels.chunked`` or ``.step``; imported here so the torch path never needs Triton."""
+    """Call ``k3lite.kernels.chunked`` or ``.step`` (``function``) without repeating the checks the op ran.
+
+    Imported here so the torch path never needs Triton."""
     try:
         from k3lite import kernels
     except ImportError as err:
@@ -38,7 +40,7 @@ def triton_call(function: str, kind: str, *args, **kwargs):
             f"backend='triton' needs the k3lite.kernels package, which could not be imported ({err}). "
             "Use backend='torch' for the PyTorch reference."
         ) from err
-    entry = getattr(kernels, function, None)
+    entry = getattr(kernels, f"run_{function}", None)
     if entry is None:
         raise RuntimeError(
             f"k3lite.kernels has no function {function!r} yet; use backend='torch' for the PyTorch reference."

@@ -91,18 +91,19 @@ def _chunk(q, k, v, beta, S):
     return o, S
 
 
-def step(q, k, v, beta, *, state, scale=None, backend="auto"):
+def step(q, k, v, beta, *, state=None, scale=None, backend="auto"):
     """One decode token: q, k ``[B, H, K]``, v ``[B, H, V]``, beta ``[B, H]``.
 
     Returns ``(o [B, H, V], new_state [B, H, K, V])``.
     """
     dims = _validate.check_inputs(q, k, v, beta=beta, state=state, state_name="state", time_axis=False)
     scale = _validate.resolve_scale(scale, dims.K)
-    if _validate.resolve_backend(backend, q) == "triton":
+    # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
+    if _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, beta, state):
         return triton_call("step", KIND, q, k, v, None, beta, state=state, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
-    S = state.to(dtype)
+    S = start_state(state, dims, dtype, q.device)
     error = v - torch.einsum("bhk,bhkv->bhv", k, S)
     S = S + torch.einsum("bhk,bhv->bhkv", k, beta[..., None] * error)
     o = torch.einsum("bhk,bhkv->bhv", scale * q, S)

@@ -120,7 +120,7 @@ def _chunk(q, k, v, g, beta, S):
     return o, S
 
 
-def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):
+def step(q, k, v, g, beta, *, state=None, scale=None, backend="auto"):
     """One decode token: q, k ``[B, H, K]``, v ``[B, H, V]``, g and beta ``[B, H]``.
 
     Returns ``(o [B, H, V], new_state [B, H, K, V])``.
@@ -128,11 +128,12 @@ def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):
     dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=state,
                                   state_name="state", time_axis=False)
     scale = _validate.resolve_scale(scale, dims.K)
-    if _validate.resolve_backend(backend, q) == "triton":
+    # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
+    if _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, g, beta, state):
         return triton_call("step", KIND, q, k, v, g, beta, state=state, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
-    S = torch.exp(g)[..., None, None] * state.to(dtype)
+    S = torch.exp(g)[..., None, None] * start_state(state, dims, dtype, q.device)
     error = v - torch.einsum("bhk,bhkv->bhv", k, S)
     S = S + torch.einsum("bhk,bhv->bhkv", k, beta[..., None] * error)
     o = torch.einsum("bhk,bhkv->bhv", scale * q, S)

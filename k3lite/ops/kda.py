@@ -224,20 +224,33 @@ def _assemble(inside, cross):
     return torch.cat((top, bottom), dim=-2)
 
 
-def step(q, k, v, g, beta, *, state, scale=None, backend="auto"):
+def step(q, k, v, g, beta, *, state=None, scale=None, backend="auto", inplace=False):
     """One decode token: q, k ``[B, H, K]``, v ``[B, H, V]``, g ``[B, H, K]``, beta ``[B, H]``.
 
-    Returns ``(o [B, H, V], new_state [B, H, K, V])``.
+    Returns ``(o [B, H, V], new_state [B, H, K, V])``. ``inplace=True`` writes the new state into
+    ``state`` (contiguous, in the compute dtype: float32, or float64 for float64 inputs) and returns it,
+    so a decode loop allocates no state.
     """
     dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=state,
                                   state_name="state", time_axis=False)
     scale = _validate.resolve_scale(scale, dims.K)
-    if _validate.resolve_backend(backend, q) == "triton":
-        return triton_call("step", KIND, q, k, v, g, beta, state=state, scale=scale)
+    # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
+    if _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, g, beta, state):
+        return triton_call("step", KIND, q, k, v, g, beta, state=state, scale=scale, inplace=inplace)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    if inplace:
+        _check_writable(state, dtype)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
-    S = torch.exp(g)[..., None] * state.to(dtype)
+    S = start_state(state, dims, dtype, q.device)
+    S = S.mul_(torch.exp(g)[..., None]) if inplace else torch.exp(g)[..., None] * S
     error = v - torch.einsum("bhk,bhkv->bhv", k, S)
-    S = S + torch.einsum("bhk,bhv->bhkv", k, beta[..., None] * error)
+    update = torch.einsum("bhk,bhv->bhkv", k, beta[..., None] * error)
+    S = S.add_(update) if inplace else S + update
     o = torch.einsum("bhk,bhkv->bhv", scale * q, S)
     return o.to(out_dtype), S
+
+
+def _check_writable(state, dtype):
+    if state is None or state.dtype != dtype or not state.is_contiguous():
+        got = "None" if state is None else f"{state.dtype}, contiguous={state.is_contiguous()}"
+        raise ValueError(f"inplace=True needs a contiguous {dtype} state [B, H, K, V] to write into, got {got}")

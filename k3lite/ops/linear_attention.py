@@ -125,14 +125,15 @@ def _chunk(q, k, v, S):
     return o, S
 
 
-def step(q, k, v, *, state, scale=None, backend="auto"):
+def step(q, k, v, *, state=None, scale=None, backend="auto"):
     """One decode token: q, k ``[B, H, K]``, v ``[B, H, V]``. Returns ``(o [B, H, V], new_state)``."""
     dims = _validate.check_inputs(q, k, v, state=state, state_name="state", time_axis=False)
     scale = _validate.resolve_scale(scale, dims.K)
-    if _validate.resolve_backend(backend, q) == "triton":
+    # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
+    if _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, state):
         return triton_call("step", KIND, q, k, v, None, None, state=state, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v = (x.to(dtype) for x in (q, k, v))
-    S = state.to(dtype) + torch.einsum("bhk,bhv->bhkv", k, v)
+    S = start_state(state, dims, dtype, q.device) + torch.einsum("bhk,bhv->bhkv", k, v)
     o = torch.einsum("bhk,bhkv->bhv", scale * q, S)
     return o.to(out_dtype), S
