@@ -32,6 +32,9 @@ nb_execution_timeout = 900
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
+# Markdown that a cell displays (IPython.display.Markdown: chapter 10's claim ledger) is parsed as MyST,
+# so its tables, math and roles render like the prose around them.
+nb_render_markdown_format = "myst"
 # The widget renderer would come from a CDN; chapters pair every widget with a static figure.
 nb_ipywidgets_js = {}
 
@@ -43,6 +46,7 @@ mathjax3_config = {"tex": {"tags": "ams"}}
 html_theme = "sphinx_book_theme"
 html_title = BOOK["title"]
 html_css_files = ["k3lite.css"]
+html_js_files = ["k3lite.js"]
 html_copy_source = True
 html_last_updated_fmt = None
 html_theme_options = {

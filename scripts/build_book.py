@@ -9,8 +9,12 @@
 2. Runs Sphinx + myst-nb + sphinx-book-theme (configuration in book/conf.py). With --execute 1 the
    chapters are executed through myst-nb's jupyter-cache (_build/jupyter_cache), so an unchanged
    chapter is not run again; with --execute 0 the outputs stored in the notebooks are rendered.
+   Cells carry their roles as tags (CONTRIBUTING, "Cell roles"); each role is given the myst-nb tag
+   that shows it (plumbing and solutions behind a toggle, speaker notes removed). A cheat sheet page,
+   computed by k3lite.accounting and k3lite.flops, follows the chapters.
 3. Builds the reveal.js decks (scripts/build_slides.py) into _build/slides and the site's slides/.
-4. Checks that no page loads a script, style sheet, font or image from outside the site.
+4. Checks that no page loads a script, style sheet, font or image from outside the site, and that no
+   page shows a glue reference that was left unresolved.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_slides import build_slides  # noqa: E402
 from fetch_assets import copy_mathjax  # noqa: E402
-from site_chapters import BUILD_DIR, ROOT, Chapter, listed_chapters, load_book  # noqa: E402
+from site_chapters import BUILD_DIR, ROOT, Chapter, listed_chapters, load_book, site_tags  # noqa: E402
 
 CONF_DIR = ROOT / "book"
 NOTEBOOK_COPIES = "_notebooks"  # pristine copies offered for download; not parsed as pages
@@ -66,7 +70,8 @@ the download link at the top of each chapter gives you that notebook to run and 
 | --- | --- | --- |
 {chr(10).join(rows)}
 
-Start with {{doc}}`run_locally` to set up the notebooks on your machine.
+Start with {{doc}}`run_locally` to set up the notebooks on your machine. The {{doc}}`cheatsheet`
+puts every mechanism's update rule and costs on one printable page.
 
 ```{{toctree}}
 :hidden:
@@ -80,6 +85,13 @@ run_locally
 :caption: Chapters
 
 {toctree}
+```
+
+```{{toctree}}
+:hidden:
+:caption: Reference
+
+cheatsheet
 ```
 """
 
@@ -100,12 +112,127 @@ def page_notebook(chapter: Chapter, with_slides: bool) -> str:
     notebook.cells.insert(0, nbformat.v4.new_markdown_cell(chapter_banner(chapter, with_slides)))
     for index, cell in enumerate(notebook.cells):
         cell["id"] = f"k3lite-{index}"  # stable ids keep the generated file byte-identical across builds
+        tags = site_tags(cell)
+        if tags:
+            cell.metadata["tags"] = tags
     return nbformat.writes(notebook) + "\n"
+
+
+# ----- The cheat sheet: every mechanism on one printable page, each number computed by k3lite -----
+CHEAT_T, CHEAT_C = 8192, 64  # context length and chunk size the per-token FLOPs are quoted at
+
+
+def _count(n: float) -> str:
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g}" if isinstance(n, float) else f"{n:,}"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:,} B"
+
+
+def cheatsheet_rows() -> list[dict[str, str]]:
+    """One row per mechanism: update rule, state, cache per token, FLOPs per token (K3's sizes)."""
+    sys.path.insert(0, str(ROOT))
+    from k3lite import accounting, flops
+    from k3lite.gpt2 import GPT2Config
+    from k3lite.k3 import K3Config
+    from k3lite.layers.attnres import num_block_sources
+
+    k3, gpt2 = K3Config.published(), GPT2Config()
+    d, T, C = k3.head_dim, CHEAT_T, CHEAT_C
+    fp32 = accounting.element_bytes("fp32")
+    matrix_state = f"$d_k d_v$ = {d * d:,} per head ({_bytes(d * d * fp32)} fp32), fixed"
+    delta_flops = f"{_count(flops.kda_chunked(T, d, C).total / T)} per head"
+    latent_width = k3.kv_lora_rank + k3.rope_dim
+    moe = accounting.k3_moe_layer_parameters(k3)
+    moe_active = moe["always"] + k3.top_k * accounting.k3_expert_parameters(k3)
+    sources, _ = num_block_sources(2 * k3.num_layers, 2 * k3.attnres_block_size)
+    params = accounting.k3_param_counts(k3)
+    return [
+        {"mechanism": "Softmax attention + KV cache (ch. 1)",
+         "rule": r"$o_t = \mathrm{softmax}\big(q_t K_{\le t}^\top / \sqrt{d}\big)\, V_{\le t}$",
+         "state": "$2 t d$ numbers per head: grows with $t$",
+         "cache": f"{_bytes(accounting.gpt2_kv_bytes_per_token(gpt2))} (GPT-2 small, bf16)",
+         "flops": f"{_count(flops.full_attention(T, d, causal=True) / T)} per head (grows with $T$)"},
+        {"mechanism": "Linear attention (ch. 2)",
+         "rule": r"$S_t = S_{t-1} + k_t v_t^\top,\quad o_t = S_t^\top q_t$",
+         "state": matrix_state, "cache": "0",
+         "flops": f"{_count(flops.linear_attention_chunked(T, d, C).total / T)} per head"},
+        {"mechanism": "DeltaNet, chunked in the WY/UT form (ch. 3-4)",
+         "rule": r"$S_t = (I - \beta_t k_t k_t^\top) S_{t-1} + \beta_t k_t v_t^\top$",
+         "state": matrix_state, "cache": "0", "flops": f"{delta_flops} (KDA's products)"},
+        {"mechanism": "Gated DeltaNet (ch. 5)",
+         "rule": r"$S_t = e^{g_t} (I - \beta_t k_t k_t^\top) S_{t-1} + \beta_t k_t v_t^\top,\ g_t \le 0$",
+         "state": matrix_state, "cache": "0", "flops": f"{delta_flops} (KDA's products)"},
+        {"mechanism": "Kimi Delta Attention (ch. 6)",
+         "rule": r"$S_t = (I - \beta_t k_t k_t^\top)\,\mathrm{Diag}(e^{g_t})\, S_{t-1} + \beta_t k_t v_t^\top,"
+                 r"\ g_t \in \mathbb{R}^{d_k}_{\le 0}$",
+         "state": matrix_state + f"; K3: {_bytes(accounting.k3_kda_state_bytes_per_sequence(k3))} "
+                                 f"over {k3.num_kda_layers} layers",
+         "cache": "0", "flops": delta_flops},
+        {"mechanism": "Multi-head Latent Attention, absorbed (ch. 7)",
+         "rule": r"$c_t = W^{DKV} h_t,\quad o_t = \mathrm{softmax}\big(q_t^\top W^{UK} c_{\le t}\big)\, c_{\le t} W^{UV}$",
+         "state": f"${latent_width} t$ numbers (latent {k3.kv_lora_rank} + rope key {k3.rope_dim}), "
+                  f"shared by {k3.mla_num_heads} heads",
+         "cache": f"{_bytes(accounting.k3_mla_cache_bytes_per_token_per_layer(k3))} per layer (bf16)",
+         "flops": f"{_count(flops.full_attention(T, latent_width, k3.kv_lora_rank, causal=True) / T)} "
+                  f"per head (grows with $T$)"},
+        {"mechanism": "Latent MoE with shared experts, SiTU (ch. 8)",
+         "rule": r"$y = \sum_{e \in \mathrm{shared}} E_e(x) + W_{up} \sum_{e \in \mathrm{top}k(r(x))} "
+                 r"p_e E_e(W_{down} x)$",
+         "state": "none", "cache": "0",
+         "flops": f"{_count(2 * moe_active)} per layer ({k3.top_k} of {k3.num_experts} experts)"},
+        {"mechanism": "Attention Residuals (ch. 9)",
+         "rule": r"$h_l = \sum_i \mathrm{softmax}_i\big(w_l^\top \mathrm{RMSNorm}(b_i)\big)\, b_i$",
+         "state": f"up to {sources} block sums of width {k3.hidden_size} per token (forward only)",
+         "cache": "0",
+         "flops": f"{_count(4 * sources * k3.hidden_size)} per sub-layer (at most)"},
+        {"mechanism": "Kimi K3, the whole hybrid (ch. 10)",
+         "rule": f"{k3.layers_per_cycle - 1} KDA : 1 MLA layers, {k3.num_layers} in all; latent MoE; AttnRes",
+         "state": f"{_bytes(accounting.k3_kda_state_bytes_per_sequence(k3))} of KDA states per sequence",
+         "cache": f"{_bytes(accounting.k3_mla_cache_bytes_per_token(k3))} (all MLA layers, bf16)",
+         "flops": f"{_count(2 * params['active'])} (2 x {_count(params['active'])} active of "
+                  f"{_count(params['total'])} parameters, before attention)"},
+    ]
+
+
+def cheatsheet_page() -> str:
+    from k3lite.k3 import K3Config  # cheatsheet_rows put the repository on the path
+
+    rows, head_dim = cheatsheet_rows(), K3Config.published().head_dim
+    columns = ("mechanism", "rule", "state", "cache", "flops")
+    body = "\n".join("| " + " | ".join(row[key] for key in columns) + " |" for row in rows)
+    return f"""# Cheat sheet: every mechanism on one page
+
+Sizes are Kimi K3's (`K3Config.published()`: head dimension $d = {head_dim}$, so $d_k = d_v = d$) unless a row
+says otherwise; FLOPs count matrix products (2 per multiply-add) at $T = {CHEAT_T:,}$ tokens and chunk size
+$C = {CHEAT_C}$, as in `k3lite.flops`. Every number on this page is computed by `k3lite.accounting` and
+`k3lite.flops` when the site is built. Print it: the page drops the navigation on paper.
+
+```{{table}} Each mechanism, what it stores and what it costs
+:class: k3lite-cheatsheet
+
+| Mechanism | Update rule | State | Cache bytes per token | FLOPs per token |
+| --- | --- | --- | --- | --- |
+{body}
+```
+
+Rows with "(KDA's products)" use `k3lite.flops.kda_chunked`: the delta-rule family shares the chunked
+WY/UT products, and the gates add only element-wise work, which is not counted. "Before attention" in
+the last row: the weight products of one token, without the context-dependent attention terms above.
+"""
 
 
 def generate_sources(book: dict, chapters: list[Chapter], src_dir: Path, with_slides: bool) -> None:
     write_if_changed(src_dir / "index.md", front_page(book, chapters, with_slides))
     write_if_changed(src_dir / "run_locally.md", (CONF_DIR / "run_locally.md").read_text(encoding="utf-8"))
+    write_if_changed(src_dir / "cheatsheet.md", cheatsheet_page())
     wanted = {f"{chapter.stem}.ipynb" for chapter in chapters}
     for stale_dir in (src_dir / "chapters", src_dir / NOTEBOOK_COPIES):
         if stale_dir.is_dir():
@@ -155,6 +282,23 @@ def external_assets(site_dir: Path) -> list[str]:
     return offenders
 
 
+# Unresolved glue: myst-nb leaves the role's text in the page (`{glue:text}`key``, or the key alone in a
+# warning box) when no cell glued that key; a build must never ship such a page.
+UNRESOLVED_GLUE = re.compile(r"\{glue(?::[a-z]+)?\}|glue key .{0,80}not found|No glue data found", re.I)
+
+
+def unresolved_glue(site_dir: Path) -> list[str]:
+    """Pages of the built site that still show a glue reference instead of its value."""
+    offenders = []
+    for page in sorted(site_dir.rglob("*.html")):
+        if page.relative_to(site_dir).parts[0] in ("_static", "slides", "_sources"):
+            continue
+        text = page.read_text(encoding="utf-8", errors="replace")
+        for match in UNRESOLVED_GLUE.finditer(text):
+            offenders.append(f"{page.relative_to(site_dir)}: ...{text[max(0, match.start() - 40):match.end() + 40]}...")
+    return offenders
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--execute", type=int, choices=(0, 1), default=1,
@@ -184,6 +328,10 @@ def main(argv: list[str]) -> int:
     offenders = external_assets(build_dir / "html")
     if offenders:
         print("pages that load assets from another host:\n  " + "\n  ".join(offenders), file=sys.stderr)
+        return 1
+    unresolved = unresolved_glue(build_dir / "html")
+    if unresolved:
+        print("pages with unresolved glue references:\n  " + "\n  ".join(unresolved), file=sys.stderr)
         return 1
     print(f"book: {build_dir / 'html' / 'index.html'} ({len(chapters)} chapters)")
     print(json.dumps({"chapters": [c.stem for c in chapters], "executed": bool(args.execute)}))

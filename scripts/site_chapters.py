@@ -50,3 +50,31 @@ def listed_chapters(book: dict, chapters_dir: Path, *, only_existing: bool) -> l
     if not chapters:
         raise SystemExit(f"no chapter notebook found in {chapters_dir}")
     return chapters
+
+
+# ----- Cell roles (CONTRIBUTING, "Cell roles"): one tag per role, read by the site and the decks -----
+PLUMBING, SOLUTION, NOTES, LECTURE, READING = "plumbing", "solution", "notes", "lecture", "reading"
+ROLE_TAGS = (PLUMBING, SOLUTION, NOTES, LECTURE, READING)
+# How myst-nb shows each role on the site: plumbing and solutions behind a toggle (their outputs stay
+# visible), speaker notes not at all.
+SITE_TAGS = {PLUMBING: "hide-input", SOLUTION: "hide-input", NOTES: "remove-cell"}
+
+
+def cell_tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def is_solution(cell) -> bool:
+    """An exercise's solution: tagged ``solution``, or (the convention before roles) a code cell
+    tagged ``hide-input``, which every chapter used only for its solutions."""
+    tags = cell_tags(cell)
+    return SOLUTION in tags or (cell.get("cell_type") == "code" and "hide-input" in tags)
+
+
+def site_tags(cell) -> list[str]:
+    """The cell's tags plus the myst-nb tags its roles stand for, each once, in order."""
+    tags = cell_tags(cell)
+    for role, myst_tag in SITE_TAGS.items():
+        if role in tags and myst_tag not in tags:
+            tags.append(myst_tag)
+    return tags
