@@ -1,0 +1,11 @@
+"""A trained bake-off of the course's token mixers: ``python -m k3lite.bakeoff --help``.
+
+Modules: ``tasks`` (synthetic tasks and the byte-level LM with a planted recall probe), ``models`` (one
+backbone, six mixers or a learner's ``module:function``, parameter counts matched), ``runs`` (one training
+run, Triton forward and backward asserted on CUDA), ``store`` (figures/bakeoff.json), ``stats`` (mean ± std,
+the "A beats B" rule), ``cli`` (grid, learning-rate sweep, seeds, workers, measure, merge), ``plots``.
+"""
+
+from k3lite.bakeoff.stats import beats, summarize
+
+__all__ = ["beats", "summarize"]

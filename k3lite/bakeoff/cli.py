@@ -1,0 +1,399 @@
+"""``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import sys
+import time
+import traceback
+from dataclasses import replace
+
+from k3lite.bakeoff import store
+from k3lite.bakeoff.models import BUILTIN, check_mixer
+from k3lite.bakeoff.runs import RunSpec, TritonPathError, run
+from k3lite.bakeoff.stats import summarize
+from k3lite.bakeoff.tasks import family, make_task
+
+DEFAULT_TASKS = "mqar16,mqar32,mqar64,mqar128,rebind,switch,twoscale,lm"
+DEFAULT_STEPS = "mqar=2000,rebind=2000,switch=2000,twoscale=2000,lm=1000"
+DEFAULT_BATCH = "mqar=64,rebind=64,switch=64,twoscale=64,lm=8"
+PHASES = ("lr", "seeds", "all")
+
+
+def per_family(text: str, name: str) -> dict[str, int]:
+    """``"2000"`` (every task) or ``"mqar=2000,lm=800"`` -> ``{family: int}``."""
+    try:
+        if "=" not in text:
+            return {f: int(text) for f in ("mqar", "rebind", "switch", "twoscale", "lm")}
+        pairs = dict(item.split("=") for item in text.split(","))
+        values = {family_name.strip(): int(v) for family_name, v in pairs.items()}
+    except ValueError as err:
+        raise ValueError(f"{name} must be an integer or family=integer pairs, got {text!r}") from err
+    if any(v < 1 for v in values.values()):
+        raise ValueError(f"{name} values must be >= 1, got {text!r}")
+    return values
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x]
+    except ValueError as err:
+        raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from err
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"{name} must be positive numbers, got {text!r}")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m k3lite.bakeoff", description=__doc__)
+    p.add_argument("--tasks", default=DEFAULT_TASKS)
+    p.add_argument("--mixers", default=",".join(BUILTIN), help="built-in names or module:function")
+    p.add_argument("--d-models", default="64,128", help="MQAR widths; the other tasks use the largest")
+    p.add_argument("--lrs", default="1e-3,3e-3,1e-2", help="learning rates of the sweep (seed 0)")
+    p.add_argument("--lm-lrs", default="1e-3,3e-3,6e-3")
+    p.add_argument("--mqar-lr-task", default=None,
+                   help="the MQAR task whose sweep sets every MQAR lr (default mqar64 if listed, else the largest)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", default=DEFAULT_STEPS)
+    p.add_argument("--batch-size", default=DEFAULT_BATCH)
+    p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--lm-seq-len", type=int, default=2048)
+    p.add_argument("--num-layers", type=int, default=4)
+    p.add_argument("--num-heads", type=int, default=2)
+    p.add_argument("--eval-batch", type=int, default=256)
+    p.add_argument("--phase", default="all", help=f"one of {PHASES}")
+    p.add_argument("--out", default="figures/bakeoff.json")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--workers-per-gpu", type=int, default=4,
+                   help="worker processes per GPU (on the CPU: processes in all; 1 runs in this process)")
+    p.add_argument("--deadline-s", type=float, default=0.0, help="start no run after this many seconds (0: none)")
+    p.add_argument("--measure", action="store_true", help="time a short run per mixer and task, size the grid")
+    p.add_argument("--measure-steps", type=int, default=60)
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="merge stores into --out and exit")
+    p.add_argument("--table", action="store_true", help="print the stored results and exit")
+    p.add_argument("--dry-run", action="store_true", help="list the runs that would start and exit")
+    return p
+
+
+def check_args(args) -> None:
+    for name in ("seeds", "vocab", "seq_len", "lm_seq_len", "num_layers", "num_heads", "eval_batch",
+                 "workers_per_gpu", "measure_steps"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.gpus < 0:
+        raise ValueError(f"--gpus must be >= 0, got {args.gpus}")
+    if args.phase not in PHASES:
+        raise ValueError(f"--phase must be one of {PHASES}, got {args.phase!r}")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or auto, got {args.device!r}")
+    args.task_list = [t for t in args.tasks.split(",") if t]
+    if not args.task_list:
+        raise ValueError("--tasks must name at least one task")
+    mqar = [t for t in args.task_list if family(t) == "mqar"]
+    if args.mqar_lr_task is None:
+        args.mqar_lr_task = "mqar64" if "mqar64" in mqar else max(mqar, key=lambda t: int(t[4:]), default="mqar64")
+    for task in args.task_list + [args.mqar_lr_task]:
+        make_task(task, vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
+    args.mixer_list = [m for m in args.mixers.split(",") if m]
+    if not args.mixer_list:
+        raise ValueError("--mixers must name at least one mixer")
+    for mixer in args.mixer_list:
+        check_mixer(mixer)
+    try:
+        args.d_list = [int(d) for d in args.d_models.split(",") if d]
+    except ValueError as err:
+        raise ValueError(f"--d-models must be comma-separated integers, got {args.d_models!r}") from err
+    if not args.d_list or any(d < 1 or d % args.num_heads for d in args.d_list):
+        raise ValueError(f"--d-models must be positive multiples of --num-heads={args.num_heads}, got {args.d_models!r}")
+    args.lr_list, args.lm_lr_list = _floats(args.lrs, "--lrs"), _floats(args.lm_lrs, "--lm-lrs")
+    args.steps_of, args.batch_of = per_family(args.steps, "--steps"), per_family(args.batch_size, "--batch-size")
+    for task in args.task_list + [args.mqar_lr_task]:
+        for table, name in ((args.steps_of, "--steps"), (args.batch_of, "--batch-size")):
+            if family(task) not in table:
+                raise ValueError(f"{name} gives no value for task family {family(task)!r}")
+
+
+def cell_specs(args, lr: float, seed: int, phase: str) -> list[RunSpec]:
+    specs = []
+    for task in args.task_list:
+        widths = args.d_list if family(task) == "mqar" else [max(args.d_list)]
+        for d in widths:
+            for mixer in args.mixer_list:
+                specs.append(_spec(args, task, mixer, d, lr, seed, phase))
+    return specs
+
+
+def _spec(args, task, mixer, d, lr, seed, phase) -> RunSpec:
+    kind = family(task)
+    return RunSpec(task=task, mixer=mixer, d_model=d, lr=lr, seed=seed, steps=args.steps_of[kind],
+                   batch_size=args.batch_of[kind], num_layers=args.num_layers, num_heads=args.num_heads,
+                   vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len,
+                   eval_batch=args.eval_batch, phase=phase)
+
+
+def lr_source(args, spec: RunSpec) -> str:
+    return args.mqar_lr_task if family(spec.task) == "mqar" else spec.task
+
+
+def sweep_specs(args) -> list[RunSpec]:
+    """Seed 0 at every learning rate, for the cells that set the learning rates."""
+    specs = {}
+    for base in cell_specs(args, 0.0, 0, "lr"):
+        lrs = args.lm_lr_list if base.task == "lm" else args.lr_list
+        for lr in lrs:
+            spec = replace(base, task=lr_source(args, base), lr=lr)
+            spec = replace(spec, steps=args.steps_of[family(spec.task)], batch_size=args.batch_of[family(spec.task)])
+            specs[spec.key()] = spec
+    return list(specs.values())
+
+
+def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
+    """The sweep's best learning rate for ``spec``'s cell (NaN runs lose); None when the sweep is missing."""
+    scored = []
+    for source in sweep_specs_for(args, spec):
+        record = runs.get(source.key())
+        if record is None:
+            return None
+        value = record["metric"]
+        if value is None or math.isnan(value):
+            value = -math.inf if record["higher_is_better"] else math.inf
+        scored.append((value if record["higher_is_better"] else -value, source.lr))
+    return max(scored)[1]
+
+
+def sweep_specs_for(args, spec: RunSpec) -> list[RunSpec]:
+    task = lr_source(args, spec)
+    lrs = args.lm_lr_list if task == "lm" else args.lr_list
+    return [_spec(args, task, spec.mixer, spec.d_model, lr, 0, "lr") for lr in lrs]
+
+
+def seed_specs(args, runs: dict) -> list[RunSpec]:
+    specs, missing = [], []
+    for seed in range(args.seeds):               # seeds outermost: a timeout leaves every cell a few seeds
+        for base in cell_specs(args, 0.0, seed, "seeds"):
+            lr = best_lr(args, runs, base)
+            if lr is None:
+                missing.append(base.key())
+                continue
+            specs.append(replace(base, lr=lr))
+    if missing:
+        print(f"[bakeoff] {len(missing)} runs have no learning-rate sweep yet (run --phase lr first)", flush=True)
+    return specs
+
+
+# ---------------------------------------------------------------- execution
+
+
+def _worker(device: str, jobs, results) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    else:
+        torch.set_num_threads(1)
+    while True:
+        item = jobs.get()
+        if item is None:
+            return
+        spec, timing_only = item
+        try:
+            results.put(("ok", spec.key(), run(spec, device, timing_only=timing_only)))
+        except TritonPathError as err:
+            results.put(("fatal", spec.key(), str(err)))
+        except Exception:  # noqa: BLE001 - one failed run must not end the sweep; it is reported and retried later
+            results.put(("error", spec.key(), traceback.format_exc()))
+
+
+class Executor:
+    """In-process on the CPU; on CUDA one long-lived process per worker, so Triton compiles once per worker."""
+
+    def __init__(self, device: str, gpus: int, workers_per_gpu: int):
+        self.device, self.processes = device, []
+        slots = [f"cuda:{gpu}" for gpu in range(gpus) for _ in range(workers_per_gpu)] if device == "cuda" \
+            else ["cpu"] * workers_per_gpu if workers_per_gpu > 1 else []
+        if slots:
+            context = mp.get_context("spawn")
+            self.jobs, self.results = context.Queue(), context.Queue()
+            for slot in slots:
+                process = context.Process(target=_worker, args=(slot, self.jobs, self.results), daemon=True)
+                process.start()
+                self.processes.append(process)
+
+    @property
+    def width(self) -> int:
+        return max(1, len(self.processes))
+
+    def map(self, specs, on_result, *, timing_only=False, deadline=None):
+        """Run ``specs``; ``on_result(status, key, payload)`` as each finishes. Stops starting runs at ``deadline``."""
+        if not self.processes:
+            for spec in specs:
+                if deadline and time.time() > deadline:
+                    break
+                on_result("ok", spec.key(), run(spec, "cpu", timing_only=timing_only))
+            return
+        pending, in_flight = list(specs), 0
+        while pending or in_flight:
+            while pending and in_flight < self.width and not (deadline and time.time() > deadline):
+                self.jobs.put((pending.pop(0), timing_only))
+                in_flight += 1
+            if not in_flight:
+                break
+            status, key, payload = self.results.get()
+            in_flight -= 1
+            if status == "fatal":
+                self.close()
+                raise TritonPathError(payload)
+            on_result(status, key, payload)
+
+    def close(self):
+        for _ in self.processes:
+            self.jobs.put(None)
+        for process in self.processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.terminate()
+        self.processes = []
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.merge:
+        runs = store.merge(args.merge, args.out)
+        print(f"[bakeoff] merged {len(args.merge)} stores: {len(runs)} runs -> {args.out}")
+        return 0
+    check_args(args)
+    if args.table:
+        print_table(store.load(args.out))
+        return 0
+    device = resolve_device(args.device)
+    runs = store.load(args.out)
+    if args.dry_run:
+        todo = sweep_specs(args) if args.phase != "seeds" else seed_specs(args, runs)
+        for spec in todo:
+            print(("stored  " if spec.key() in runs else "todo    ") + spec.key())
+        return 0
+    if device == "cuda":
+        import torch
+
+        if args.gpus > torch.cuda.device_count():
+            raise ValueError(f"--gpus must be <= {torch.cuda.device_count()} (GPUs visible), got {args.gpus}")
+    executor = Executor(device, args.gpus, args.workers_per_gpu)
+    deadline = time.time() + args.deadline_s if args.deadline_s else None
+    try:
+        if args.measure:
+            measure(args, executor, device)
+            return 0
+        prov = store.provenance(device)
+        if args.phase in ("lr", "all"):
+            execute(sweep_specs(args), runs, executor, args.out, prov, deadline)
+        if args.phase in ("seeds", "all"):
+            execute(seed_specs(args, runs), runs, executor, args.out, prov, deadline)
+    finally:
+        executor.close()
+    print_table(runs)
+    return 0
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda needs a GPU, and torch sees none")
+    return device
+
+
+def execute(specs, runs, executor, out, prov, deadline) -> None:
+    todo = [s for s in specs if s.key() not in runs]
+    print(f"[bakeoff] {len(todo)} runs to do ({len(specs) - len(todo)} stored) on {executor.width} workers",
+          flush=True)
+    started = time.time()
+
+    def on_result(status, key, payload):
+        if status != "ok":
+            print(f"[bakeoff] FAILED {key}\n{payload}", flush=True)
+            return
+        payload["provenance"] = prov
+        runs[key] = payload
+        store.save(out, runs)
+        print(f"[bakeoff] {len(runs):4d} stored  {time.time() - started:7.1f}s  {key}  "
+              f"{payload['metric_name']}={payload['metric']:.4f}  {payload['tokens_per_s']:.0f} tok/s "
+              f"{payload['wall_s']:.1f}s", flush=True)
+
+    executor.map(todo, on_result, deadline=deadline)
+
+
+def measure(args, executor, device) -> None:
+    """Time ``--measure-steps`` steps of every mixer on each task family's longest shape, all workers at once."""
+    samples = {}
+    for task in args.task_list:
+        kind = family(task)
+        length = args.lm_seq_len if kind == "lm" else max(args.seq_len, 4 * int(task[4:]) if kind == "mqar" else 0)
+        samples.setdefault((kind, length), task)
+    specs = []
+    for copy in range(executor.width):   # every worker busy: contention is measured
+        for task in samples.values():
+            for mixer in args.mixer_list:
+                spec = _spec(args, task, mixer, max(args.d_list), args.lr_list[0], copy, "measure")
+                specs.append(replace(spec, steps=args.measure_steps))
+    timings: dict[tuple[str, str], list[dict]] = {}
+
+    def on_result(status, key, payload):
+        if status != "ok":
+            print(f"[bakeoff] measure FAILED {key}\n{payload}", flush=True)
+            return
+        timings.setdefault((payload["task"], payload["mixer"]), []).append(payload)
+
+    started = time.time()
+    executor.map(specs, on_result, timing_only=True)
+    print(f"[bakeoff] measured {len(specs)} short runs on {executor.width} workers in {time.time() - started:.0f}s")
+    per_run = {}
+    print(f"{'task':10s} {'mixer':18s} {'s/step':>8s} {'first5 s':>9s} {'s/run':>7s} {'tok/s':>9s} {'vs sdpa':>8s}")
+    for (task, mixer), records in sorted(timings.items()):
+        step_s = summarize([r["seconds_per_step"] for r in records]).mean
+        first = max(r["first_steps_s"] for r in records)
+        tokens = summarize([r["tokens_per_s"] for r in records]).mean
+        sdpa = timings.get((task, "softmax"))
+        ratio = tokens / summarize([r["tokens_per_s"] for r in sdpa]).mean if sdpa else float("nan")
+        steps = args.steps_of[family(task)]
+        per_run[(family(task), mixer)] = step_s * steps + 5 * step_s + 2.0   # + evaluation, roughly
+        print(f"{task:10s} {mixer:18s} {step_s:8.4f} {first:9.1f} {per_run[(family(task), mixer)]:7.1f} "
+              f"{tokens:9.0f} {ratio:8.2f}")
+    estimate_grid(args, per_run, executor.width)
+
+
+def estimate_grid(args, per_run, width) -> None:
+    sweep = sweep_specs(args)
+    seeds = [s for s in cell_specs(args, 0.0, 0, "seeds") for _ in range(args.seeds - 1)]  # seed 0 is the sweep's
+    total = 0.0
+    for spec in sweep + seeds:
+        total += per_run.get((family(spec.task), spec.mixer), 0.0)
+    print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs = {len(sweep) + len(seeds)} runs, "
+          f"about {total:.0f} worker-seconds = {total / width / 60:.1f} min on {width} workers "
+          f"(timings above already include the sharing of each GPU by its workers)", flush=True)
+
+
+def print_table(runs: dict) -> None:
+    """Mean ± std over seeds of each (task, d_model, mixer) cell at its chosen learning rate."""
+    cells: dict[tuple, list[dict]] = {}
+    for record in runs.values():
+        if record.get("phase") == "seeds" or record.get("seed") == 0:
+            cells.setdefault((record["task"], record["d_model"], record["mixer"], record["lr"]), []).append(record)
+    print(f"{'task':10s} {'d':>4s} {'mixer':18s} {'lr':>8s} {'n':>2s} {'metric':>10s} {'mean':>8s} {'std':>7s} "
+          f"{'params':>8s} {'tok/s':>9s}")
+    for (task, d, mixer, lr), records in sorted(cells.items()):
+        if len(records) < 2 and records[0].get("phase") == "lr":
+            continue
+        s = summarize([r["metric"] for r in records])
+        tokens = summarize([r["tokens_per_s"] for r in records]).mean
+        print(f"{task:10s} {d:4d} {mixer:18s} {lr:8.0e} {s.n:2d} {records[0]['metric_name']:>10s} {s.mean:8.4f} "
+              f"{s.std:7.4f} {records[0]['parameters']:8d} {tokens:9.0f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""One bake-off run: build the model, train it (bf16 autocast + Triton on CUDA), measure, return a record.
+
+On CUDA no step synchronises: the losses stay on the GPU in one buffer and are read once at the end.
+The first step checks that every recurrent layer went through the Triton forward AND backward
+(``TritonPathError`` otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import torch
+
+from k3lite.bakeoff.models import build_model, matched_mlp_hidden, num_parameters
+from k3lite.bakeoff.tasks import make_task, bits_per_byte
+from k3lite.train import learning_rate, lm_loss
+
+NO_DECAY_NAMES = ("A_log", "decay.bias", "dt_bias")
+CURVE_POINTS = 50
+EVAL_BATCH = 256
+
+
+class TritonPathError(RuntimeError):
+    """A recurrent layer did not train through k3lite's Triton kernels on CUDA."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: str
+    mixer: str
+    d_model: int
+    lr: float
+    seed: int
+    steps: int
+    batch_size: int = 64
+    num_layers: int = 4
+    num_heads: int = 2
+    vocab_size: int = 512
+    seq_len: int = 256
+    lm_seq_len: int = 2048
+    eval_batch: int = EVAL_BATCH
+    phase: str = "seeds"
+
+    def key(self) -> str:
+        """Identity of a run in the store: everything that changes its result."""
+        return (f"{self.task}|{self.mixer}|d{self.d_model}|L{self.num_layers}|H{self.num_heads}|v{self.vocab_size}"
+                f"|T{self.seq_len if self.task != 'lm' else self.lm_seq_len}|b{self.batch_size}"
+                f"|e{self.eval_batch}|lr{self.lr:g}|s{self.seed}|n{self.steps}")
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float):
+    """AdamW groups as published recipes: no decay on norms, biases, embeddings, A_log and dt biases."""
+    decay, no_decay = [], []
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    for name, p in model.named_parameters():
+        skip = p.ndim < 2 or id(p) in embeddings or any(part in name for part in NO_DECAY_NAMES)
+        (no_decay if skip else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+@contextmanager
+def count_triton_calls():
+    """Counts calls of the Triton chunked forward and of its all-Triton backward while the block runs."""
+    from k3lite import kernels
+    from k3lite.kernels import chunk_bwd_triton
+
+    counts = {"forward": 0, "backward": 0}
+    forward, backward = kernels.chunked, chunk_bwd_triton.chunk_backward
+
+    def counted_forward(*args, **kwargs):
+        counts["forward"] += 1
+        return forward(*args, **kwargs)
+
+    def counted_backward(*args, **kwargs):
+        counts["backward"] += 1
+        return backward(*args, **kwargs)
+
+    kernels.chunked, chunk_bwd_triton.chunk_backward = counted_forward, counted_backward
+    try:
+        yield counts
+    finally:
+        kernels.chunked, chunk_bwd_triton.chunk_backward = forward, backward
+
+
+def _train_step(model, optimizer, batch, autocast):
+    inputs, targets, _ = batch
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        loss = lm_loss(model(inputs), targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.detach()
+
+
+@torch.no_grad()
+def evaluate(model, task, generator, device, autocast, eval_batch: int, batches: int = 2):
+    """Metric on held-out batches: accuracy on the scored positions, or (lm) bits/byte and probe recall."""
+    model.eval()
+    correct = scored = 0
+    loss_sum = 0.0
+    for _ in range(batches):
+        if task.name == "lm":
+            inputs, targets, score = task.sample(max(1, eval_batch // 32), generator, device, split="val")
+        else:
+            inputs, targets, score = task.sample(eval_batch, generator, device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(inputs)
+        loss_sum += lm_loss(logits.float(), targets).item()
+        correct += (logits.argmax(-1)[score] == targets[score]).sum().item()
+        scored += score.sum().item()
+    model.train()
+    recall = correct / max(1, scored)
+    if task.name == "lm":
+        return {"val_bpb": bits_per_byte(loss_sum / batches), "probe_recall": recall}
+    return {"accuracy": recall, "val_loss": loss_sum / batches}
+
+
+def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool = True, timing_only=False) -> dict:
+    """Train one model as ``spec`` says and return its record (without provenance)."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    task = make_task(spec.task, vocab_size=spec.vocab_size, seq_len=spec.seq_len, lm_seq_len=spec.lm_seq_len)
+    dims = dict(vocab_size=task.vocab_size, d_model=spec.d_model, num_layers=spec.num_layers,
+                num_heads=spec.num_heads)
+    torch.manual_seed(spec.seed)
+    model = build_model(spec.mixer, **dims, mlp_hidden=matched_mlp_hidden(spec.mixer, **dims),
+                        backend="triton" if cuda else "torch").to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=spec.lr, betas=(0.9, 0.95), fused=cuda)
+    generator = torch.Generator(device=device).manual_seed(spec.seed)
+    warmup = max(1, spec.steps // 10)
+    losses = torch.zeros(spec.steps, device=device)
+    start = time.perf_counter()
+    timed_from, timed_start = min(5, spec.steps - 1), start
+    triton_calls = None
+    for step in range(spec.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, spec.steps, spec.lr, warmup)
+        if step == timed_from:
+            if cuda:
+                torch.cuda.synchronize(device)
+            timed_start = time.perf_counter()
+        batch = task.sample(spec.batch_size, generator, device)
+        if step == 0 and cuda and check_triton:
+            with count_triton_calls() as counts:
+                losses[step] = _train_step(model, optimizer, batch, cuda)
+            triton_calls = _check_triton_path(model, counts, spec.mixer)
+        else:
+            losses[step] = _train_step(model, optimizer, batch, cuda)
+    if cuda:
+        torch.cuda.synchronize(device)
+    end = time.perf_counter()
+    timed_steps = spec.steps - timed_from
+    loss_list = losses.tolist()
+    every = max(1, spec.steps // CURVE_POINTS)
+    record = {"key": spec.key(), **asdict(spec), "seq_len_used": task.seq_len,
+              "parameters": num_parameters(model), "mlp_hidden": model.blocks[0].mlp[0].out_features,
+              "metric_name": task.metric, "higher_is_better": task.higher_is_better,
+              "curve": {"step": list(range(0, spec.steps, every)), "loss": loss_list[::every]},
+              "final_loss": sum(loss_list[-10:]) / len(loss_list[-10:]),
+              "seconds_per_step": (end - timed_start) / max(1, timed_steps),
+              "first_steps_s": timed_start - start,
+              "tokens_per_s": timed_steps * spec.batch_size * task.seq_len / max(1e-9, end - timed_start),
+              "train_s": end - start, "triton_calls": triton_calls, "backend": "triton" if cuda else "torch",
+              "device": str(device)}
+    if timing_only:
+        return record
+    metrics = evaluate(model, task, torch.Generator(device=device).manual_seed(spec.seed + 10_000), device, cuda,
+                       spec.eval_batch)
+    if not math.isfinite(record["final_loss"]):
+        metrics = {name: (float("nan")) for name in metrics}
+    record.update(metrics=metrics, metric=metrics[task.metric], wall_s=time.perf_counter() - start)
+    return record
+
+
+def _check_triton_path(model, counts, mixer) -> dict:
+    expected = model.recurrent_layers()
+    if counts["forward"] != expected or counts["backward"] != expected:
+        raise TritonPathError(
+            f"mixer {mixer!r}: {expected} recurrent layers, but the Triton chunked forward ran {counts['forward']} "
+            f"times and the Triton backward {counts['backward']} times in the first step; the bake-off must train "
+            "through backend='triton' on CUDA")
+    return dict(counts, expected=expected)
