@@ -17,6 +17,6 @@ rm -rf triton/backends/nvidia/bin/ptxas-blackwell triton/backends/nvidia/bin/nvd
   triton/backends/nvidia/lib/cupti/libcheckpoint.so triton/backends/nvidia/lib/cupti/libpcsamplingutil.so
 strip --strip-unneeded triton/_C/libtriton.so triton/_C/libproton.so
 cd "$repo"
-mkdir -p .t371 && grep -qx '/.t371/' .git/info/exclude || echo /.t371/ >> .git/info/exclude
+mkdir -p .t371  # git-ignored (.gitignore)
 tar -C "$work/slim" -cf - triton triton-3.7.1.dist-info | xz -9 -T0 > .t371/triton371.tar.xz
 rm -rf "$work"; ls -l .t371/triton371.tar.xz
