@@ -72,7 +72,9 @@ def parser() -> argparse.ArgumentParser:
                    help="worker processes per GPU (on the CPU: processes in all; 1 runs in this process)")
     p.add_argument("--deadline-s", type=float, default=0.0, help="start no run after this many seconds (0: none)")
     p.add_argument("--measure", action="store_true", help="time a short run per mixer and task, size the grid")
-    p.add_argument("--measure-steps", type=int, default=60)
+    p.add_argument("--measure-steps", type=int, default=40)
+    p.add_argument("--no-measure-learn", dest="measure_learn", action="store_false",
+                   help="measure timings only (skip the MQAR learnability runs)")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge stores into --out and exit")
     p.add_argument("--table", action="store_true", help="print the stored results and exit")
     p.add_argument("--dry-run", action="store_true", help="list the runs that would start and exit")
@@ -206,6 +208,21 @@ def _worker(device: str, jobs, results) -> None:
             results.put(("fatal", spec.key(), str(err)))
         except Exception:  # noqa: BLE001 - one failed run must not end the sweep; it is reported and retried later
             results.put(("error", spec.key(), traceback.format_exc()))
+            if device.startswith("cuda") and not _cuda_usable():
+                results.put(("dead", device, "the CUDA context of this worker is broken; a new worker replaces it"))
+                return
+
+
+def _cuda_usable() -> bool:
+    """After a device-side fault every later CUDA call of the process fails; only a new process recovers."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means the context is gone
+        return False
 
 
 class Executor:
@@ -218,10 +235,14 @@ class Executor:
         if slots:
             context = mp.get_context("spawn")
             self.jobs, self.results = context.Queue(), context.Queue()
+            self.context = context
             for slot in slots:
-                process = context.Process(target=_worker, args=(slot, self.jobs, self.results), daemon=True)
-                process.start()
-                self.processes.append(process)
+                self._start(slot)
+
+    def _start(self, slot: str) -> None:
+        process = self.context.Process(target=_worker, args=(slot, self.jobs, self.results), daemon=True)
+        process.start()
+        self.processes.append(process)
 
     @property
     def width(self) -> int:
@@ -243,6 +264,10 @@ class Executor:
             if not in_flight:
                 break
             status, key, payload = self.results.get()
+            if status == "dead":
+                print(f"[bakeoff] worker on {key}: {payload}", flush=True)
+                self._start(key)
+                continue
             in_flight -= 1
             if status == "fatal":
                 self.close()
@@ -284,10 +309,10 @@ def main(argv=None) -> int:
     executor = Executor(device, args.gpus, args.workers_per_gpu)
     deadline = time.time() + args.deadline_s if args.deadline_s else None
     try:
-        if args.measure:
-            measure(args, executor, device)
-            return 0
         prov = store.provenance(device)
+        if args.measure:
+            measure(args, executor, device, runs, prov)
+            return 0
         if args.phase in ("lr", "all"):
             execute(sweep_specs(args), runs, executor, args.out, prov, deadline)
         if args.phase in ("seeds", "all"):
@@ -328,54 +353,63 @@ def execute(specs, runs, executor, out, prov, deadline) -> None:
     executor.map(todo, on_result, deadline=deadline)
 
 
-def measure(args, executor, device) -> None:
-    """Time ``--measure-steps`` steps of every mixer on each task family's longest shape, all workers at once."""
+def _shape(spec: RunSpec) -> tuple[int, int]:
+    """What a step costs depends on the sequence length and the batch (the task family only decides those)."""
+    return spec.lm_seq_len if spec.task == "lm" else make_task(spec.task, vocab_size=spec.vocab_size,
+                                                                 seq_len=spec.seq_len).seq_len, spec.batch_size
+
+
+def measure(args, executor, device, runs, prov) -> None:
+    """Time ``--measure-steps`` steps of every mixer at each shape of the grid, with every worker busy (so the
+    sharing of a GPU is in the numbers); then, unless --no-measure-learn, train the sweep's middle learning
+    rate on the MQAR task that sets the MQAR learning rates (stored: the sweep reuses them) and print recall."""
+    grid = sweep_specs(args)
     samples = {}
-    for task in args.task_list:
-        kind = family(task)
-        length = args.lm_seq_len if kind == "lm" else max(args.seq_len, 4 * int(task[4:]) if kind == "mqar" else 0)
-        samples.setdefault((kind, length), task)
-    specs = []
-    for copy in range(executor.width):   # every worker busy: contention is measured
-        for task in samples.values():
-            for mixer in args.mixer_list:
-                spec = _spec(args, task, mixer, max(args.d_list), args.lr_list[0], copy, "measure")
-                specs.append(replace(spec, steps=args.measure_steps))
-    timings: dict[tuple[str, str], list[dict]] = {}
+    for spec in grid:
+        samples.setdefault(_shape(spec), spec)
+    specs = [replace(spec, mixer=mixer, d_model=max(args.d_list), seed=copy, steps=args.measure_steps, phase="measure")
+             for copy in range(executor.width) for spec in samples.values() for mixer in args.mixer_list]
+    timings: dict[tuple, list[dict]] = {}
 
     def on_result(status, key, payload):
         if status != "ok":
             print(f"[bakeoff] measure FAILED {key}\n{payload}", flush=True)
             return
-        timings.setdefault((payload["task"], payload["mixer"]), []).append(payload)
+        timings.setdefault((payload["mixer"],) + _shape(RunSpec(**{k: payload[k] for k in RunSpec.__dataclass_fields__})),
+                           []).append(payload)
 
     started = time.time()
     executor.map(specs, on_result, timing_only=True)
-    print(f"[bakeoff] measured {len(specs)} short runs on {executor.width} workers in {time.time() - started:.0f}s")
-    per_run = {}
-    print(f"{'task':10s} {'mixer':18s} {'s/step':>8s} {'first5 s':>9s} {'s/run':>7s} {'tok/s':>9s} {'vs sdpa':>8s}")
-    for (task, mixer), records in sorted(timings.items()):
-        step_s = summarize([r["seconds_per_step"] for r in records]).mean
-        first = max(r["first_steps_s"] for r in records)
+    print(f"[bakeoff] measured {len(specs)} short runs on {executor.width} workers in {time.time() - started:.0f}s "
+          f"(d_model {max(args.d_list)}, {args.num_layers} layers)")
+    step_seconds = {}
+    print(f"{'T':>5s} {'batch':>5s} {'mixer':18s} {'s/step':>8s} {'first5 s':>9s} {'tok/s':>9s} {'vs sdpa':>8s}")
+    for (mixer, length, batch), records in sorted(timings.items(), key=lambda item: (item[0][1:], item[0][0])):
+        step_seconds[(mixer, length, batch)] = summarize([r["seconds_per_step"] for r in records]).mean
         tokens = summarize([r["tokens_per_s"] for r in records]).mean
-        sdpa = timings.get((task, "softmax"))
+        sdpa = timings.get(("softmax", length, batch))
         ratio = tokens / summarize([r["tokens_per_s"] for r in sdpa]).mean if sdpa else float("nan")
-        steps = args.steps_of[family(task)]
-        per_run[(family(task), mixer)] = step_s * steps + 5 * step_s + 2.0   # + evaluation, roughly
-        print(f"{task:10s} {mixer:18s} {step_s:8.4f} {first:9.1f} {per_run[(family(task), mixer)]:7.1f} "
-              f"{tokens:9.0f} {ratio:8.2f}")
-    estimate_grid(args, per_run, executor.width)
+        print(f"{length:5d} {batch:5d} {mixer:18s} {step_seconds[(mixer, length, batch)]:8.4f} "
+              f"{max(r['first_steps_s'] for r in records):9.1f} {tokens:9.0f} {ratio:8.2f}")
+    estimate_grid(args, step_seconds, executor.width)
+    if args.measure_learn:
+        middle = args.lr_list[len(args.lr_list) // 2]
+        learn = [s for s in sweep_specs(args) if s.task == args.mqar_lr_task and s.lr == middle]
+        print(f"[bakeoff] learnability: {args.mqar_lr_task} at lr {middle:g}, {args.steps_of['mqar']} steps "
+              f"(stored as sweep runs)", flush=True)
+        execute(learn, runs, executor, args.out, prov, None)
 
 
-def estimate_grid(args, per_run, width) -> None:
+def estimate_grid(args, step_seconds, width) -> None:
     sweep = sweep_specs(args)
-    seeds = [s for s in cell_specs(args, 0.0, 0, "seeds") for _ in range(args.seeds - 1)]  # seed 0 is the sweep's
+    seeds = [s for s in cell_specs(args, 0.0, 1, "seeds") for _ in range(args.seeds - 1)]  # seed 0 is the sweep's
     total = 0.0
     for spec in sweep + seeds:
-        total += per_run.get((family(spec.task), spec.mixer), 0.0)
+        seconds = step_seconds.get((spec.mixer,) + _shape(spec))
+        total += (spec.steps + 5) * seconds + 2.0 if seconds is not None else 0.0   # + evaluation, roughly
     print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs = {len(sweep) + len(seeds)} runs, "
           f"about {total:.0f} worker-seconds = {total / width / 60:.1f} min on {width} workers "
-          f"(timings above already include the sharing of each GPU by its workers)", flush=True)
+          f"(per-step times measured with every worker busy)", flush=True)
 
 
 def print_table(runs: dict) -> None:

@@ -214,13 +214,23 @@ def _lm_task(length: int) -> Task:
     return Task("lm", 256, length, "val_bpb", False, sample)
 
 
+_PROBE_BYTES = {}
+
+
+def _probe_bytes(device):
+    """The marker and the code alphabet as tensors, copied to the device once (a copy per step would sync)."""
+    if str(device) not in _PROBE_BYTES:
+        _PROBE_BYTES[str(device)] = (torch.tensor(list(PROBE_MARK), device=device),
+                                     torch.tensor(list(PROBE_ALPHABET), device=device))
+    return _PROBE_BYTES[str(device)]
+
+
 def _plant_probe(window, gen):
     """Write ``\\n#k=<code>\\n`` near the start and ``\\n#k=<code>`` near the end of every window; returns the
     window and where the late code starts."""
     batch, length = window.shape
     device = window.device
-    mark = torch.tensor(list(PROBE_MARK), device=device)
-    alphabet = torch.tensor(list(PROBE_ALPHABET), device=device)
+    mark, alphabet = _probe_bytes(device)
     code = alphabet[_randint(len(alphabet), (batch, PROBE_LENGTH), gen, device)]
     early = torch.cat([mark.expand(batch, -1), code, mark[:1].expand(batch, 1)], dim=1)
     late = torch.cat([mark.expand(batch, -1), code], dim=1)

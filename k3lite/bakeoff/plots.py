@@ -1,0 +1,228 @@
+"""Figures of the bake-off from ``figures/bakeoff.json``, and a tiny live CPU version of a task.
+
+Every figure has error bars (± one standard deviation over seeds, each seed a dot), labelled axes, and an
+opaque white background, so it reads the same on light and dark pages. Chapters call :func:`plot_cell`
+(one stored cell) and :func:`live_demo` (a few seconds on the CPU); ``scripts/plot_bakeoff.py`` calls
+:func:`plot_all`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from k3lite.bakeoff import store
+from k3lite.bakeoff.models import BUILTIN
+from k3lite.bakeoff.stats import summarize
+from k3lite.bakeoff.tasks import family
+
+COLORS = {"softmax": "#555555", "linear_attention": "#1f77b4", "delta_rule": "#2ca02c",
+          "gated_delta_rule": "#d62728", "kda": "#9467bd", "k3_hybrid": "#ff7f0e"}
+LABELS = {"softmax": "softmax (SDPA)", "linear_attention": "linear attention", "delta_rule": "DeltaNet",
+          "gated_delta_rule": "Gated DeltaNet", "kda": "KDA", "k3_hybrid": "K3 hybrid (3 KDA : 1 MLA)"}
+TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
+               "switch": "Context switch: forget what came before the reset",
+               "twoscale": "Two timescales: recall early facts through a fast stream",
+               "lm": "Byte-level LM: planted code recalled ~1,900 bytes later"}
+
+
+def final_cells(runs: dict) -> dict[tuple, list[dict]]:
+    """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate (the one with the most seeds)."""
+    by_lr: dict[tuple, dict[float, list[dict]]] = {}
+    for record in runs.values():
+        if record.get("phase") == "measure" or "metric" not in record:
+            continue
+        by_lr.setdefault((record["task"], record["d_model"], record["mixer"]), {}).setdefault(
+            record["lr"], []).append(record)
+    return {cell: max(lrs.values(), key=len) for cell, lrs in by_lr.items()}
+
+
+def _order(mixers) -> list[str]:
+    return sorted(mixers, key=lambda m: (BUILTIN.index(m) if m in BUILTIN else len(BUILTIN), m))
+
+
+def _figure(plt, width=7.0, height=4.2):
+    fig, ax = plt.subplots(figsize=(width, height), facecolor="white")
+    ax.set_facecolor("white")
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _metric(record, name):
+    return record["metric"] if name is None else record["metrics"][name]
+
+
+def plot_cell(task: str, d_model: int | None = None, path="figures/bakeoff.json", ax=None, metric: str | None = None):
+    """One stored cell: ``task="mqar"`` draws recall against the number of pairs (one line per mixer),
+    any other task one bar per mixer. Returns the matplotlib axes."""
+    import matplotlib.pyplot as plt
+
+    cells = final_cells(store.load(path))
+    if ax is None:
+        _, ax = _figure(plt)
+    if task == "mqar":
+        widths = sorted({d for (t, d, _) in cells if family(t) == "mqar"})
+        if not widths:
+            raise ValueError(f"path {str(path)!r} holds no MQAR runs")
+        d_model = widths[-1] if d_model is None else d_model
+        _mqar_lines(ax, cells, d_model)
+    else:
+        _bars(ax, cells, task, d_model, metric)
+    return ax
+
+
+def _mqar_lines(ax, cells, d_model):
+    mixers = _order({m for (t, d, m) in cells if family(t) == "mqar" and d == d_model})
+    for mixer in mixers:
+        points = sorted((int(t[4:]), recs) for (t, d, m), recs in cells.items()
+                        if family(t) == "mqar" and d == d_model and m == mixer)
+        xs = [p for p, _ in points]
+        stats = [summarize([r["metric"] for r in recs]) for _, recs in points]
+        ax.errorbar(xs, [s.mean for s in stats], yerr=[s.std for s in stats], marker="o", capsize=3,
+                    color=COLORS.get(mixer), label=f"{LABELS.get(mixer, mixer)}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("key-value pairs in the sequence")
+    ax.set_ylabel("recall accuracy on the queries")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"MQAR, d_model {d_model}: mean ± std over seeds")
+    ax.legend(fontsize=8)
+
+
+def _bars(ax, cells, task, d_model, metric):
+    matching = {m: recs for (t, d, m), recs in cells.items() if t == task and (d_model is None or d == d_model)}
+    if not matching:
+        raise ValueError(f"task {task!r} has no stored runs" + (f" at d_model={d_model}" if d_model else ""))
+    mixers = _order(matching)
+    name = metric or matching[mixers[0]][0]["metric_name"]
+    for i, mixer in enumerate(mixers):
+        values = [_metric(r, metric) for r in matching[mixer]]
+        s = summarize(values)
+        ax.bar(i, s.mean, yerr=s.std, capsize=4, color=COLORS.get(mixer, "#8c564b"), alpha=0.8)
+        ax.scatter([i] * len(values), values, color="black", s=10, zorder=3)
+        ax.annotate(f"n={s.n}", (i, 0), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    ax.set_xticks(range(len(mixers)), [LABELS.get(m, m) for m in mixers], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel({"accuracy": "accuracy on the scored positions", "val_bpb": "validation bits per byte",
+                   "probe_recall": "accuracy on the planted code"}.get(name, name))
+    ax.set_title(TASK_TITLES.get(task, task) + " (mean ± std)", fontsize=10)
+
+
+def plot_lm_curves(runs: dict, ax):
+    cells = final_cells(runs)
+    for (task, _, mixer), records in sorted(cells.items(), key=lambda c: _order([c[0][2]])):
+        if task != "lm":
+            continue
+        steps = records[0]["curve"]["step"]
+        curves = [r["curve"]["loss"] for r in records if len(r["curve"]["loss"]) == len(steps)]
+        stats = [summarize(column) for column in zip(*curves)]
+        mean = [s.mean / 0.6931 for s in stats]
+        std = [s.std / 0.6931 for s in stats]
+        ax.plot(steps, mean, color=COLORS.get(mixer), label=LABELS.get(mixer, mixer))
+        ax.fill_between(steps, [m - e for m, e in zip(mean, std)], [m + e for m, e in zip(mean, std)],
+                        color=COLORS.get(mixer), alpha=0.2)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training loss (bits per byte)")
+    ax.set_title("Byte-level LM at T = 2048: training loss, mean ± std over seeds", fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def plot_throughput(runs: dict, ax):
+    """Training tokens/s of each mixer divided by the SDPA model's at the same shape."""
+    cells = final_cells(runs)
+    shapes = sorted({(r[0]["seq_len_used"], r[0]["batch_size"], d) for (t, d, m), r in cells.items()})
+    mixers = _order({m for (_, _, m) in cells})
+    width = 0.8 / max(1, len(mixers))
+    for j, mixer in enumerate(mixers):
+        ratios = []
+        for length, batch, d in shapes:
+            def speed(name):
+                recs = [r for (t, dd, m), rs in cells.items() if m == name and dd == d for r in rs
+                        if r["seq_len_used"] == length and r["batch_size"] == batch]
+                return summarize([r["tokens_per_s"] for r in recs]).mean if recs else float("nan")
+            ratios.append(speed(mixer) / speed("softmax"))
+        ax.bar([i + j * width for i in range(len(shapes))], ratios, width, color=COLORS.get(mixer),
+               label=LABELS.get(mixer, mixer))
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks([i + (len(mixers) - 1) * width / 2 for i in range(len(shapes))],
+                  [f"T={t}, B={b}, d={d}" for t, b, d in shapes], fontsize=8)
+    ax.set_ylabel("training tokens/s relative to SDPA")
+    backends = sorted({r["backend"] for recs in cells.values() for r in recs})
+    ax.set_title(f"Training throughput ({', '.join(backends)} backend), each shape on one device", fontsize=10)
+    ax.legend(fontsize=7)
+
+
+def plot_lr_sweep(runs: dict, task: str, d_model: int, ax):
+    sweep = [r for r in runs.values() if r["task"] == task and r["d_model"] == d_model and r["seed"] == 0
+             and r.get("phase") in ("lr", "seeds")]
+    for mixer in _order({r["mixer"] for r in sweep}):
+        points = sorted((r["lr"], r["metric"]) for r in sweep if r["mixer"] == mixer)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=COLORS.get(mixer),
+                label=LABELS.get(mixer, mixer))
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate (seed 0)")
+    ax.set_ylabel(sweep[0]["metric_name"] if sweep else "metric")
+    ax.set_title(f"Learning-rate sweep on {task}, d_model {d_model}", fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def plot_all(path="figures/bakeoff.json", out_dir="figures") -> list[Path]:
+    """Every bake-off figure from the store at ``path``; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = store.load(path)
+    if not runs:
+        raise ValueError(f"path {str(path)!r} holds no runs")
+    cells = final_cells(runs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=130, facecolor="white")
+        plt.close(fig)
+        written.append(out_dir / name)
+
+    for d in sorted({d for (t, d, _) in cells if family(t) == "mqar"}):
+        fig, ax = _figure(plt)
+        _mqar_lines(ax, cells, d)
+        save(fig, f"bakeoff_mqar_d{d}.png")
+    for task in ("rebind", "switch", "twoscale"):
+        if any(t == task for (t, _, _) in cells):
+            fig, ax = _figure(plt)
+            _bars(ax, cells, task, None, None)
+            save(fig, f"bakeoff_{task}.png")
+    if any(t == "lm" for (t, _, _) in cells):
+        for metric in ("val_bpb", "probe_recall"):
+            fig, ax = _figure(plt)
+            _bars(ax, cells, "lm", None, metric)
+            save(fig, f"bakeoff_lm_{metric}.png")
+        fig, ax = _figure(plt)
+        plot_lm_curves(runs, ax)
+        save(fig, "bakeoff_lm_loss.png")
+    fig, ax = _figure(plt, width=9.0)
+    plot_throughput(runs, ax)
+    save(fig, "bakeoff_throughput.png")
+    for task, d in sorted({(r["task"], r["d_model"]) for r in runs.values() if r.get("phase") == "lr"}):
+        fig, ax = _figure(plt)
+        plot_lr_sweep(runs, task, d, ax)
+        save(fig, f"bakeoff_lr_{task}_d{d}.png")
+    return written
+
+
+def live_demo(task: str = "rebind", mixers=("linear_attention", "delta_rule"), *, steps: int = 40,
+              d_model: int = 32, seed: int = 0, lr: float = 1e-2) -> dict[str, float]:
+    """Train each mixer for ``steps`` steps at toy size on the CPU and return its metric (a few seconds each).
+
+    Too short to rank anything; it shows the same code the GPU bake-off runs."""
+    from k3lite.bakeoff.runs import RunSpec, run
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    results = {}
+    for mixer in mixers:
+        spec = RunSpec(task=task, mixer=mixer, d_model=d_model, lr=lr, seed=seed, steps=steps, batch_size=16,
+                       vocab_size=80, seq_len=64, lm_seq_len=256, eval_batch=64, phase="demo")
+        results[mixer] = run(spec, "cpu")["metric"]
+    return results

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The mixer bake-off on the device (1 to 8 H200s): (a) a quick --measure (seconds per step of every mixer at
+# every shape of the grid, all workers busy, and an estimate of the whole grid; then the MQAR learnability
+# runs, which the sweep reuses), (b) the sweep (learning rates, then seeds) within a wall-clock limit.
+# Runs are stored in $OUT/bakeoff.json as each finishes (resumes from figures/bakeoff.json, which travels
+# with the working tree), copied to figures/bakeoff.json, and plotted into $OUT/figures/.
+#
+# Usage (repository root): bash scripts/gpu_bakeoff.sh LIMIT_S [MODE] [extra k3lite.bakeoff flags...]
+#   LIMIT_S  wall-clock seconds for this whole call (e.g. 540 for a 9-minute device call)
+#   MODE     both (default): measure, then sweep | measure: only (a) | sweep: only (b)
+#   flags    shrink the grid, e.g. --tasks mqar32,mqar64,rebind --d-models 128 --seeds 3 --steps mqar=1500
+# Environment: WORKERS_PER_GPU (default 6), GPUS (default: all visible), MARGIN_S (default 120: no run
+# starts later than LIMIT_S - MARGIN_S; runs in flight finish unless the hard limit hits first).
+set -o pipefail
+limit_s=${1:?usage: bash scripts/gpu_bakeoff.sh LIMIT_S [both|measure|sweep] [flags...]}
+mode=${2:-both}; shift; [ $# -gt 0 ] && shift
+start=$(date +%s)
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/bakeoff_out}; mkdir -p "$OUT"
+gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
+wpg=${WORKERS_PER_GPU:-6}
+margin=${MARGIN_S:-120}
+nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpu_info.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu_info.txt"
+cat "$OUT/gpu_info.txt"
+[ -f figures/bakeoff.json ] && [ ! -f "$OUT/bakeoff.json" ] && cp figures/bakeoff.json "$OUT/bakeoff.json"
+common=(--gpus "$gpus" --workers-per-gpu "$wpg" --out "$OUT/bakeoff.json")
+left() { echo $(( limit_s - ($(date +%s) - start) )); }
+
+if [ "$mode" = both ] || [ "$mode" = measure ]; then
+  budget=$(( $(left) - 30 )); [ "$mode" = both ] && budget=$(( budget < 240 ? budget : 240 ))
+  timeout -k 10 "$budget" python3 -m k3lite.bakeoff --measure "${common[@]}" "$@" 2>&1 | tee "$OUT/measure.log"
+fi
+if [ "$mode" = both ] || [ "$mode" = sweep ]; then
+  hard=$(( $(left) - 25 ))
+  deadline=$(( hard - margin )); [ $deadline -lt 30 ] && deadline=30
+  echo "[gpu_bakeoff] sweep: no run starts after ${deadline}s, hard stop at ${hard}s"
+  timeout -k 10 "$hard" python3 -m k3lite.bakeoff --deadline-s "$deadline" "${common[@]}" "$@" 2>&1 \
+    | grep -v -i warn | tee "$OUT/sweep.log" | tail -n 120
+fi
+[ -f "$OUT/bakeoff.json" ] && cp "$OUT/bakeoff.json" figures/bakeoff.json
+timeout 60 python3 scripts/plot_bakeoff.py --json "$OUT/bakeoff.json" --out-dir "$OUT/figures" 2>&1 | tail -n 5
+python3 -m k3lite.bakeoff --table --out "$OUT/bakeoff.json" "$@" 2>&1 | tail -n 80
+echo "[gpu_bakeoff] done in $(( $(date +%s) - start ))s"
