@@ -14,6 +14,7 @@
 # %%
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from myst_nb import glue
 
 from k3lite import accounting, runtime, viz
 from k3lite.exercises import ch00
@@ -48,13 +49,18 @@ for label, ratio in ratios:
     print(f"{label:<46}{ratio:>12,.1f}")
 spread = (ratios[0][1] - ratios[-1][1]) / ratios[-1][1]
 print(f"largest over smallest: {spread:.1%} apart")
+for key, (_, ratio) in zip(("rounded", "exact_gpt2", "exact"), ratios):
+    glue(f"ch00_ratio_{key}", f"{ratio:,.1f}", display=False)
+glue("ch00_k3_total", f"{k3_total / 1e12:.2f}e12", display=False)
+glue("ch00_spread", f"{spread:.1%}", display=False)
 
 # %% [markdown]
 # The article's 22,580 comes from the rounded numbers: 2.8 trillion divided by a GPT-2 of
-# exactly 124 million gives 22,580.6. With GPT-2's exact size the same 2.8e12 gives 22,500.8, and
-# K3's total as configured (about 2.78e12) gives 22,336.0. The three readings are 1.1% apart: the
+# exactly 124 million gives {glue:text}`ch00_ratio_rounded`. With GPT-2's exact size the same 2.8e12 gives
+# {glue:text}`ch00_ratio_exact_gpt2`, and K3's total as configured (about {glue:text}`ch00_k3_total`) gives
+# {glue:text}`ch00_ratio_exact`. The three readings are {glue:text}`ch00_spread` apart: the
 # headline is right to about one percent, and its five significant figures are not meaningful.
-# Nor are the "GPT-2s inside K3" alike: K3 spends 98% of its parameters on routed experts, of
+# Nor are the "GPT-2s inside K3" alike: K3 spends most of its parameters on routed experts, of
 # which each token uses only 16 of 896, so the parameters that work on any one token are far fewer:
 
 # %%
