@@ -68,7 +68,7 @@ def count_triton_calls():
     from k3lite.kernels import chunk_bwd_triton
 
     counts = {"forward": 0, "backward": 0}
-    forward, backward = kernels.chunked, chunk_bwd_triton.chunk_backward
+    forward, backward = kernels.run_chunked, chunk_bwd_triton.chunk_backward
 
     def counted_forward(*args, **kwargs):
         counts["forward"] += 1
@@ -78,11 +78,11 @@ def count_triton_calls():
         counts["backward"] += 1
         return backward(*args, **kwargs)
 
-    kernels.chunked, chunk_bwd_triton.chunk_backward = counted_forward, counted_backward
+    kernels.run_chunked, chunk_bwd_triton.chunk_backward = counted_forward, counted_backward
     try:
         yield counts
     finally:
-        kernels.chunked, chunk_bwd_triton.chunk_backward = forward, backward
+        kernels.run_chunked, chunk_bwd_triton.chunk_backward = forward, backward
 
 
 def _train_step(model, optimizer, batch, autocast):
