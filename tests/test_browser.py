@@ -23,7 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from site_chapters import load_book  # noqa: E402
+from build_book import unresolved_glue  # noqa: E402
+from site_chapters import is_solution, load_book  # noqa: E402
 
 BUILD_DIR = Path(os.environ.get("K3LITE_BUILD_DIR", ROOT / "_build"))
 BOOK_YML = Path(os.environ.get("K3LITE_BOOK_YML", ROOT / "book.yml"))
@@ -40,14 +41,23 @@ BOOK = load_book(BOOK_YML)
 STEMS = [chapter["file"] for chapter in BOOK["chapters"]]
 TITLES = {chapter["file"]: chapter["title"] for chapter in BOOK["chapters"]}
 FRONT_PAGES = ["index", "run_locally"]
+BACK_PAGES = ["cheatsheet"]
+SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
+# The course style draws labels at 10 pt on a 100 dpi canvas (13.9 px); shown at this fraction of its
+# drawn width or more, a figure's labels stay at 10 px or more.
+MIN_FIGURE_SCALE = 10 / (10 * 100 / 72)
 
 
 def page_path(name: str) -> str:
-    return f"/html/{name}.html" if name in FRONT_PAGES else f"/html/chapters/{name}.html"
+    return f"/html/{name}.html" if name in FRONT_PAGES + BACK_PAGES else f"/html/chapters/{name}.html"
 
 
 def built_chapters() -> list[str]:
     return [stem for stem in STEMS if (SITE_DIR / "chapters" / f"{stem}.html").exists()]
+
+
+def built_back_pages() -> list[str]:
+    return [name for name in BACK_PAGES if (SITE_DIR / f"{name}.html").exists()]
 
 
 def unavailable(reason: str) -> None:
@@ -101,6 +111,12 @@ class Visit:
     theme: str = ""
     figure_filters: list[str] = field(default_factory=list)
     download_href: str | None = None
+    clipped_equations: list[str] = field(default_factory=list)
+    open_hidden_cells: list[str] = field(default_factory=list)
+    hidden_cells: int = 0
+    figure_scales: list[dict] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+    diagrams: list[str] = field(default_factory=list)
 
 
 def open_page(context, server: str, url: str):
@@ -167,6 +183,51 @@ def inspect_page(page, visit: Visit) -> None:
         "() => Array.from(document.querySelectorAll('.cell_output img')).map(i => getComputedStyle(i).filter)")
     visit.download_href = page.evaluate(
         "() => document.querySelector('.k3lite-chapter-links a.download')?.href ?? null")
+    visit.clipped_equations = page.evaluate(CLIPPED_EQUATIONS)
+    visit.hidden_cells, visit.open_hidden_cells = page.evaluate(HIDDEN_CELLS)
+    visit.figure_scales = page.evaluate(
+        """() => Array.from(document.querySelectorAll('.bd-content div.cell_output img'))
+                 .filter(img => img.naturalWidth > 0)
+                 .map(img => ({src: img.currentSrc.slice(-40), scale: img.getBoundingClientRect().width / img.naturalWidth}))""")
+    visit.tables = page.evaluate(
+        "() => Array.from(document.querySelectorAll('.cell_output table')).map(t => t.rows[0]?.innerText ?? '')")
+    visit.diagrams = page.evaluate(
+        "() => Array.from(document.querySelectorAll('.bd-content img')).map(i => i.src).filter(s => /figures\\/diagram_/.test(s))")
+
+
+# A display equation wider than its box must sit in a box that scrolls (overflow-x auto or scroll).
+CLIPPED_EQUATIONS = """() => {
+  const clipped = [];
+  document.querySelectorAll('.bd-content mjx-container[display="true"]').forEach(eq => {
+    let box = eq, scrolls = false;
+    while (box && !box.classList.contains('bd-article')) {
+      const style = getComputedStyle(box);
+      if ((style.overflowX === 'auto' || style.overflowX === 'scroll') && box.scrollWidth > box.clientWidth) {
+        scrolls = true; break;
+      }
+      box = box.parentElement;
+    }
+    const article = eq.closest('.bd-article') || document.body;
+    const wide = eq.getBoundingClientRect().right > article.getBoundingClientRect().right + 1
+                 || eq.scrollWidth > eq.clientWidth + 1;
+    if (wide && !scrolls) clipped.push(eq.textContent.slice(0, 60));
+  });
+  return clipped;
+}"""
+
+# Cells whose input the site hides (plumbing, solutions): a closed toggle, the code not on screen.
+HIDDEN_CELLS = """() => {
+  const cells = document.querySelectorAll('.cell.tag_plumbing, .cell.tag_solution, .cell.tag_hide-input');
+  const open = [];
+  cells.forEach(cell => {
+    const toggle = cell.querySelector('details.above-input');
+    const input = cell.querySelector('.cell_input');
+    if (!toggle || toggle.open || (input && input.checkVisibility())) {
+      open.push(cell.className);
+    }
+  });
+  return [cells.length, open];
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +237,7 @@ def visits(browser, server) -> dict[tuple[str, str], Visit]:
     results = {}
     for scheme in ("light", "dark"):
         context = browser.new_context(color_scheme=scheme, viewport={"width": 1280, "height": 900})
-        for name in FRONT_PAGES + built_chapters():
+        for name in FRONT_PAGES + built_chapters() + built_back_pages():
             visit = Visit()
             page, visit.problems = open_page(context, server, server + page_path(name))
             inspect_page(page, visit)
@@ -187,7 +248,7 @@ def visits(browser, server) -> dict[tuple[str, str], Visit]:
     return results
 
 
-PAGES = FRONT_PAGES + STEMS
+PAGES = FRONT_PAGES + STEMS + BACK_PAGES
 
 
 def visited(visits, name: str, scheme: str = "light") -> Visit:
@@ -254,7 +315,7 @@ def test_previous_and_next_follow_book_order(visits, server):
         unavailable("no chapter page in the built site")
     if REQUIRE_BROWSER:
         assert chapters == STEMS, f"chapters missing from the site: {sorted(set(STEMS) - set(chapters))}"
-    order = FRONT_PAGES + chapters
+    order = FRONT_PAGES + chapters + built_back_pages()
     for position, name in enumerate(order):
         visit = visited(visits, name)
         expected_prev = server + page_path(order[position - 1]) if position > 0 else None
@@ -299,3 +360,152 @@ def test_slide_deck_opens_and_advances(browser, server):
     source = (SLIDES_DIR / f"{decks[0]}.slides.html").read_text(encoding="utf-8")
     if "$" in source:
         assert math > 0, f"{decks[0]}: the deck's math was not typeset"
+
+
+# ----- the site: equations, hidden cells, figures, tables, glue, diagrams -----
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_display_equation_is_clipped(visits, name):
+    visit = visited(visits, name)
+    assert visit.clipped_equations == [], (
+        f"{name}: display equations wider than their box, with no scroll box: {visit.clipped_equations}")
+
+
+@pytest.mark.parametrize("name", STEMS)
+def test_plumbing_and_solution_cells_are_collapsed(visits, name):
+    visit = visited(visits, name)
+    assert visit.open_hidden_cells == [], f"{name}: hidden-input cells shown open: {visit.open_hidden_cells}"
+
+
+def test_some_chapter_hides_a_cell(visits):
+    chapters = built_chapters()
+    if not chapters:
+        unavailable("no chapter page in the built site")
+    assert sum(visited(visits, stem).hidden_cells for stem in chapters) > 0, "no chapter hides any cell input"
+
+
+@pytest.mark.parametrize("name", STEMS)
+def test_figures_keep_labels_of_10_px(visits, name):
+    visit = visited(visits, name)
+    small = [f"{figure['src']} at {figure['scale']:.2f}" for figure in visit.figure_scales
+             if figure["scale"] < MIN_FIGURE_SCALE]
+    assert small == [], f"{name}: figures shrunk below {MIN_FIGURE_SCALE:.2f} of their drawn width: {small}"
+
+
+def test_claim_ledger_is_a_table(visits):
+    visit = visited(visits, "10_kimi_k3")
+    ledgers = [header for header in visit.tables if "claim" in header and "verdict" in header]
+    assert ledgers, f"10_kimi_k3: no output table with claim and verdict columns (tables: {visit.tables})"
+
+
+def test_cheatsheet_is_a_typeset_table(visits):
+    visit = visited(visits, "cheatsheet")
+    assert visit.typeset >= 9 and visit.math_errors == 0, "the cheat sheet's update rules were not typeset"
+
+
+def test_no_glue_reference_is_left_unresolved():
+    if not (SITE_DIR / "index.html").exists():
+        unavailable(f"no built site in {SITE_DIR}: run `make book` first")
+    assert unresolved_glue(SITE_DIR) == []
+
+
+@pytest.mark.xfail(strict=False, reason="the chapters include the diagrams of figures/ in a later edit")
+@pytest.mark.parametrize("name", STEMS)
+def test_chapter_shows_a_diagram(visits, name):
+    assert visited(visits, name).diagrams, f"{name}: no diagram from figures/diagram_*.svg on the page"
+
+
+# ----- the decks: every slide fits, every section has notes, no solutions, no empty widgets -----
+
+MEASURE_DECK = """async () => {
+  if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
+  const config = Reveal.getConfig();
+  const slides = [], sections = [];
+  const horizontal = Reveal.getHorizontalSlides();
+  for (let h = 0; h < horizontal.length; h++) {
+    const vertical = Array.from(horizontal[h].querySelectorAll(':scope > section'));
+    const notes = Array.from(horizontal[h].querySelectorAll('aside.notes')).map(n => n.textContent.trim());
+    sections.push({index: h, notes: notes.filter(text => text.length > 0).length});
+    const list = vertical.length ? vertical : [horizontal[h]];
+    for (let v = 0; v < list.length; v++) {
+      Reveal.slide(h, v);
+      await new Promise(done => requestAnimationFrame(done));
+      slides.push({h: h, v: v, height: list[v].scrollHeight,
+                   text: (list[v].innerText || '').slice(0, 60).replace(/\\s+/g, ' ')});
+    }
+  }
+  const emptyOutputs = Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+      .filter(o => o.children.length === 0 && o.textContent.trim() === '').length;
+  return {width: config.width, height: config.height, slides: slides, sections: sections,
+          emptyOutputs: emptyOutputs, code: Array.from(document.querySelectorAll('.jp-InputArea pre, .highlight pre'))
+                                            .map(pre => pre.textContent).join('\\n')};
+}"""
+
+
+def built_decks() -> list[str]:
+    return [stem for stem in STEMS if (SLIDES_DIR / f"{stem}.slides.html").exists()]
+
+
+@pytest.fixture(scope="module")
+def decks(browser, server) -> dict[str, dict]:
+    """Every deck opened at 1280 x 720, every slide visited and measured."""
+    if not built_decks():
+        unavailable(f"no slide deck in {SLIDES_DIR}: run `make slides`")
+    context = browser.new_context(viewport={"width": SLIDE_WIDTH, "height": SLIDE_HEIGHT})
+    results = {}
+    for stem in built_decks():
+        page, problems = open_page(context, server, f"{server}/slides/{stem}.slides.html")
+        page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=PAGE_TIMEOUT_MS)
+        results[stem] = dict(page.evaluate(MEASURE_DECK), problems=problems)
+        page.close()
+    context.close()
+    return results
+
+
+def deck(decks, stem: str) -> dict:
+    if stem not in decks:
+        unavailable(f"{stem}: no deck in {SLIDES_DIR}")
+    return decks[stem]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_slide_fits_1280_by_720(decks, stem):
+    measured = deck(decks, stem)
+    assert (measured["width"], measured["height"]) == (SLIDE_WIDTH, SLIDE_HEIGHT)
+    assert measured["problems"] == []
+    tall = [f"{s['h']}/{s['v']} ({s['height']} px): {s['text']}" for s in measured["slides"]
+            if s["height"] > SLIDE_HEIGHT]
+    assert tall == [], f"{stem}: slides taller than {SLIDE_HEIGHT} px: {tall}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_section_has_speaker_notes(decks, stem):
+    sections = deck(decks, stem)["sections"]
+    silent = [section["index"] for section in sections if section["notes"] == 0]
+    assert sections and silent == [], f"{stem}: sections without speaker notes: {silent}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_no_solution_code_on_slides(decks, stem):
+    import nbformat
+
+    code = deck(decks, stem)["code"]
+    notebook = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
+    # A solution's own lines: long enough to be distinctive, and not shared with the exercise's stub,
+    # its checker call or any other cell the slides may show.
+    elsewhere = {line.strip() for cell in notebook.cells if not is_solution(cell) for line in cell.source.splitlines()}
+    shown = []
+    for cell in notebook.cells:
+        if not is_solution(cell):
+            continue
+        distinctive = [line.strip() for line in cell.source.splitlines()
+                       if len(line.strip()) > 30 and not line.strip().startswith("#") and line.strip() not in elsewhere]
+        shown += [line for line in distinctive if line in code]
+    assert shown == [], f"{stem}: solution code on the slides: {shown[:3]}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_no_empty_widget_output_on_slides(decks, stem):
+    assert deck(decks, stem)["emptyOutputs"] == 0, f"{stem}: empty output areas on the slides"
+    source = (SLIDES_DIR / f"{stem}.slides.html").read_text(encoding="utf-8")
+    assert "application/vnd.jupyter.widget-view+json" not in source
