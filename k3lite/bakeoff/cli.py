@@ -98,7 +98,7 @@ def check_args(args) -> None:
     mqar = [t for t in args.task_list if family(t) == "mqar"]
     if args.mqar_lr_task is None:
         args.mqar_lr_task = "mqar64" if "mqar64" in mqar else max(mqar, key=lambda t: int(t[4:]), default="mqar64")
-    for task in args.task_list + [args.mqar_lr_task]:
+    for task in args.task_list + ([args.mqar_lr_task] if mqar else []):
         make_task(task, vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
     args.mixer_list = [m for m in args.mixers.split(",") if m]
     if not args.mixer_list:
@@ -113,7 +113,7 @@ def check_args(args) -> None:
         raise ValueError(f"--d-models must be positive multiples of --num-heads={args.num_heads}, got {args.d_models!r}")
     args.lr_list, args.lm_lr_list = _floats(args.lrs, "--lrs"), _floats(args.lm_lrs, "--lm-lrs")
     args.steps_of, args.batch_of = per_family(args.steps, "--steps"), per_family(args.batch_size, "--batch-size")
-    for task in args.task_list + [args.mqar_lr_task]:
+    for task in args.task_list + ([args.mqar_lr_task] if mqar else []):
         for table, name in ((args.steps_of, "--steps"), (args.batch_of, "--batch-size")):
             if family(task) not in table:
                 raise ValueError(f"{name} gives no value for task family {family(task)!r}")

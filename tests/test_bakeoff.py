@@ -1,0 +1,185 @@
+"""k3lite.bakeoff at toy size on the CPU: tasks, mixers, runs, store (resume, merge), statistics, arguments."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from k3lite.bakeoff import cli, store
+from k3lite.bakeoff.models import BUILTIN, build_model, load_custom, matched_mlp_hidden, num_parameters
+from k3lite.bakeoff.runs import RunSpec, TritonPathError, _check_triton_path, param_groups, run
+from k3lite.bakeoff.stats import beats, summarize
+from k3lite.bakeoff.tasks import NONE, RESET, make_task
+
+TOY = dict(d_model=16, lr=3e-3, seed=0, steps=2, batch_size=2, vocab_size=80, seq_len=64, lm_seq_len=128,
+           eval_batch=4)
+TOY_ARGS = ["--d-models", "16", "--steps", "2", "--batch-size", "2", "--vocab", "80", "--seq-len", "64",
+            "--lm-seq-len", "128", "--eval-batch", "4", "--device", "cpu", "--workers-per-gpu", "1"]
+
+
+def _sample(task, seed=0, batch=2, **kw):
+    return make_task(task, vocab_size=80, seq_len=64, lm_seq_len=128, **kw).sample(
+        batch, torch.Generator().manual_seed(seed), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("mixer", BUILTIN)
+def test_every_mixer_trains_and_reports(mixer):
+    record = run(RunSpec(task="mqar4", mixer=mixer, **TOY))
+    assert 0.0 <= record["metric"] <= 1.0 and record["metric_name"] == "accuracy"
+    assert math.isfinite(record["final_loss"]) and len(record["curve"]["loss"]) == 2
+    assert record["backend"] == "torch" and record["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("task", ["mqar8", "rebind", "switch", "twoscale", "lm"])
+def test_every_task_trains(task):
+    record = run(RunSpec(task=task, mixer="delta_rule", **TOY))
+    assert math.isfinite(record["metric"])
+    if task == "lm":
+        assert set(record["metrics"]) == {"val_bpb", "probe_recall"} and not record["higher_is_better"]
+        assert 0.0 <= record["metrics"]["probe_recall"] <= 1.0
+
+
+def test_mqar_queries_ask_the_stored_pairs():
+    inputs, targets, score = _sample("mqar8")
+    for row_in, row_t in zip(inputs.tolist(), targets.tolist()):
+        pairs = dict(zip(row_in[0:16:2], row_in[1:16:2]))
+        asked = [(tok, t) for tok, t in zip(row_in, row_t) if t != -100]
+        assert len(asked) == 8 and all(pairs[k] == v for k, v in asked)
+    assert torch.equal(score, targets != -100)
+
+
+def test_rebind_wants_the_latest_value():
+    inputs, targets, _ = _sample("rebind", seed=3)
+    for row_in, row_t in zip(inputs.tolist(), targets.tolist()):
+        latest, queries = {}, 0
+        for i, (tok, t) in enumerate(zip(row_in, row_t)):
+            if t != -100:
+                assert t == latest[tok]
+                queries += 1
+            elif queries == 0 and i % 2 == 0 and i + 1 < len(row_in):
+                latest[tok] = row_in[i + 1]
+        assert queries == 16
+        assert len(set(row_in[0:2 * 24:2])) < 24       # keys really are bound more than once
+
+
+def test_switch_answers_none_for_keys_bound_only_before_the_reset():
+    inputs, targets, _ = _sample("switch", seed=5, batch=4)
+    episode, stale = 1 + 2 * 8 + 8, 0
+    for row_in, row_t in zip(inputs.tolist(), targets.tolist()):
+        current, ever = {}, set()
+        for i in range(0, len(row_in) - episode + 1, episode):
+            assert row_in[i] == RESET
+            current = dict(zip(row_in[i + 1:i + 17:2], row_in[i + 2:i + 17:2]))
+            for tok, t in zip(row_in[i + 17:i + episode], row_t[i + 17:i + episode]):
+                assert t == current.get(tok, NONE)
+                stale += t == NONE and tok in ever
+            ever |= set(current)
+    assert stale > 0   # some queries ask for a key that only an earlier episode bound
+
+
+def test_twoscale_scores_only_the_facts():
+    inputs, targets, score = _sample("twoscale")
+    assert int(score.sum()) == 2 * 8 and int((targets != -100).sum()) > int(score.sum())
+    for row_in, row_t, row_s in zip(inputs.tolist(), targets.tolist(), score.tolist()):
+        facts = dict(zip(row_in[0:16:2], row_in[1:16:2]))
+        assert all(facts[tok] == t for tok, t, s in zip(row_in, row_t, row_s) if s)
+
+
+def test_lm_probe_scores_the_planted_code():
+    inputs, targets, score = _sample("lm")
+    for row_in, row_t, row_s in zip(inputs.tolist(), targets.tolist(), score.tolist()):
+        code = bytes(t for t, s in zip(row_t, row_s) if s)
+        assert len(code) == 8 and bytes(row_in).count(b"#k=" + code) == 2
+
+
+def test_parameter_counts_are_matched():
+    counts = {m: num_parameters(build_model(m, vocab_size=80, d_model=32,
+                                            mlp_hidden=matched_mlp_hidden(m, vocab_size=80, d_model=32)))
+              for m in BUILTIN}
+    assert max(counts.values()) / min(counts.values()) < 1.01, counts
+
+
+def test_custom_mixer_loader_gets_the_same_table():
+    spec = "k3lite.ops.kda:chunked"
+    assert load_custom(spec).__name__ == "chunked"
+    record = run(RunSpec(task="mqar4", mixer=spec, **TOY))
+    kda = run(RunSpec(task="mqar4", mixer="kda", **TOY))
+    assert record["parameters"] == kda["parameters"] and 0.0 <= record["metric"] <= 1.0
+    for bad in ("no_colon", "k3lite.ops.kda:missing", "not_a_module_xyz:f", ":f"):
+        with pytest.raises(ValueError, match="mixer"):
+            load_custom(bad)
+
+
+def test_optimizer_groups_exclude_norms_biases_gates_and_embeddings():
+    model = build_model("kda", vocab_size=80, d_model=16)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    skipped = {names[id(p)] for p in no_decay["params"]}
+    assert "embed.weight" in skipped and any("A_log" in n for n in skipped)
+    assert any(n.endswith("decay.bias") for n in skipped) and any("norm" in n for n in skipped)
+    assert all(p.ndim >= 2 for p in decay["params"]) and "head.weight" in {names[id(p)] for p in decay["params"]}
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.1
+
+
+def test_triton_path_check_fails_loudly_when_a_layer_is_not_counted():
+    model = build_model("k3_hybrid", vocab_size=80, d_model=16)
+    assert _check_triton_path(model, {"forward": 3, "backward": 3}, "k3_hybrid")["expected"] == 3
+    with pytest.raises(TritonPathError, match="backward"):
+        _check_triton_path(model, {"forward": 3, "backward": 0}, "k3_hybrid")
+
+
+def test_beats_rule():
+    assert beats([0.9, 0.91, 0.92], [0.5, 0.52, 0.51])
+    assert not beats([0.9, 0.5, 0.7], [0.6, 0.8, 0.65])              # overlapping spreads
+    assert beats([1.2, 1.21, 1.19], [1.5, 1.52, 1.49], higher_is_better=False)
+    assert not beats([1.2, 1.21, 1.19], [1.5, 1.52, 1.49])
+    assert summarize([1.0, 3.0]).std == pytest.approx(math.sqrt(2.0))
+    with pytest.raises(ValueError, match="a must"):
+        beats([1.0], [0.0, 0.1])
+
+
+def test_sweep_then_seeds_resume_and_merge(tmp_path, monkeypatch):
+    calls = []
+    real_run = cli.run
+    monkeypatch.setattr(cli, "run", lambda spec, *a, **k: calls.append(spec) or real_run(spec, *a, **k))
+    out = tmp_path / "a.json"
+    argv = TOY_ARGS + ["--tasks", "mqar4", "--mixers", "softmax,delta_rule", "--lrs", "1e-3,1e-2", "--seeds", "2",
+                       "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert len(calls) == 2 * 2 + 2            # sweep: 2 mixers x 2 lrs; seeds: seed 1 of each (seed 0 is stored)
+    runs = store.load(out)
+    assert len(runs) == 6 and all(r["provenance"]["torch"] == torch.__version__ for r in runs.values())
+    assert not list(tmp_path.glob("*.tmp"))
+    calls.clear()
+    assert cli.main(argv) == 0 and calls == []     # everything stored: nothing is redone
+    other = tmp_path / "b.json"
+    cli.main(TOY_ARGS + ["--tasks", "rebind", "--mixers", "softmax", "--lrs", "1e-2", "--seeds", "1",
+                         "--out", str(other)])
+    merged = tmp_path / "m.json"
+    assert cli.main(["--merge", str(out), str(other), "--out", str(merged)]) == 0
+    assert set(store.load(merged)) == set(runs) | set(store.load(other))
+    assert json.loads(merged.read_text())["format"] == store.FORMAT
+
+
+@pytest.mark.parametrize("flag,value", [("--seeds", "0"), ("--phase", "later"), ("--tasks", "mqar0"),
+                                        ("--tasks", "copying"), ("--mixers", "mamba"), ("--d-models", "15"),
+                                        ("--lrs", "-1"), ("--steps", "mqar=0"), ("--device", "tpu"),
+                                        ("--gpus", "-1"), ("--lm-seq-len", "64"), ("--vocab", "5")])
+def test_bad_arguments_raise_value_error_naming_them(flag, value, tmp_path):
+    argv = TOY_ARGS + ["--tasks", "mqar4,lm", "--out", str(tmp_path / "x.json"), "--dry-run", flag, value]
+    with pytest.raises(ValueError, match=flag.lstrip("-").replace("-", "[-_]") + "|" + value):
+        cli.main(argv)
+
+
+def test_bad_model_and_task_arguments():
+    with pytest.raises(ValueError, match="num_layers"):
+        build_model("k3_hybrid", vocab_size=80, d_model=16, num_layers=3)
+    with pytest.raises(ValueError, match="vocab_size"):
+        make_task("switch", vocab_size=40)
+    with pytest.raises(ValueError, match="seq_len"):
+        make_task("rebind", seq_len=32)
+    with pytest.raises(ValueError, match="merge"):
+        store.merge([], "x.json")
