@@ -25,6 +25,19 @@ def rel_err(x, ref):
     return ((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
 
 
+def gate_values(shape, gate_min, gen):
+    """Log-gates: uniform in [gate_min, 0], or for ("spike", x): gentle gates (-0.001) with x at tokens 5 and 40.
+
+    A spike's huge running sum used to swamp the gentle gates after it, inside the same chunk (the kernels
+    subtracted running sums of log-gates); -inf must give exact zeros, not NaN.
+    """
+    if isinstance(gate_min, tuple):
+        g = torch.full(shape, -0.001)
+        g[:, [5, 40]] = gate_min[1]
+        return g
+    return gate_min * torch.rand(*shape, generator=gen)
+
+
 def make_inputs(kind, T, gate_min, seed, batch=B):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, T, H, K, generator=gen)
@@ -33,9 +46,9 @@ def make_inputs(kind, T, gate_min, seed, batch=B):
     beta = torch.rand(batch, T, H, generator=gen) if kind != "linear_attention" else None
     g = None
     if kind == "gated_delta_rule":
-        g = gate_min * torch.rand(batch, T, H, generator=gen)
+        g = gate_values((batch, T, H), gate_min, gen)
     if kind == "kda":
-        g = gate_min * torch.rand(batch, T, H, K, generator=gen)
+        g = gate_values((batch, T, H, K), gate_min, gen)
     h0 = torch.randn(batch, H, K, V, generator=gen)
     return q, k, v, g, beta, h0
 
@@ -50,6 +63,8 @@ CASES = [("linear_attention", 1, 0.0), ("linear_attention", 130, 0.0),
          ("delta_rule", 1, 0.0), ("delta_rule", 70, 0.0), ("delta_rule", 128, 0.0),
          ("gated_delta_rule", 1, -1.0), ("gated_delta_rule", 70, -1.0), ("gated_delta_rule", 130, -20.0),
          ("kda", 1, -1.0), ("kda", 70, -1.0), ("kda", 130, -20.0)]
+SPIKES = [(kind, 70, ("spike", spike)) for kind in ("gated_delta_rule", "kda") for spike in (-1e4, -1e6, float("-inf"))]
+CASES += SPIKES
 
 
 @pytest.mark.parametrize("kind,T,gate_min", CASES)
@@ -73,7 +88,7 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
         if x is None:
             continue
         assert torch.isfinite(x.grad).all(), name
-        assert rel_err(x.grad, ref.grad) < 1e-4, name
+        assert rel_err(x.grad, ref.grad) < (1e-5 if isinstance(gate_min, tuple) else 1e-4), name
 
 
 @pytest.mark.parametrize("kind", list(OPS))

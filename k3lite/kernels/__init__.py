@@ -143,18 +143,18 @@ class _Chunked(torch.autograd.Function):
         h0 = initial_state.float().contiguous() if initial_state is not None else None
         o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True)
         ctx.kind, ctx.scale = kind, scale
-        ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["aqk"],
-                              kept["ai"])
+        ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["G_lo"],
+                              kept["aqk"], kept["ai"])
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_state):
         from .chunk_bwd_triton import chunk_backward
 
-        q, k, v, g, beta, h0, h, v_new, G, aqk, ai = ctx.saved_tensors
+        q, k, v, g, beta, h0, h, v_new, G, G_lo, aqk, ai = ctx.saved_tensors
         needs = ctx.needs_input_grad[2:]
         args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
-        kept = {"h": h, "vn": v_new, "G": G, "aqk": aqk, "ai": ai}
+        kept = {"h": h, "vn": v_new, "G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai}
         grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
         result = [None, None]
         for grad, x, need in zip(grads, (q, k, v, g, beta, h0), needs):

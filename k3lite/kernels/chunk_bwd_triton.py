@@ -31,8 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_OF_KIND, SUB, _block, _load_f32, _load_row,
-                        _load_vec_f32, _store, _tile, _vec, dot_precision, wy_factors)
+from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, SUB, _block,
+                        _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
+                        wy_factors)
 
 
 @triton.jit
@@ -42,8 +43,8 @@ def _bwd_local_output(aqk_ptr, vn_ptr, do_ptr, dv_ptr, daqk_ptr, scale, T, H: tl
     # dAqk = dO V'^T; stored as scale * causal(dAqk), the gradient of the unscaled decayed Q K^T.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    a_base = (i_b * T * H + i_h) * BT
-    vbase = (i_b * T * H + i_h) * V
+    a_base = _head_base(i_b, i_h, T, H, BT)
+    vbase = _head_base(i_b, i_h, T, H, V)
     rows = tl.arange(0, BT)
     causal = rows[:, None] >= rows[None, :]
     b_a = tl.where(causal, _load_f32(aqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT), 0.0)
@@ -96,8 +97,8 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     else:
         d1 = tl.zeros([HALF, BV], dtype=tl.float32)
         d2 = tl.zeros([HALF, BV], dtype=tl.float32)
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
+    kbase = _head_base(i_b, i_h, T, H, K)
+    vbase = _head_base(i_b, i_h, T, H, V)
     for i in range(0, NT):
         i_t = NT - 1 - i
         h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
@@ -143,7 +144,7 @@ def _gated_queries(q_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr, dq_ptr, dk_ptr, dw_ptr, dg_ptr,
+def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr, dq_ptr, dk_ptr, dw_ptr, dg_ptr,
                      scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr,
                      DOT_PRECISION: tl.constexpr):
@@ -152,8 +153,8 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr,
     # then dQ = scale exp(G) P,  dK = exp(G_C - G) R,  dG = Q dQ - K dK (+ sum_r K dK + exp(G_C) dkeep on row G_C).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
+    kbase = _head_base(i_b, i_h, T, H, K)
+    vbase = _head_base(i_b, i_h, T, H, V)
     h_base = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
     p_acc = tl.zeros([BT, BK], dtype=tl.float32)
     r_acc = tl.zeros([BT, BK], dtype=tl.float32)
@@ -185,8 +186,10 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr,
         t_last = tl.minimum(i_t * BT + BT, T) - 1
         b_g = _load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
+        l_last = _load_row(gl_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
+        b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         dq = dq * tl.exp(tl.minimum(b_g, 0.0))
-        dk = dk * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
+        dk = dk * tl.exp(tl.minimum(_span(g_last[None, :], l_last[None, :], b_g, b_gl), 0.0))
         kdk = b_k * dk
         rows = tl.arange(0, BT)
         on_last = (i_t * BT + rows) == t_last
@@ -211,18 +214,18 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
     # dAkk); float32 inputs keep exact float32 products.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    a_base = (i_b * T * H + i_h) * BT
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
+    a_base = _head_base(i_b, i_h, T, H, BT)
+    kbase = _head_base(i_b, i_h, T, H, K)
+    vbase = _head_base(i_b, i_h, T, H, V)
     dtype = k_ptr.dtype.element_ty
     b_ai = _load_f32(ai_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ait = tl.trans(b_ai).to(dtype)
-    b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
     d_ai = tl.zeros([BT, BT], dtype=tl.float32)
     d_beta = tl.zeros([BT], dtype=tl.float32)
     d_g_row = tl.zeros([BT], dtype=tl.float32)
-    if GATE == 1:  # g_ptr, dg_ptr: [B, T, H] rows (one gate per head); dG summed over channels here
-        e_g_row = tl.exp(tl.minimum(_load_vec_f32(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT), 0.0))
+    if GATE == GATE_SCALAR:  # g_ptr, dg_ptr: [B, T, H] rows (one gate per head); dG summed over channels here
+        e_g_row = tl.exp(tl.minimum(_load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT), 0.0))
     for i_v in range(0, tl.cdiv(V, BV)):
         b_du = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV).to(dtype)
         b_v = _load_f32(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
@@ -234,9 +237,9 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
         b_dw = _load_f32(dw_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK).to(dtype)
         b_k = _load_f32(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         b_eg = tl.full([BT, BK], 1.0, dtype=tl.float32)
-        if GATE == 1:
+        if GATE == GATE_SCALAR:
             b_eg = b_eg * e_g_row[:, None]
-        if GATE == 2:
+        if GATE == GATE_CHANNEL:
             b_eg = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK), 0.0))
         b_kg = b_k * b_eg
         b_dxw = tl.dot(b_ait, b_dw, input_precision=DOT_PRECISION)
@@ -245,24 +248,25 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
         d_beta += dxw_kg
         p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + b_beta[:, None] * b_eg * b_dxw, mask=m_dk)
-        if GATE == 1:
+        if GATE == GATE_SCALAR:
             d_g_row += b_beta * dxw_kg
-        if GATE == 2:
+        if GATE == GATE_CHANNEL:
             p_dg, m_dg = _tile(dg_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + b_dxw * b_kg * b_beta[:, None], mask=m_dg)
-    if GATE == 1:
-        p_dgr, m_dgr = _vec(dg_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    if GATE == GATE_SCALAR:
+        p_dgr, m_dgr = _vec(dg_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         tl.store(p_dgr, tl.load(p_dgr, mask=m_dgr, other=0.0) + d_g_row, mask=m_dgr)
     d_akk = -tl.dot(tl.dot(tl.trans(b_ai), d_ai, input_precision=DOT_PRECISION), tl.trans(b_ai),
                     input_precision=DOT_PRECISION)
     rows = tl.arange(0, BT)
     _store(dakk_ptr + a_base, tl.where(rows[:, None] > rows[None, :], d_akk, 0.0), i_t * BT, 0, T, BT, H * BT, BT, BT)
-    p_db, m_db = _vec(dbeta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    p_db, m_db = _vec(dbeta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
     tl.store(p_db, d_beta, mask=m_db)
 
 
 @triton.jit
-def _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride, n_cols, HALF: tl.constexpr,
+def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, stride, n_cols,
+                        HALF: tl.constexpr,
                         BC: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # One level of the diagonal block's gradient: the pairs (r, c) of one group of 2*HALF rows with c in the
     # group's first half and r in its second. Their common anchor a = the last row of the first half lies
@@ -276,9 +280,10 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride,
     anchor = group * (2 * HALF) + HALF - 1
     second_half = (rows % (2 * HALF)) >= HALF
     cols = tl.arange(0, BK)
-    g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :],
-                  mask=(anchor[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0).to(tl.float32)
-    decay = tl.exp(-tl.abs(b_g - g_a))
+    m_a = (anchor[:, None] < n_rows) & (cols[None, :] < n_cols)
+    g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
+    l_a = tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
+    decay = tl.exp(-tl.abs(_span(b_g, b_gl, g_a, l_a)))
     row_side = second_half[:, None]
     same_group = group[:, None] == group[None, :]
     d_a = tl.where(same_group, d_a, 0.0)
@@ -296,7 +301,7 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, stride,
 
 
 @triton.jit
-def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
+def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
                H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                GATED: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Stage 5, one program per (chunk, sub-block i of BC rows). With e[r, c, d] = exp(G_rd - G_cd), c <= r,
@@ -314,14 +319,16 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
     row0 = i_t * BT + i_i * BC
     if row0 >= T:
         return
-    kbase = (i_b * T * H + i_h) * K
-    a_base = (i_b * T * H + i_h) * BT
-    b_base = i_b * T * H + i_h
+    kbase = _head_base(i_b, i_h, T, H, K)
+    a_base = _head_base(i_b, i_h, T, H, BT)
+    b_base = _head_base(i_b, i_h, T, H, 1)
     b_q = _load_f32(q_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
     b_k = _load_f32(k_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
     b_g = tl.zeros([BC, BK], dtype=tl.float32)
+    b_gl = tl.zeros([BC, BK], dtype=tl.float32)
     if GATED:
         b_g = _load_f32(g_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+        b_gl = _load_f32(gl_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
     b_beta = tl.zeros([BC], dtype=tl.float32)
     if DELTA:
         b_beta = _load_vec_f32(beta_ptr + b_base, row0, T, H, BC)
@@ -331,35 +338,42 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
 
     if i_i > 0:
         g_a = tl.zeros([BK], dtype=tl.float32)
+        l_a = tl.zeros([BK], dtype=tl.float32)
         if GATED:
             g_a = _load_row(g_ptr + kbase, row0 - 1, T, K, H * K, BK)
+            l_a = _load_row(gl_ptr + kbase, row0 - 1, T, K, H * K, BK)
         for i_j in range(0, i_i):
             col0 = i_t * BT + i_j * BC
             b_kc = _load_f32(k_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
             if GATED:
-                b_kc = b_kc * tl.exp(tl.minimum(g_a[None, :] - _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK),
-                                                0.0))
+                to_anchor = _span(g_a[None, :], l_a[None, :], _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK),
+                                  _load_f32(gl_ptr + kbase, col0, 0, T, K, H * K, BC, BK))
+                b_kc = b_kc * tl.exp(tl.minimum(to_anchor, 0.0))
             d_a = _load_f32(daqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
             dq += tl.dot(d_a, b_kc, input_precision=DOT_PRECISION)
             if DELTA:
                 d_b = _load_f32(dakk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
                 dkr += tl.dot(d_b, b_kc, input_precision=DOT_PRECISION)
         if GATED:
-            row_decay = tl.exp(tl.minimum(b_g - g_a[None, :], 0.0))
+            row_decay = tl.exp(tl.minimum(_span(b_g, b_gl, g_a[None, :], l_a[None, :]), 0.0))
             dq = dq * row_decay
             dkr = dkr * row_decay
 
     n_valid = tl.cdiv(tl.minimum(T - i_t * BT, BT), BC)
     if i_i + 1 < n_valid:
         g_z = tl.zeros([BK], dtype=tl.float32)
+        l_z = tl.zeros([BK], dtype=tl.float32)
         if GATED:
             g_z = _load_row(g_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
+            l_z = _load_row(gl_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
         for i_j in range(i_i + 1, n_valid):
             r0 = i_t * BT + i_j * BC
             b_qr = _load_f32(q_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
             b_kr = _load_f32(k_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
             if GATED:
-                decay = tl.exp(tl.minimum(_load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK) - g_z[None, :], 0.0))
+                from_anchor = _span(_load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK),
+                                    _load_f32(gl_ptr + kbase, r0, 0, T, K, H * K, BC, BK), g_z[None, :], l_z[None, :])
+                decay = tl.exp(tl.minimum(from_anchor, 0.0))
                 b_qr = b_qr * decay
                 b_kr = b_kr * decay
             d_a = _load_f32(daqk_ptr + a_base, r0, i_i * BC, T, BT, H * BT, BC, BC)
@@ -370,7 +384,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
                 d_b = _load_f32(dakk_ptr + a_base, r0, i_i * BC, T, BT, H * BT, BC, BC) * beta_r[:, None]
                 dkc += tl.dot(tl.trans(d_b), b_kr, input_precision=DOT_PRECISION)
         if GATED:
-            dkc = dkc * tl.exp(tl.minimum(g_z[None, :] - b_g, 0.0))
+            dkc = dkc * tl.exp(tl.minimum(_span(g_z[None, :], l_z[None, :], b_g, b_gl), 0.0))
 
     rows = tl.arange(0, BC)
     d_a = tl.where(rows[:, None] >= rows[None, :],
@@ -384,17 +398,22 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
     dq += diag_a[:, None] * b_k
     dkc += diag_a[:, None] * b_q
     g_rows = g_ptr + kbase + row0 * H * K
+    gl_rows = gl_ptr + kbase + row0 * H * K
     n_rows = T - row0
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 8, BC, BK,
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 8,
+                                             BC, BK,
                                              DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 4, BC, BK,
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 4,
+                                             BC, BK,
                                              DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 2, BC, BK,
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 2,
+                                             BC, BK,
                                              DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_beta, d_a, d_b, g_rows, n_rows, H * K, K, 1, BC, BK,
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 1,
+                                             BC, BK,
                                              DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
 
@@ -413,7 +432,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr
 
 
 @triton.jit
-def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
+def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
                      H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr,
                      DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Stage 5 for gate kinds 0 and 1 (no gate, one gate per head): the decay exp(G_r - G_c) is a scalar
@@ -423,22 +442,22 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, 
     # The products take the inputs' dtype (dA, dB rounded to it); float32 inputs keep exact products.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    kbase = (i_b * T * H + i_h) * K
-    a_base = (i_b * T * H + i_h) * BT
+    kbase = _head_base(i_b, i_h, T, H, K)
+    a_base = _head_base(i_b, i_h, T, H, BT)
     rows = tl.arange(0, BT)
     d_a = tl.where(rows[:, None] >= rows[None, :], _load_f32(daqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT),
                    0.0)
     d_b = tl.zeros([BT, BT], dtype=tl.float32)
     b_beta = tl.zeros([BT], dtype=tl.float32)
-    p_b, m_b = _vec(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    p_b, m_b = _vec(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
     if DELTA:
         d_b = tl.where(rows[:, None] > rows[None, :], _load_f32(dakk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT),
                        0.0)
         b_beta = tl.load(p_b, mask=m_b, other=0.0).to(tl.float32)
-    if GATE == 1:
-        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-        b_g = tl.load(p_g, mask=m_g, other=0.0)
-        decay = tl.exp(tl.minimum(b_g[:, None] - b_g[None, :], 0.0))
+    if GATE == GATE_SCALAR:
+        b_g = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        decay = tl.exp(tl.minimum(_span(b_g[:, None], b_gl[:, None], b_g[None, :], b_gl[None, :]), 0.0))
         d_a = d_a * decay
         d_b = d_b * decay
     dtype = q_ptr.dtype.element_ty
@@ -463,13 +482,13 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, 
         p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dkc + b_beta[:, None] * dkr, mask=m_dk)
         d_beta += tl.sum(b_k * dkr, axis=1)
-        if GATE == 1:
+        if GATE == GATE_SCALAR:
             d_g_row += tl.sum(b_q * dq + b_k * (b_beta[:, None] * dkr - dkc), axis=1)
-    if GATE == 1:  # dg_ptr: [B, T, H] rows, the gradient of the one gate per head (summed over channels)
-        p_dgr, m_dgr = _vec(dg_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    if GATE == GATE_SCALAR:  # dg_ptr: [B, T, H] rows, the gradient of the one gate per head (summed over channels)
+        p_dgr, m_dgr = _vec(dg_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         tl.store(p_dgr, tl.load(p_dgr, mask=m_dgr, other=0.0) + d_g_row, mask=m_dgr)
     if DELTA:
-        p_db, m_db = _vec(dbeta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        p_db, m_db = _vec(dbeta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
 
 
@@ -480,7 +499,7 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
     # summing inside this kernel, in a loop, crashed Triton 3.6's compiler on the GPU.)
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    base = (i_b * T * H + i_h) * K
+    base = _head_base(i_b, i_h, T, H, K)
     for i_k in range(0, tl.cdiv(K, BK)):
         b_dG = _load_f32(dG_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         b_dg = tl.sum(b_dG, axis=0)[None, :] - tl.cumsum(b_dG, axis=0) + b_dG
@@ -491,7 +510,7 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
-# Value-block width of the reverse state pass (None: 32 when B*H is small, else 64).
+# Value-block width of the reverse state pass: 32 gives the sequential pass more programs (it is latency bound).
 BLOCK_V = {"state_halves": 32}
 
 
@@ -500,7 +519,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     """Gradients (dq, dk, dv, dg, dbeta, d initial_state), float32, None where an input is absent.
 
     q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; kept: the forward's intermediates (chunk_forward
-    with keep_intermediates): G, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
+    with keep_intermediates): G and G_lo, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
     """
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
@@ -512,17 +531,18 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dev, prec = q.device, dot_precision(q.dtype)
     f32 = dict(device=dev, dtype=torch.float32)
 
-    G, h, v_new = kept["G"], kept["h"], kept["vn"]
+    G, G_lo, h, v_new = kept["G"], kept["G_lo"], kept["h"], kept["vn"]
     parts = {"aqk": kept["aqk"], "ai": kept["ai"], "kd": k}
     if delta:
-        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, beta, kept["ai"])
-    if gate == 1:
-        G = G.unsqueeze(-1).expand(B, T, H, K).contiguous()  # the kernels treat every gate per channel
+        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, kept["ai"])
+    if gate == GATE_SCALAR:  # stages 2 and 3 treat every gate per channel
+        G, G_lo = (x.unsqueeze(-1).expand(B, T, H, K).contiguous() for x in (G, G_lo))
     g_arg = G if G is not None else q
+    gl_arg = G_lo if G_lo is not None else q
     beta_arg = beta if beta is not None else q
     w = parts["w"] if delta else q
     d_o = d_o.contiguous()
-    gated = gate > 0
+    gated = gate != GATE_NONE
 
     dv = torch.empty(B, T, H, V, **f32)
     daqk = torch.empty(B, T, H, BT, **f32)
@@ -532,7 +552,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dh = torch.empty(B, NT, H, K, V, device=dev, dtype=q.dtype)  # like h: the inputs' dtype
     dh0 = torch.empty(B, H, K, V, **f32)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    BV_state = min(BLOCK_V["state_halves"] or (32 if B * H * triton.cdiv(V, 64) < 132 else 64), BV)
+    BV_state = min(BLOCK_V["state_halves"], BV)
     launch = dict(LAUNCH["state_pass_halves"])
     if q.dtype == torch.float32:
         # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.
@@ -551,28 +571,28 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dG = torch.empty(B, T, H, K, **f32) if gated else dq
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
     _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
-        q, k, g_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta, prec,
+        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta, prec,
         **LAUNCH["state_grads"])
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
     # One gate per head: stages 4 and 5 read it as a row and add its gradient, summed over channels, to dG_row.
-    dG_row = torch.zeros(B, T, H, **f32) if gate == 1 else dG
-    g_row = kept["G"] if gate == 1 else g_arg
+    dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR else dG
+    g_row, gl_row = (kept["G"], kept["G_lo"]) if gate == GATE_SCALAR else (g_arg, gl_arg)
     if delta:
         _bwd_wy[(NT, B * H)](k, v, g_row, beta_arg, parts["ai"], dw, dv, dk, dG_row, dbeta, dakk, T, H, K, V, BT,
                              BKb, BV, gate, prec, **LAUNCH["wy"])
-    if gate == 2:
-        _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, beta_arg, daqk, dakk, dq, dk, dG,
+    if gate == GATE_CHANNEL:
+        _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
                                              **LAUNCH["intra"])
     else:
-        _bwd_intra_dense[(NT, B * H)](q, k, g_row, beta_arg, daqk, dakk, dq, dk, dG_row,
+        _bwd_intra_dense[(NT, B * H)](q, k, g_row, gl_row, beta_arg, daqk, dakk, dq, dk, dG_row,
                                       dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, **LAUNCH["intra_dense"])
     dg = None
     if gated:
         dg = torch.empty(g.shape, **f32)
-        if gate == 1:  # one gate per head: stage 3's per-channel dG summed, plus the rows, then a reverse cumsum
+        if gate == GATE_SCALAR:  # one gate per head: stage 3's per-channel dG summed, plus the rows, then a reverse cumsum
             _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, 16, **LAUNCH["gate_cumsum"])
         else:
             _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])

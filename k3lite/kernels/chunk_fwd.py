@@ -35,8 +35,26 @@ import torch
 import triton
 import triton.language as tl
 
+# Tokens per chunk: a 64-row tile fills the tensor cores' M dimension for every product of a chunk, and
+# the sequential state pass then takes T / 64 steps.
 CHUNK = 64
+# Rows of a sub-chunk (KDA's diagonal blocks, the 4x4 block inverse): 16 is the smallest tl.dot tile.
 SUB = 16
+
+# Gate kinds, a constexpr argument GATE of the kernels: no decay (linear attention, DeltaNet), one log-gate
+# per head and token (Gated DeltaNet), one per key channel (KDA).
+GATE_NONE = tl.constexpr(0)
+GATE_SCALAR = tl.constexpr(1)
+GATE_CHANNEL = tl.constexpr(2)
+# Gates are raised to this before they are summed: exp(-1024) is 0 in float32 and float64, so every decay
+# through such a gate is still exactly 0, and the sums stay finite (-inf gates would give inf - inf = NaN).
+GATE_FLOOR = tl.constexpr(-1024.0)
+
+
+@triton.jit
+def _head_base(i_b, i_h, T, H: tl.constexpr, D):
+    # Offset of token 0 of head i_h, batch i_b, in a contiguous [B, T, H, D] tensor; its tokens are H * D apart.
+    return (i_b * T * H + i_h) * D
 
 
 @triton.jit
@@ -79,35 +97,55 @@ def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
 
 
 @triton.jit
-def _chunk_cumsum(g_ptr, out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr, PER_CHANNEL: tl.constexpr):
-    # G = cumsum of g within each chunk of BT tokens (float32).
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    if PER_CHANNEL:
-        base = (i_b * T * H + i_h) * K
-        for i_k in range(0, tl.cdiv(K, BK)):
-            p_g, m_g = _tile(g_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            p_o, m_o = _tile(out_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            b_g = tl.load(p_g, mask=m_g, other=0.0).to(tl.float32)
-            tl.store(p_o, tl.cumsum(b_g, axis=0), mask=m_o)
-    else:
-        base = i_b * T * H + i_h
-        p_g, m_g = _vec(g_ptr + base, i_t * BT, T, H, BT)
-        p_o, m_o = _vec(out_ptr + base, i_t * BT, T, H, BT)
-        b_g = tl.load(p_g, mask=m_g, other=0.0).to(tl.float32)
-        tl.store(p_o, tl.cumsum(b_g, axis=0), mask=m_o)
+def _span(hi_r, lo_r, hi_c, lo_c):
+    # G_r - G_c for G = hi + lo. Where both sums hold the same large gate, hi_r - hi_c is exact (the two are
+    # within a factor 2 of each other) and lo_r - lo_c brings back the small gates the float32 sums rounded
+    # away; where they differ a lot, the difference is large and its rounding relative, so harmless.
+    return (hi_r - hi_c) + (lo_r - lo_c)
 
 
 @triton.jit
-def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
+def _two_float_cumsum(b_g, axis: tl.constexpr):
+    # The chunk-local cumulative sum of a tile of log-gates, as hi + lo: summed in float64 (gates of every
+    # size keep their digits), then split into the float32 sum and its float32 remainder. Each gate is first
+    # raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no inf - inf.
+    b_sum = tl.cumsum(tl.maximum(b_g.to(tl.float64), GATE_FLOOR), axis=axis)
+    hi = b_sum.to(tl.float32)
+    return hi, (b_sum - hi.to(tl.float64)).to(tl.float32)
+
+
+@triton.jit
+def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                  BK: tl.constexpr, GATE: tl.constexpr):
+    # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo (_two_float_cumsum).
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    if GATE == GATE_CHANNEL:
+        base = _head_base(i_b, i_h, T, H, K)
+        for i_k in range(0, tl.cdiv(K, BK)):
+            p_g, m_g = _tile(g_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            hi, lo = _two_float_cumsum(tl.load(p_g, mask=m_g, other=0.0), 0)
+            _store(hi_ptr + base, hi, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            _store(lo_ptr + base, lo, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+    else:
+        base = _head_base(i_b, i_h, T, H, 1)
+        p_g, m_g = _vec(g_ptr + base, i_t * BT, T, H, BT)
+        hi, lo = _two_float_cumsum(tl.load(p_g, mask=m_g, other=0.0), 0)
+        p_o, m_o = _vec(hi_ptr + base, i_t * BT, T, H, BT)
+        tl.store(p_o, hi, mask=m_o)
+        p_o, m_o = _vec(lo_ptr + base, i_t * BT, T, H, BT)
+        tl.store(p_o, lo, mask=m_o)
+
+
+@triton.jit
+def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Gate kinds 0 and 1: the decay exp(G_r - G_i) is a scalar per (r, i), so one [BT, BT] product
     # Q K^T (and K K^T) per chunk, then decay, causal mask, beta rows, scale.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    base = (i_b * T * H + i_h) * K
+    base = _head_base(i_b, i_h, T, H, K)
     acc_qk = tl.zeros([BT, BT], dtype=tl.float32)
     acc_kk = tl.zeros([BT, BT], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(K, BK)):
@@ -119,25 +157,25 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T
         if DELTA:
             acc_kk += tl.dot(b_k, tl.trans(b_k), input_precision=DOT_PRECISION)
     rows = tl.arange(0, BT)
-    if GATE == 1:
-        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-        b_g = tl.load(p_g, mask=m_g, other=0.0)
-        decay = tl.exp(tl.minimum(b_g[:, None] - b_g[None, :], 0.0))
+    if GATE == GATE_SCALAR:
+        b_g = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        decay = tl.exp(tl.minimum(_span(b_g[:, None], b_gl[:, None], b_g[None, :], b_gl[None, :]), 0.0))
         acc_qk = acc_qk * decay
         acc_kk = acc_kk * decay
     causal = rows[:, None] >= rows[None, :]
-    a_base = (i_b * T * H + i_h) * BT
+    a_base = _head_base(i_b, i_h, T, H, BT)
     p_aqk, m_aqk = _tile(aqk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
     tl.store(p_aqk, tl.where(causal, acc_qk * scale, 0.0), mask=m_aqk)
     if DELTA:
-        b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+        b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         strict = rows[:, None] > rows[None, :]
         p_akk, m_akk = _tile(akk_ptr + a_base, i_t * BT, 0, T, BT, H * BT, BT, BT)
         tl.store(p_akk, tl.where(strict, acc_kk * b_beta[:, None], 0.0), mask=m_akk)
 
 
 @triton.jit
-def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
+def _diagonal_rows(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                    H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                    BH: tl.constexpr, BK: tl.constexpr):
     # Gate kind 2, diagonal 16x16 blocks. One program per (token t, group of BH heads) writes row t of its
@@ -156,13 +194,15 @@ def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
     b_q = tl.load(q_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
     b_g = tl.load(g_ptr + row * K + off, mask=m, other=0.0)
+    b_gl = tl.load(gl_ptr + row * K + off, mask=m, other=0.0)
     b_beta = tl.load(beta_ptr + row + heads, mask=m_h, other=0.0).to(tl.float32)
     p_aqk = aqk_ptr + (row + heads) * BT + j0 % BT
     p_akk = akk_ptr + (row + heads) * BT + j0 % BT
     for j in range(j0, t + 1):
         row_j = (i_b * T + j) * H * K
         b_kj = tl.load(k_ptr + row_j + off, mask=m, other=0.0).to(tl.float32)
-        b_kj = b_kj * tl.exp(tl.minimum(b_g - tl.load(g_ptr + row_j + off, mask=m, other=0.0), 0.0))
+        g_j = tl.load(g_ptr + row_j + off, mask=m, other=0.0)
+        b_kj = b_kj * tl.exp(tl.minimum(_span(b_g, b_gl, g_j, tl.load(gl_ptr + row_j + off, mask=m, other=0.0)), 0.0))
         tl.store(p_aqk + (j - j0), tl.sum(b_q * b_kj, axis=1) * scale, mask=m_h)
         tl.store(p_akk + (j - j0), tl.sum(b_k * b_kj, axis=1) * tl.where(j < t, b_beta, 0.0), mask=m_h)
     c = tl.arange(0, BC)
@@ -173,17 +213,17 @@ def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
 
 
 @triton.jit
-def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_ga, acc_qk, acc_kk, DOT_PRECISION: tl.constexpr):
+def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_lc, b_ga, b_la, acc_qk, acc_kk, DOT_PRECISION: tl.constexpr):
     # Block (i, j < i) for one slice of channels: rows already carry exp(G_r - G_a); the columns get
     # exp(G_a - G_c). Both factors are <= 1.
-    b_kc = b_kc * tl.exp(tl.minimum(b_ga[None, :] - b_gc, 0.0))
+    b_kc = b_kc * tl.exp(tl.minimum(_span(b_ga[None, :], b_la[None, :], b_gc, b_lc), 0.0))
     acc_qk = tl.dot(b_qr, tl.trans(b_kc), acc_qk, input_precision=DOT_PRECISION)
     acc_kk = tl.dot(b_kr, tl.trans(b_kc), acc_kk, input_precision=DOT_PRECISION)
     return acc_qk, acc_kk
 
 
 @triton.jit
-def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
+def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                        DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
     # Gate kind 2, one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
@@ -193,7 +233,7 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, 
     #   _diagonal_rows wrote, in the same block merge as _solve_unit_lower.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    base = (i_b * T * H + i_h) * K
+    base = _head_base(i_b, i_h, T, H, K)
     S = H * K
     r0 = i_t * BT
     r1, r2, r3 = r0 + BC, r0 + 2 * BC, r0 + 3 * BC
@@ -203,37 +243,43 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, 
         c0 = i_k * BK
         k0 = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
         g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
+        l0 = _load_f32(gl_ptr + base, r0, c0, T, K, S, BC, BK)
         k1 = _load_f32(k_ptr + base, r1, c0, T, K, S, BC, BK)
         g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
+        l1 = _load_f32(gl_ptr + base, r1, c0, T, K, S, BC, BK)
         k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
         g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
-        g3 = _load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK)
+        l2 = _load_f32(gl_ptr + base, r2, c0, T, K, S, BC, BK)
         ga = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
-        d = tl.exp(tl.minimum(g1 - ga[None, :], 0.0))
+        la = _load_row(gl_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(g1, l1, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
-        q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, ga, q10, k10, DOT_PRECISION)
+        q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, l0, ga, la, q10, k10, DOT_PRECISION)
         ga = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
-        d = tl.exp(tl.minimum(g2 - ga[None, :], 0.0))
+        la = _load_row(gl_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(g2, l2, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
         kd = k2 * d
-        q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, ga, q20, k20, DOT_PRECISION)
-        q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, ga, q21, k21, DOT_PRECISION)
+        q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q20, k20, DOT_PRECISION)
+        q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q21, k21, DOT_PRECISION)
         ga = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
-        d = tl.exp(tl.minimum(g3 - ga[None, :], 0.0))
+        la = _load_row(gl_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(_load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK),
+                                    _load_f32(gl_ptr + base, r3, c0, T, K, S, BC, BK), ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
         kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
-        q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, ga, q30, k30, DOT_PRECISION)
-        q31, k31 = _offdiagonal_pair(qd, kd, k1, g1, ga, q31, k31, DOT_PRECISION)
-        q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, ga, q32, k32, DOT_PRECISION)
+        q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q30, k30, DOT_PRECISION)
+        q31, k31 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q31, k31, DOT_PRECISION)
+        q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, l2, ga, la, q32, k32, DOT_PRECISION)
     A = H * BT
-    a_base = (i_b * T * H + i_h) * BT
+    a_base = _head_base(i_b, i_h, T, H, BT)
     _store(aqk_ptr + a_base, q10 * scale, r1, 0, T, A, A, BC, BC)
     _store(aqk_ptr + a_base, q20 * scale, r2, 0, T, A, A, BC, BC)
     _store(aqk_ptr + a_base, q21 * scale, r2, BC, T, A, A, BC, BC)
     _store(aqk_ptr + a_base, q30 * scale, r3, 0, T, A, A, BC, BC)
     _store(aqk_ptr + a_base, q31 * scale, r3, BC, T, A, A, BC, BC)
     _store(aqk_ptr + a_base, q32 * scale, r3, 2 * BC, T, A, A, BC, BC)
-    beta_base = beta_ptr + i_b * T * H + i_h
+    beta_base = beta_ptr + _head_base(i_b, i_h, T, H, 1)
     beta1 = _load_vec_f32(beta_base, r1, T, H, BC)
     beta2 = _load_vec_f32(beta_base, r2, T, H, BC)
     beta3 = _load_vec_f32(beta_base, r3, T, H, BC)
@@ -303,10 +349,10 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
     # Gate kinds 0 and 1: Ai = (I + Akk)^-1 per chunk, every block of Akk read from memory.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    a = akk_ptr + (i_b * T * H + i_h) * BT
+    a = akk_ptr + _head_base(i_b, i_h, T, H, BT)
     S = H * BT
     r0 = i_t * BT
-    _merge_inverse(a, ai_ptr + (i_b * T * H + i_h) * BT, r0, T, S,
+    _merge_inverse(a, ai_ptr + _head_base(i_b, i_h, T, H, BT), r0, T, S,
                    _load_f32(a, r0 + BC, 0, T, S, S, BC, BC), _load_f32(a, r0 + 2 * BC, 0, T, S, S, BC, BC),
                    _load_f32(a, r0 + 2 * BC, BC, T, S, S, BC, BC), _load_f32(a, r0 + 3 * BC, 0, T, S, S, BC, BC),
                    _load_f32(a, r0 + 3 * BC, BC, T, S, S, BC, BC), _load_f32(a, r0 + 3 * BC, 2 * BC, T, S, S, BC, BC),
@@ -314,7 +360,7 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 
 
 @triton.jit
-def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
+def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
@@ -322,36 +368,38 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     t_last = tl.minimum(i_t * BT + BT, T) - 1
-    p_ai, m_ai = _tile(ai_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
-    b_beta = _load_vec_f32(beta_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-    if GATE == 1:
-        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
-        b_gl = tl.load(p_g, mask=m_g, other=0.0)
-        b_gs = tl.exp(tl.minimum(b_gl, 0.0))
-        g_last = tl.load(g_ptr + (i_b * T + t_last) * H + i_h)
-        b_kdec = tl.exp(tl.minimum(g_last - b_gl, 0.0))
-    kbase = (i_b * T * H + i_h) * K
+    b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+    if GATE == GATE_SCALAR:
+        b_gh = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        b_gs = tl.exp(tl.minimum(b_gh, 0.0))
+        last = (i_b * T + t_last) * H + i_h
+        b_kdec = tl.exp(tl.minimum(_span(tl.load(g_ptr + last), tl.load(gl_ptr + last), b_gh, b_gl), 0.0))
+    kbase = _head_base(i_b, i_h, T, H, K)
     for i_k in range(0, tl.cdiv(K, BK)):
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
         b_x = b_k.to(tl.float32) * b_beta[:, None]
         p_kd, m_kd = _tile(kd_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-        if GATE == 1:
+        if GATE == GATE_SCALAR:
             b_x = b_x * b_gs[:, None]
             tl.store(p_kd, (b_k.to(tl.float32) * b_kdec[:, None]).to(kd_ptr.dtype.element_ty), mask=m_kd)
-        if GATE == 2:
+        if GATE == GATE_CHANNEL:
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_g = tl.load(p_g, mask=m_g, other=0.0)
+            b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_x = b_x * tl.exp(tl.minimum(b_g, 0.0))
             cols = i_k * BK + tl.arange(0, BK)
             g_last = tl.load(g_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
-            b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
+            l_last = tl.load(gl_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
+            b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(_span(g_last[None, :], l_last[None, :], b_g, b_gl), 0.0))
             tl.store(p_kd, b_kd.to(kd_ptr.dtype.element_ty), mask=m_kd)
         b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype), input_precision=DOT_PRECISION)
         p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
-    vbase = (i_b * T * H + i_h) * V
+    vbase = _head_base(i_b, i_h, T, H, V)
     for i_v in range(0, tl.cdiv(V, BV)):
         p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_v = tl.load(p_v, mask=m_v, other=0.0)
@@ -379,8 +427,8 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         b_s = tl.load(h0_ptr + i_bh * K * V + state_off, mask=mask_kv, other=0.0).to(tl.float32)
     else:
         b_s = tl.zeros([BK, BV], dtype=tl.float32)
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
+    kbase = _head_base(i_b, i_h, T, H, K)
+    vbase = _head_base(i_b, i_h, T, H, V)
     for i_t in range(0, NT):
         h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
         tl.store(h_ptr + h_off + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
@@ -396,9 +444,9 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
         t_last = tl.minimum(i_t * BT + BT, T) - 1
-        if GATE == 1:
+        if GATE == GATE_SCALAR:
             b_s = b_s * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
-        if GATE == 2:
+        if GATE == GATE_CHANNEL:
             g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
             b_s = b_s * tl.exp(g_last)[:, None]
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
@@ -412,27 +460,27 @@ def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
     # O = scale * (exp(G) * Q) h + Aqk V'   (Aqk already carries the scale and the causal mask)
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
-    kbase = (i_b * T * H + i_h) * K
-    vbase = (i_b * T * H + i_h) * V
+    kbase = _head_base(i_b, i_h, T, H, K)
+    vbase = _head_base(i_b, i_h, T, H, V)
     h_base = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
     acc = tl.zeros([BT, BV], dtype=tl.float32)
-    if GATE == 1:
-        p_g, m_g = _vec(g_ptr + i_b * T * H + i_h, i_t * BT, T, H, BT)
+    if GATE == GATE_SCALAR:
+        p_g, m_g = _vec(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         b_gs = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
     for i_k in range(0, tl.cdiv(K, BK)):
         p_q, m_q = _tile(q_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         p_h, m_h = _tile(h_ptr + h_base, i_k * BK, i_v * BV, K, V, V, BK, BV)
         b_q = tl.load(p_q, mask=m_q, other=0.0)
         b_h = tl.load(p_h, mask=m_h, other=0.0)
-        if GATE == 1:
+        if GATE == GATE_SCALAR:
             b_q = (b_q.to(tl.float32) * b_gs[:, None]).to(b_h.dtype)
-        if GATE == 2:
+        if GATE == GATE_CHANNEL:
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_eg = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
             b_q = (b_q.to(tl.float32) * b_eg).to(b_h.dtype)
         acc += tl.dot(b_q.to(b_h.dtype), b_h, input_precision=DOT_PRECISION)
     acc = acc * scale
-    p_a, m_a = _tile(aqk_ptr + (i_b * T * H + i_h) * BT, i_t * BT, 0, T, BT, H * BT, BT, BT)
+    p_a, m_a = _tile(aqk_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
     p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
     b_vn = tl.load(p_vn, mask=m_vn, other=0.0)
     rows = tl.arange(0, BT)
@@ -442,7 +490,8 @@ def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
     tl.store(p_o, acc.to(o_ptr.dtype.element_ty), mask=m_o)
 
 
-GATE_OF_KIND = {"linear_attention": 0, "delta_rule": 0, "gated_delta_rule": 1, "kda": 2}
+GATE_OF_KIND = {"linear_attention": GATE_NONE.value, "delta_rule": GATE_NONE.value,
+                "gated_delta_rule": GATE_SCALAR.value, "kda": GATE_CHANNEL.value}
 DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rule": True, "kda": True}
 
 
@@ -483,8 +532,8 @@ BLOCK_V = {"output": 64, "state": None}
 
 
 def chunk_prepare(kind, q, k, v, g, beta, scale):
-    """Stages 1-4 (chunk-parallel): G, Aqk, and for the delta kinds Akk, Ai, W, U, K_dec.
-    Returns a dict; absent entries are None. The backward pass calls this again to recompute them."""
+    """Stages 1-4 (chunk-parallel): G (as G + G_lo, see _two_float_cumsum), Aqk, and for the delta kinds
+    Akk, Ai, W, U, K_dec. Returns a dict; absent entries are None."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -493,33 +542,35 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
-    G = None
-    if gate:
+    G = G_lo = None
+    if gate != GATE_NONE:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
-        _chunk_cumsum[(NT, B * H)](g, G, T, H, K, BT, min(BK, 64), gate == 2, **LAUNCH["cumsum"])
+        G_lo = torch.empty_like(G)
+        _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, K, BT, min(BK, 64), gate, **LAUNCH["cumsum"])
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
     akk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32) if delta else aqk
     g_arg = G if G is not None else q
+    gl_arg = G_lo if G_lo is not None else q
     ai = torch.empty_like(akk) if delta else None
-    if gate == 2:  # always a delta kind (KDA)
-        _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, G, beta, aqk, akk, scale, T, H, K, BT, BC,
-                                                                 DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
-        _offdiagonal_solve[(NT, B * H)](q, k, G, beta, aqk, akk, ai, scale, T, H, K, BT, BC, min(BK, OFFDIAGONAL_BK),
-                                        prec, SOLVE_PRECISION, **LAUNCH["offdiagonal_solve"])
+    if gate == GATE_CHANNEL:  # always a delta kind (KDA)
+        _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, G, G_lo, beta, aqk, akk, scale, T, H, K, BT,
+                                                                 BC, DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
+        _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
+                                        min(BK, OFFDIAGONAL_BK), prec, SOLVE_PRECISION, **LAUNCH["offdiagonal_solve"])
     else:
-        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64), gate,
-                                        delta, prec, **LAUNCH["intra"])
+        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64),
+                                        gate, delta, prec, **LAUNCH["intra"])
         if delta:
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
-    parts = {"G": G, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
+    parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
-        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, beta, ai)
+        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai)
     return parts
 
 
-def wy_factors(kind, k, v, G, beta, ai):
+def wy_factors(kind, k, v, G, G_lo, beta, ai):
     """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai)."""
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
@@ -528,15 +579,15 @@ def wy_factors(kind, k, v, G, beta, ai):
     NT = triton.cdiv(T, CHUNK)
     w = torch.empty_like(k)
     u = torch.empty_like(v)
-    kd = torch.empty_like(k) if gate else k
-    _wy_factors[(NT, B * H)](k, v, G if G is not None else k, beta, ai, w, u, kd, T, H, K, V, CHUNK, min(BK, 64),
-                             BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
+    kd = torch.empty_like(k) if gate != GATE_NONE else k
+    _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
+                             T, H, K, V, CHUNK, min(BK, 64), BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
     return w, u, kd
 
 
 def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
     """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
-    (float32) and, when asked, the intermediates the backward pass reuses (G, h, V', Aqk, Ai)."""
+    (float32) and, when asked, the intermediates the backward pass reuses (G, G_lo, h, V', Aqk, Ai)."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -566,5 +617,5 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                        min(BK, 64), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
-        return o, ht, {"G": G, "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
+        return o, ht, {"G": G, "G_lo": parts["G_lo"], "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
     return o, ht

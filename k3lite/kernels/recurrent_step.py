@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk_fwd import DELTA_OF_KIND, GATE_OF_KIND
+from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR
 
 
 @triton.jit
@@ -32,9 +32,9 @@ def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, 
     b_q = tl.load(q_ptr + i_bh * K + rk, mask=mk, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + i_bh * K + rk, mask=mk, other=0.0).to(tl.float32)
     b_v = tl.load(v_ptr + i_bh * V + rv, mask=mv, other=0.0).to(tl.float32)
-    if GATE == 1:
+    if GATE == GATE_SCALAR:
         b_s = b_s * tl.exp(tl.load(g_ptr + i_bh).to(tl.float32))
-    if GATE == 2:
+    if GATE == GATE_CHANNEL:
         b_g = tl.load(g_ptr + i_bh * K + rk, mask=mk, other=0.0).to(tl.float32)
         b_s = b_s * tl.exp(b_g)[:, None]
     if DELTA:
