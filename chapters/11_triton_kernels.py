@@ -151,7 +151,7 @@ expect("tl.dot matmul equals torch's a @ b (max |diff| < 1e-4)", (c - a @ b).abs
 # $$S \leftarrow \mathrm{Diag}(e^{g})\,S, \qquad v' = \beta\,(v - S^\top k), \qquad
 #   S \leftarrow S + k\,v'^\top, \qquad o = S^\top (\text{scale}\cdot q).$$
 #
-# In PyTorch that is five or six operations, each reading the `[B, H, K, V]` state from memory and
+# In PyTorch that is several operations, each reading the `[B, H, K, V]` state from memory and
 # writing a result back. The fused kernel `k3lite.kernels.recurrent_step._decode_step` reads the state
 # once and writes it once. Here it is, straight from the package:
 
@@ -263,8 +263,8 @@ expect(f"B={large_b['B']}: the fused step reaches > 85 % of the measured copy ba
 # %% [markdown]
 # At B = {glue:text}`ch11_decode_b_large` the fused step moves state at {glue:text}`ch11_decode_tbs_large`
 # TB/s — most of what a plain device-to-device copy reaches on the same GPU (4.27 TB/s): there is little
-# left to win inside the kernel. At B = {glue:text}`ch11_decode_b_small` the state is smaller, the launch
-# and the last, half-empty wave of programs weigh more, and the rate drops to
+# left to win inside the kernel. At B = {glue:text}`ch11_decode_b_small` the state is a quarter of the
+# size, fixed costs such as the launch weigh more, and the rate drops to
 # {glue:text}`ch11_decode_tbs_small` TB/s. The PyTorch step, which passes over the state once per
 # operation, is {glue:text}`ch11_decode_vs_torch`× slower at B = {glue:text}`ch11_decode_b_small`. The only
 # way to decode much faster is to move fewer bytes: a bf16 state, or several tokens per state pass
@@ -278,13 +278,15 @@ def roofline(ax, points, title):
         ax.plot(x, torch.minimum(torch.full_like(x, peak), bw * x), style, color=viz.PALETTE["black"], lw=1.2,
                 label=label)
     for (name, ai, tflops), color in zip(points, viz.PALETTE.values()):
-        ax.plot([ai], [tflops], "o", color=color, ms=7, label=name)
+        ax.plot([ai], [tflops], "o", color=color, ms=7, label=name.lstrip("_"))   # '_x' labels are hidden
+    ax.axvline(ridge, ls=":", color=viz.PALETTE["black"], lw=1)
+    ax.text(ridge * 1.15, 2.0, f"ridge point\n{ridge:.0f} FLOP/byte", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left")
 
 
 decode_points = [(f"fused decode, B={row['B']}", intensity,
@@ -297,7 +299,7 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. The fused SiTU kernel
 #
-# Kimi K3's MLP activation (chapter 08) is elementwise:
+# Kimi K3's gated MLP activation (chapter 08) is elementwise:
 # $h = \beta_1 \tanh(x/\beta_1)\,\sigma(x) \cdot \beta_2 \tanh(u/\beta_2)$ for the gate $x$ and the up
 # projection $u$. Eager PyTorch runs each operation — divide, tanh, multiply, sigmoid, … — as its own
 # kernel, and each reads its inputs from memory and writes its result back. An elementwise function has
@@ -432,7 +434,7 @@ def arrow(ax, x0, y0, x1, y1):
 
 
 blue, orange, green, red, sky = (viz.PALETTE[c] for c in ("blue", "orange", "green", "red", "sky"))
-fig, axes = plt.subplots(2, 3, figsize=(12, 7.5))
+fig, axes = plt.subplots(2, 3, figsize=(12, 8.2))
 for ax in axes.flat:
     ax.set_xlim(0, 10)
     ax.set_ylim(10, 0)
@@ -468,7 +470,7 @@ for y in (2.5, 7):
     ax.text(6.5, y, "=", ha="center", va="center")
 
 ax = axes[1, 0]
-ax.set_title("5. _state_pass\nprogram = (value block, head): SEQUENTIAL over chunks", fontsize=9)
+ax.set_title("5. _state_pass\nprogram = (value block, head)\nSEQUENTIAL over chunks", fontsize=9)
 for c_i in range(4):
     tile(ax, 0.3 + 2.4 * c_i, 3, 1.8, 2, f"chunk {c_i}\nW, U, K", sky)
     tile(ax, 0.3 + 2.4 * c_i, 6.5, 1.8, 1.5, f"S_{c_i + 1}", red)
@@ -478,7 +480,7 @@ for c_i in range(4):
 ax.text(5, 9.3, "V' = U - W S;  S = e^{G_C} S + K_dec^T V'", fontsize=8, ha="center")
 
 ax = axes[1, 1]
-ax.set_title("6. _chunk_output\nprogram = (value block, chunk, head): parallel", fontsize=9)
+ax.set_title("6. _chunk_output\nprogram = (value block, chunk, head)\nparallel", fontsize=9)
 tile(ax, 0.2, 2, 2, 3, "e^G Q\n64xK", sky)
 tile(ax, 2.6, 2, 1.6, 2, "h_c\nKxBV", red)
 tile(ax, 4.9, 2, 2.4, 3, "Aqk\n64x64", green)
@@ -492,10 +494,10 @@ stages = ["cumsum", "intra + solve", "WY", "state pass", "output"]
 for s_i, name in enumerate(stages):
     ax.text(0, 1 + 1.8 * s_i, name, fontsize=8, va="center")
     for c_i in range(4):
-        sequential = name == "state pass"
-        x0 = 3.2 + (1.6 * c_i if sequential else 0)
-        tile(ax, x0 + (0 if sequential else 0.4 * c_i), 0.4 + 1.8 * s_i + (0 if sequential else 0.2 * c_i), 1.5,
-             0.5, f"c{c_i}", red if sequential else blue, alpha=0.4)
+        if name == "state pass":                          # one chunk after another
+            tile(ax, 3.2 + 1.6 * c_i, 0.75 + 1.8 * s_i, 1.5, 0.5, f"c{c_i}", red, alpha=0.4)
+        else:                                             # all chunks at once
+            tile(ax, 3.2, 0.2 + 1.8 * s_i + 0.4 * c_i, 1.5, 0.38, f"c{c_i}", blue, alpha=0.4)
 ax.text(5, 9.6, "stacked: chunks at once; in a row: one after another", fontsize=8, ha="center")
 fig.suptitle("The chunked KDA forward: what each kernel's programs own", fontsize=11)
 plt.show()
@@ -596,13 +598,35 @@ ax.barh(names[::-1], [fwd_ms[n] for n in names[::-1]], color=colors[::-1], alpha
 ax.set_xlabel("GPU time per call (ms)")
 ax.set_title(f"KDA forward, B=2 T=8192 H=16 D=128 bf16, per kernel\n"
              f"H200, commit {META['commit']}, {META['date_utc'][:10]}, triton {META['versions']['triton']} "
-             f"(red: the sequential stage)", fontsize=9)
+             f"(highlighted: the sequential stage)", fontsize=9)
 plt.show()
 
 # %% [markdown]
 # The sequential state pass is {glue:text}`ch11_state_share` of the forward; the intra-chunk stage of KDA
 # (diagonal rows plus the off-diagonal blocks and the solve) is {glue:text}`ch11_intra_share` — the price
 # of the per-channel decay, which Gated DeltaNet's single product per chunk does not pay.
+#
+# **The backward** (`k3lite.kernels.chunk_bwd_triton`) is six more kernels (and a small helper) in the same
+# style: a reverse state pass (sequential again, from the last chunk to the first) and chunk-parallel
+# gradients through the output, the WY factors, the triangular solve and the intra-chunk products. The
+# same profile, forward plus backward:
+
+# %%
+both = {row["name"]: row["ms_per_call"] for row in profile["fwd+bwd"]}
+total_both = sum(both.values())
+backward_kernels = {n: ms for n, ms in both.items() if n.startswith("_") and n not in fwd_ms}
+pytorch_side = sum(ms for n, ms in both.items() if not n.startswith("_"))
+print(f"forward + backward: {total_both:.3f} ms of GPU time, {total_both / total_fwd:.1f}x the forward")
+print(f"  forward kernels {sum(both[n] for n in fwd_ms):.3f} ms (_wy_factors twice: the backward recomputes W, U)")
+print(f"  backward kernels {sum(backward_kernels.values()):.3f} ms; PyTorch casts and fills {pytorch_side:.3f} ms")
+for name, ms in sorted(backward_kernels.items(), key=lambda item: -item[1]):
+    print(f"    {name:<24} {ms:6.3f} ms")
+glue("ch11_bwd_intra_share", f"{both['_bwd_intra'] / total_both:.0%}", display=False)
+expect("_bwd_intra is the largest kernel of forward + backward", max(both, key=both.get) == "_bwd_intra")
+
+# %% [markdown]
+# As in the forward, the per-channel intra-chunk work is the largest single kernel
+# ({glue:text}`ch11_bwd_intra_share` of forward plus backward).
 #
 # **Against the peaks.** A lower bound on each stage: the FLOPs of its products and the bytes it must read
 # and write at least once (inputs bf16; $G$, $A_{qk}$, $A_i$ float32 as the code allocates them; re-reads
