@@ -395,7 +395,8 @@ def lecture_notebook(notebook):
                 or is_solution(cell) or "remove-cell" in tags):
             continue
         if cell.cell_type == "markdown":
-            cell.source = substitute_glue(cell.source, values, where=f"cell {index}")
+            # Decks sit one level above figures/, next to their own copy of it (build_slides).
+            cell.source = substitute_glue(cell.source, values, where=f"cell {index}").replace("../figures/", "figures/")
         if cell.cell_type == "code":
             _drop_hidden_glue(cell)
             if _drop_widget_views(cell):
@@ -457,6 +458,11 @@ def build_slides(chapters: list[Chapter], build_dir: Path, title: str) -> Path:
     slides_dir.mkdir(parents=True, exist_ok=True)
     copy_reveal(slides_dir / REVEAL_DIR)
     copy_mathjax(slides_dir / MATHJAX_DIR)
+    figures = ROOT / "figures"
+    if figures.is_dir():  # chapters show committed figures and diagrams as ../figures/NAME
+        (slides_dir / "figures").mkdir(exist_ok=True)
+        for figure in [*figures.glob("*.svg"), *figures.glob("*.png")]:
+            shutil.copy2(figure, slides_dir / "figures" / figure.name)
     exporter = _exporter()
     for chapter in chapters:
         (slides_dir / chapter.slides_name).write_text(render_deck(exporter, chapter), encoding="utf-8")

@@ -100,3 +100,101 @@ def test_deck_has_one_section_per_slide_and_loads_nothing_remote(chapters_dir, t
     site.mkdir()
     (site / "deck.html").write_text(deck)
     assert external_assets(site) == []
+
+
+def _code(source, text="", tags=None, outputs=None):
+    cell = nbformat.v4.new_code_cell(source, execution_count=1, outputs=outputs if outputs is not None else (
+        [nbformat.v4.new_output("stream", name="stdout", text=text)] if text else []))
+    if tags:
+        cell.metadata["tags"] = tags
+    return cell
+
+
+def _markdown(source, tags=None):
+    cell = nbformat.v4.new_markdown_cell(source)
+    if tags:
+        cell.metadata["tags"] = tags
+    return cell
+
+
+def _glue_output(name, value):
+    return nbformat.v4.new_output("display_data", data={"application/papermill.record/text/plain": repr(value)},
+                                  metadata={"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}})
+
+
+def test_lecture_deck_applies_roles_glue_and_notes():
+    from build_slides import lecture_notebook
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        _markdown("# Title\n\nThe loss fell to {glue:text}`loss:.2f` nats. ![d](../figures/diagram_k3_stack.svg)"),
+        _code("glue('loss', 2.3456)", outputs=[_glue_output("loss", 2.3456)]),
+        _markdown("## Section one\n\nFirst paragraph of one."),
+        _code("print_table()  # plumbing", "table", tags=["plumbing"]),
+        _code("\n".join(f"x{i} = {i}" for i in range(25)), "long done"),
+        _markdown("## Reading only", tags=["reading"]),
+        _code("never_on_a_slide()", "x"),
+        _markdown("## Exercise"),
+        _markdown("Say it slowly.", tags=["notes"]),
+        _code("def answer():\n    raise NotImplementedError"),
+        _code("def answer():\n    return 42  # the solution", "correct", tags=["solution"]),
+    ])
+    deck = lecture_notebook(notebook)
+    sources = [cell.source for cell in deck.cells]
+    everything = "\n".join(sources)
+    assert "The loss fell to 2.35 nats" in everything and "figures/diagram_k3_stack.svg" in everything
+    assert "../figures" not in everything
+    assert "print_table" not in everything and "never_on_a_slide" not in everything
+    assert "return 42" not in everything and "raise NotImplementedError" in everything
+    long_cell = next(cell for cell in deck.cells if cell.source.startswith("x0 = 0"))
+    assert long_cell.metadata["transient"] == {"remove_source": True}
+    notes = [cell.source for cell in deck.cells if cell.metadata["slideshow"]["slide_type"] == "notes"]
+    assert notes == ["**Title.** The loss fell to 2.35 nats. ![d](figures/diagram_k3_stack.svg)",
+                     "**Section one.** First paragraph of one.", "Say it slowly."]
+    slide_starts = [cell.source.splitlines()[0] for cell in deck.cells
+                    if cell.metadata["slideshow"]["slide_type"] == "slide"]
+    assert slide_starts == ["# Title", "## Section one", "## Exercise"]
+
+
+def test_lecture_deck_refuses_an_unglued_key():
+    from build_slides import lecture_notebook
+
+    notebook = nbformat.v4.new_notebook(cells=[_markdown("# T\n\nvalue {glue:text}`missing`")])
+    with pytest.raises(ValueError, match="missing"):
+        lecture_notebook(notebook)
+
+
+def test_long_section_is_cut_into_subslides_and_lecture_tag_selects():
+    from build_slides import SLIDE_BUDGET, cell_height, lecture_notebook
+
+    paragraphs = "\n\n".join(f"Paragraph {i}: " + "words " * 60 for i in range(12))
+    notebook = nbformat.v4.new_notebook(cells=[
+        _markdown("# Title"), _markdown("## Long", tags=["lecture"]), _markdown(paragraphs),
+        _markdown("## Not in the lecture"), _markdown("left for reading")])
+    deck = lecture_notebook(notebook)
+    assert "left for reading" not in "\n".join(cell.source for cell in deck.cells)
+    slides, current = [], []
+    for cell in deck.cells:
+        kind = cell.metadata["slideshow"]["slide_type"]
+        if kind in ("slide", "subslide"):
+            current = []
+            slides.append(current)
+        if kind != "notes":
+            current.append(cell_height(cell))
+    assert len(slides) > 3 and all(sum(heights) <= SLIDE_BUDGET for heights in slides)
+
+
+def test_unresolved_glue_is_found(tmp_path):
+    from build_book import unresolved_glue
+
+    (tmp_path / "ok.html").write_text("<p>The loss is 2.35.</p>")
+    (tmp_path / "bad.html").write_text("<p>The loss is {glue:text}`loss`.</p>")
+    assert [line.split(":")[0] for line in unresolved_glue(tmp_path)] == ["bad.html"]
+
+
+def test_site_tags_give_roles_their_myst_nb_tags():
+    from site_chapters import site_tags
+
+    assert site_tags(_code("x", tags=["plumbing"])) == ["plumbing", "hide-input"]
+    assert site_tags(_code("x", tags=["solution", "hide-input"])) == ["solution", "hide-input"]
+    assert site_tags(_markdown("n", tags=["notes"])) == ["notes", "remove-cell"]
+    assert site_tags(_code("x")) == []
