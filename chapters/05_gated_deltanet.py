@@ -22,6 +22,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from myst_nb import glue
 
 from k3lite import viz
 from k3lite.layers.kda_layer import KDALayer
@@ -108,10 +109,12 @@ for num_a in (0, 8, 64):
     recall_a, recall_b = run_switch(num_a, switch_log_decay=0.0)
     shown_a = "  -  " if num_a == 0 else f"{recall_a:.2f}"
     print(f"delta rule, |A| = {num_a:2d}: recall of A {shown_a}, recall of B {recall_b:.2f}")
+    glue(f"ch05_delta_recall_b_after_{num_a}", f"{recall_b:.0%}".replace("%", " %"), display=False)
 
 # %% [markdown]
 # The stale part of A does not only linger: it takes room from B. With nothing before it, B is
-# recalled 98 % of the time; after 64 stale associations, 90 %. The delta rule has no instruction for
+# recalled {glue:text}`ch05_delta_recall_b_after_0` of the time; after 64 stale associations,
+# {glue:text}`ch05_delta_recall_b_after_64`. The delta rule has no instruction for
 # "forget all of that": it can only correct the answer under the key it is writing now, and each
 # correction only partly removes what the stale content contributed along that key ($\beta < 1$).
 
@@ -225,17 +228,21 @@ for num_a in (8, 64):
         table[num_a, rule] = run_switch(num_a, switch_log_decay=switch)
         recall_a, recall_b = table[num_a, rule]
         print(f"{num_a:>4} {rule:<12} {recall_a:>9.2f} {recall_b:>9.2f}")
+        for name, recall in (("a", recall_a), ("b", recall_b)):
+            glue(f"ch05_{rule.replace(' ', '_')}_recall_{name}_{num_a}", f"{recall:.2f}", display=False)
 
 # %% [markdown]
 # Each rule gets something wrong, and the table shows what:
 #
-# * **Gated delta forgets A, by design.** Its recall of A is near zero (0.02 and 0.01): an A key now
+# * **Gated delta forgets A, by design.** Its recall of A is near zero ({glue:text}`ch05_gated_delta_recall_a_8`
+#   and {glue:text}`ch05_gated_delta_recall_a_64`): an A key now
 #   reads B content, which points to a B value. If the task after the switch still needed A, this is
 #   a failure, and a scalar gate cannot avoid it: it decays everything together. (Chapter 06 is
 #   about exactly that.)
-# * **Delta keeps stale A.** Under capacity, A stays largely readable (0.75 at |A| = 8): stale
+# * **Delta keeps stale A.** Under capacity, A stays largely readable ({glue:text}`ch05_delta_recall_a_8` at |A| = 8): stale
 #   answers to questions that no longer apply. Over capacity, the stale associations crowd B: B drops
-#   to 0.90 while the gated rule, with an empty memory at the switch, recalls B 0.96 of the time.
+#   to {glue:text}`ch05_delta_recall_b_64` while the gated rule, with an empty memory at the switch, recalls B
+#   {glue:text}`ch05_gated_delta_recall_b_64` of the time.
 #
 # The gap on B is real but modest at $\beta = 0.5$: the delta rule's own correction removes part of
 # the stale content along each key it writes. How much depends on the write strength $\beta$:
@@ -246,11 +253,16 @@ for beta_value in (0.3, 0.5, 1.0):
     delta_b = round(run_switch(64, 0.0, beta=beta_value)[1] * B_READS)
     gated_b = round(run_switch(64, -30.0, beta=beta_value)[1] * B_READS)
     print(f"beta = {beta_value:.1f}, |A| = 64: B keys recalled, delta {delta_b}/{B_READS}, gated delta {gated_b}/{B_READS}")
+    glue(f"ch05_delta_b_reads_beta_{beta_value:.1f}".replace(".", "_"), f"{delta_b}", display=False)
+    glue(f"ch05_gated_b_reads_beta_{beta_value:.1f}".replace(".", "_"), f"{gated_b}", display=False)
+glue("ch05_b_reads", f"{B_READS}", display=False)
 
 # %% [markdown]
 # Weak writes ($\beta = 0.3$) leave most of the stale content in place and the delta rule recalls
-# 1229 of the 1600 B reads against the gated rule's 1560; full-strength writes ($\beta = 1$) replace
-# the answer along each written key exactly, yet the gap stays (1346 against 1424), because each later
+# {glue:text}`ch05_delta_b_reads_beta_0_3` of the {glue:text}`ch05_b_reads` B reads against the gated rule's
+# {glue:text}`ch05_gated_b_reads_beta_0_3`; full-strength writes ($\beta = 1$) replace the answer along each
+# written key exactly, yet the gap stays ({glue:text}`ch05_delta_b_reads_beta_1_0` against
+# {glue:text}`ch05_gated_b_reads_beta_1_0`), because each later
 # B key overlaps the earlier ones and its correction drags stale A content along. (Both rules are lower at $\beta = 1$: eight
 # full-strength writes of overlapping keys overwrite each other.)
 
@@ -401,6 +413,8 @@ G_gentle = torch.cumsum(gentle, dim=0)
 first_inf = torch.isinf(torch.exp(-G_gentle)).nonzero()[0].item()
 print(f"g = logsigmoid(randn + 4), mean decay per token {torch.exp(gentle).mean().item():.3f}: "
       f"G after 4096 tokens = {G_gentle[-1].item():.1f}; exp(-G_i) is inf from token {first_inf} on")
+glue("ch05_gentle_decay", f"{torch.exp(gentle).mean().item():.3f}", display=False)
+glue("ch05_first_inf", f"{first_inf}", display=False)
 
 floor = inspect.signature(KDALayer).parameters["gate_lower_bound"].default
 strong = torch.full((64,), floor)       # every token at K3's lower bound on a gate, one 64-token chunk
@@ -413,8 +427,8 @@ print(f"g = {floor} per token, one chunk of 64: G_64 = {G_strong[-1].item():.0f}
       f"difference exp(G_r - G_i) all finite: {torch.isfinite(decay_matrix(strong)[lower]).all().item()}")
 
 # %% [markdown]
-# Over a whole sequence even gentle gates get there: with the benchmark's gates (a decay of 0.971 per token on
-# average) $e^{-G_i}$ is infinite from token 2917 on, which is one reason $G$ is restarted at every chunk.
+# Over a whole sequence even gentle gates get there: with the benchmark's gates (a decay of
+# {glue:text}`ch05_gentle_decay` per token on average) $e^{-G_i}$ is infinite from token {glue:text}`ch05_first_inf` on, which is one reason $G$ is restarted at every chunk.
 # Restarting is not enough on its own: with gates as strong as K3's lower bound of $-5$ per token
 # (chapter 06), a single 64-token chunk reaches $G = -320$, and $e^{G_r} \to 0$ times $e^{-G_i} \to \infty$ gives
 # nan. The difference $G_r - G_i \le 0$ is always safe, so $\Gamma$ is formed from differences, as `decay_matrix`

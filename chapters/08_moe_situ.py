@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from myst_nb import glue
 from torch.utils.flop_counter import FlopCounterMode
 
 from k3lite import accounting, data, viz
@@ -189,10 +190,13 @@ layer_ratio = sum(latent_space.values()) / sum(full_width.values())
 print(f"routed experts alone      : {latent_space['routed experts'] / full_width['routed experts']:.3f} of the cost")
 print(f"routed experts + W_down/up: {routed_ratio:.3f}")
 print(f"whole MoE layer           : {layer_ratio:.3f}")
+glue("ch08_routed_ratio", f"{routed_ratio:.2f}", display=False)
+glue("ch08_layer_ratio", f"{layer_ratio:.2f}", display=False)
 
 # %% [markdown]
-# So the experts themselves cost exactly half; paying for the two projections brings the routed part to 0.55,
-# and the whole MoE layer (shared experts and router unchanged) to 0.60. "Nearly halves" is right for the
+# So the experts themselves cost exactly half; paying for the two projections brings the routed part to
+# {glue:text}`ch08_routed_ratio`, and the whole MoE layer (shared experts and router unchanged) to
+# {glue:text}`ch08_layer_ratio`. "Nearly halves" is right for the
 # experts and generous for the layer. The same factor applies to the routed experts' *parameters*, and that is
 # the bigger prize: 896 experts at half size is about 30B parameters less per layer.
 
@@ -402,6 +406,19 @@ else:
     H200_TB_PER_S = 4.8
     print(f"fused SiTU forward streams {situ_bench['situ_fused_fwd_tb_per_s']:.1f} TB/s of the H200's "
           f"{H200_TB_PER_S} TB/s peak ({situ_bench['situ_fused_fwd_tb_per_s'] / H200_TB_PER_S:.0%})")
+    for mode in ("fwd", "fwd+bwd"):
+        key = mode.replace("+", "")
+        glue(f"ch08_eager_over_fused_wall_{key}",
+             f"{situ_bench[f'situ_eager_{mode}_ms'] / situ_bench[f'silu_mul_fused_{mode}_ms']:.1f}", display=False)
+        if f"situ_fused_{mode}_gpu_ms" in situ_bench:
+            glue(f"ch08_eager_over_fused_gpu_{key}",
+                 f"{situ_bench[f'situ_eager_{mode}_gpu_ms'] / situ_bench[f'silu_mul_fused_{mode}_gpu_ms']:.0f}",
+                 display=False)
+    glue("ch08_bytes_ratio", f"{situ_log.passes / FUSED_PASSES:.1f}", display=False)
+    glue("ch08_silu_fused_fwd_wall", f"{situ_bench['silu_mul_fused_fwd_ms']:.3f}", display=False)
+    glue("ch08_silu_fused_fwd_gpu", f"{situ_bench.get('silu_mul_fused_fwd_gpu_ms', float('nan')):.3f}", display=False)
+    glue("ch08_situ_fused_fwdbwd_gpu", f"{situ_bench.get('situ_fused_fwd+bwd_gpu_ms', float('nan')):.2f}", display=False)
+    glue("ch08_situ_fused_fwdbwd_wall", f"{situ_bench['situ_fused_fwd+bwd_ms']:.2f}", display=False)
 
 # %%
 if situ_bench:
@@ -417,13 +434,16 @@ if situ_bench:
     plt.show()
 
 # %% [markdown]
-# Read the GPU-time lines against the traffic count. In the forward pass eager SiTU keeps the GPU busy about 7× as
-# long as fused SiLU, close to the 6.7× ratio of bytes the two move: on a GPU an elementwise chain is priced by
-# memory traffic. The wall-clock lines are noisier, because at 8192 × 3072 a fused kernel runs for a few hundredths
-# of a millisecond, about what it costs to launch it; in this measurement the fused SiLU forward took 0.067 ms of
-# wall time for 0.036 ms on the GPU, which pulls the wall-clock forward ratio down to 4×. With the backward pass the
-# wall-clock gap is about 2.6×, below the seeds' "almost 3×" — but a fused forward+backward keeps the GPU busy for
-# about 0.11 ms of the 0.31 ms it takes; the rest is launching kernels and autograd's bookkeeping, and that fixed
+# Read the GPU-time lines against the traffic count. In the forward pass eager SiTU keeps the GPU busy about
+# {glue:text}`ch08_eager_over_fused_gpu_fwd`× as long as fused SiLU, close to the {glue:text}`ch08_bytes_ratio`× ratio
+# of bytes the two move: on a GPU an elementwise chain is priced by memory traffic. The wall-clock lines are
+# noisier, because at 8192 × 3072 a fused kernel runs for a few hundredths of a millisecond, about what it costs to
+# launch it; in this measurement the fused SiLU forward took {glue:text}`ch08_silu_fused_fwd_wall` ms of wall time
+# for {glue:text}`ch08_silu_fused_fwd_gpu` ms on the GPU, which pulls the wall-clock forward ratio down to
+# {glue:text}`ch08_eager_over_fused_wall_fwd`×. With the backward pass the wall-clock gap is about
+# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the seeds' "almost 3×" — but a fused SiTU forward+backward
+# keeps the GPU busy for about {glue:text}`ch08_situ_fused_fwdbwd_gpu` ms of the {glue:text}`ch08_situ_fused_fwdbwd_wall`
+# ms it takes; the rest is launching kernels and autograd's bookkeeping, and that fixed
 # cost flatters the slow version. Counted in GPU time, the eager SiTU is several times slower in both passes.
 #
 # Fused, both are one pass over memory (3 tensors read or written in the forward) and SiTU runs level with SiLU.
@@ -514,7 +534,7 @@ ch08.check_situ(solution_situ)
 #
 # - A sigmoid router with top-k picks experts; a selection-only bias, nudged by the measured load, balances them
 #   without an auxiliary loss and without touching the mixing weights.
-# - Latent experts (3584 instead of 7168) cost exactly half; with `W_down` and `W_up` the routed part costs 0.55
-#   and the whole MoE layer 0.60 of the full-width version.
+# - Latent experts (3584 instead of 7168) cost exactly half; with `W_down` and `W_up` the routed part costs
+#   {glue:text}`ch08_routed_ratio` and the whole MoE layer {glue:text}`ch08_layer_ratio` of the full-width version.
 # - SiTU caps SiLU with tanh: $|h| \le \beta_1\beta_2 = 100$, SiLU recovered as $\beta \to \infty$. Eager PyTorch runs it as a
 #   chain of memory-bound kernels (on an H200 several times slower than fused SiLU); fused, it comes close to SiLU.
