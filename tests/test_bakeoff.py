@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from k3lite import kernels  # noqa: F401 - first: it switches on the Triton interpreter before triton is imported
 from k3lite.bakeoff import cli, store
 from k3lite.bakeoff.models import BUILTIN, build_model, load_custom, matched_mlp_hidden, num_parameters
 from k3lite.bakeoff.runs import RunSpec, TritonPathError, _check_triton_path, param_groups, run
@@ -183,3 +184,47 @@ def test_bad_model_and_task_arguments():
         make_task("rebind", seq_len=32)
     with pytest.raises(ValueError, match="merge"):
         store.merge([], "x.json")
+
+
+def _args(*extra):
+    args = cli.parser().parse_args(TOY_ARGS + ["--tasks", "mqar4", "--mixers", "kda,k3_hybrid", "--lrs", "1e-3,1e-2",
+                                               "--seeds", "3", "--close-seeds", "5", *extra])
+    cli.check_args(args)
+    return args
+
+
+def _fake_store(args, metrics: dict[str, list[float]]) -> dict:
+    """Stored records as the harness writes them: the sweep (lr 1e-2 wins) and seeds with the given metrics."""
+    runs = {}
+    for base in cli.cell_specs(args, 0.0, 0, "lr"):
+        for lr in args.lr_list:
+            spec = RunSpec(**{**base.__dict__, "lr": lr})
+            runs[spec.key()] = {"metric": metrics[base.mixer][0] if lr == 1e-2 else 0.0, "higher_is_better": True}
+        for seed, value in enumerate(metrics[base.mixer]):
+            spec = RunSpec(**{**base.__dict__, "lr": 1e-2, "seed": seed})
+            runs[spec.key()] = {"metric": value, "higher_is_better": True}
+    return runs
+
+
+def test_close_pairs_get_more_seeds_and_clear_pairs_do_not():
+    args = _args()
+    close = cli.close_specs(args, _fake_store(args, {"kda": [0.5, 0.6, 0.7], "k3_hybrid": [0.55, 0.65, 0.6]}))
+    assert sorted((s.mixer, s.seed, s.lr) for s in close) == [(m, seed, 1e-2) for m in ("k3_hybrid", "kda")
+                                                               for seed in (3, 4)]
+    assert cli.close_specs(args, _fake_store(args, {"kda": [0.5, 0.51, 0.5], "k3_hybrid": [0.9, 0.91, 0.9]})) == []
+    assert cli.best_lr(args, _fake_store(args, {"kda": [0.5] * 3, "k3_hybrid": [0.5] * 3}),
+                       cli.cell_specs(args, 0.0, 1, "seeds")[0]) == 1e-2
+
+
+def test_triton_path_is_counted_through_the_real_kernels():
+    """On the CPU the Triton interpreter runs k3lite's kernels: every recurrent layer is counted once each way."""
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs only without CUDA; on a GPU the harness itself asserts the path")
+    from k3lite.bakeoff.runs import count_triton_calls
+
+    model = build_model("gated_delta_rule", vocab_size=40, d_model=16, num_layers=2, backend="triton")
+    with count_triton_calls() as counts:
+        model(torch.randint(0, 40, (1, 8))).float().square().mean().backward()
+    assert counts == {"forward": 2, "backward": 2}
+    assert _check_triton_path(model, counts, "gated_delta_rule")["expected"] == 2

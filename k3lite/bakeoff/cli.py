@@ -13,13 +13,16 @@ from dataclasses import replace
 from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN, check_mixer
 from k3lite.bakeoff.runs import RunSpec, TritonPathError, run
-from k3lite.bakeoff.stats import summarize
+from k3lite.bakeoff.stats import BEATS_Z, beats, summarize
 from k3lite.bakeoff.tasks import family, make_task
 
 DEFAULT_TASKS = "mqar16,mqar32,mqar64,mqar128,rebind,switch,twoscale,lm"
 DEFAULT_STEPS = "mqar=2000,rebind=2000,switch=2000,twoscale=2000,lm=1000"
 DEFAULT_BATCH = "mqar=64,rebind=64,switch=64,twoscale=64,lm=8"
-PHASES = ("lr", "seeds", "all")
+PHASES = ("lr", "seeds", "close", "all")
+# The steps of the story: each pair is (the earlier mechanism, the one meant to fix its failure).
+STORY_PAIRS = (("linear_attention", "delta_rule"), ("delta_rule", "gated_delta_rule"), ("gated_delta_rule", "kda"),
+               ("kda", "k3_hybrid"), ("softmax", "k3_hybrid"))
 
 
 def per_family(text: str, name: str) -> dict[str, int]:
@@ -56,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mqar-lr-task", default=None,
                    help="the MQAR task whose sweep sets every MQAR lr (default mqar64 if listed, else the largest)")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--close-seeds", type=int, default=5,
+                   help="seeds for both cells of a story pair the beats rule cannot call with --seeds (<= --seeds: off)")
     p.add_argument("--steps", default=DEFAULT_STEPS)
     p.add_argument("--batch-size", default=DEFAULT_BATCH)
     p.add_argument("--vocab", type=int, default=512)
@@ -64,7 +69,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--num-heads", type=int, default=2)
     p.add_argument("--eval-batch", type=int, default=256)
-    p.add_argument("--phase", default="all", help=f"one of {PHASES}")
+    p.add_argument("--phase", default="all",
+                   help=f"one of {PHASES}: sweep, seeds at the best lr, extra seeds for close pairs, or all three")
     p.add_argument("--out", default="figures/bakeoff.json")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--gpus", type=int, default=1)
@@ -173,7 +179,7 @@ def sweep_specs_for(args, spec: RunSpec) -> list[RunSpec]:
     return [_spec(args, task, spec.mixer, spec.d_model, lr, 0, "lr") for lr in lrs]
 
 
-def seed_specs(args, runs: dict) -> list[RunSpec]:
+def seed_specs(args, runs: dict, quiet: bool = False) -> list[RunSpec]:
     specs, missing = [], []
     for seed in range(args.seeds):               # seeds outermost: a timeout leaves every cell a few seeds
         for base in cell_specs(args, 0.0, seed, "seeds"):
@@ -182,8 +188,38 @@ def seed_specs(args, runs: dict) -> list[RunSpec]:
                 missing.append(base.key())
                 continue
             specs.append(replace(base, lr=lr))
-    if missing:
+    if missing and not quiet:
         print(f"[bakeoff] {len(missing)} runs have no learning-rate sweep yet (run --phase lr first)", flush=True)
+    return specs
+
+
+def cell_records(args, runs: dict, spec: RunSpec) -> list[dict] | None:
+    """The stored seeds of ``spec``'s cell at its chosen learning rate (None before the sweep is done)."""
+    lr = best_lr(args, runs, spec)
+    if lr is None:
+        return None
+    found = (runs.get(replace(spec, lr=lr, seed=seed).key()) for seed in range(max(args.seeds, args.close_seeds)))
+    return [r for r in found if r is not None]
+
+
+def close_specs(args, runs: dict) -> list[RunSpec]:
+    """Seeds ``--seeds`` .. ``--close-seeds``-1 for both cells of a story pair that the rule cannot call yet."""
+    specs = []
+    for base in cell_specs(args, 0.0, 0, "seeds"):
+        for first, second in STORY_PAIRS:
+            if base.mixer != first or second not in args.mixer_list:
+                continue
+            pair = [base, replace(base, mixer=second)]
+            records = [cell_records(args, runs, spec) for spec in pair]
+            if any(r is None or len(r) < args.seeds for r in records) or len(records[0]) >= args.close_seeds:
+                continue
+            higher = records[0][0]["higher_is_better"]
+            a, b = ([r["metric"] for r in recs] for recs in records)
+            if beats(a, b, higher_is_better=higher) or beats(b, a, higher_is_better=higher):
+                continue
+            for spec in pair:
+                lr = best_lr(args, runs, spec)
+                specs += [replace(spec, lr=lr, seed=seed) for seed in range(args.seeds, args.close_seeds)]
     return specs
 
 
@@ -248,15 +284,16 @@ class Executor:
     def width(self) -> int:
         return max(1, len(self.processes))
 
-    def map(self, specs, on_result, *, timing_only=False, deadline=None):
-        """Run ``specs``; ``on_result(status, key, payload)`` as each finishes. Stops starting runs at ``deadline``."""
-        if not self.processes:
-            for spec in specs:
-                if deadline and time.time() > deadline:
-                    break
-                on_result("ok", spec.key(), run(spec, "cpu", timing_only=timing_only))
-            return
+    def map(self, specs, on_result, *, timing_only=False, deadline=None, refill=None):
+        """Run ``specs``; ``on_result(status, key, payload)`` as each finishes, then ``refill()`` may add runs
+        that became possible (the seeds of a cell whose sweep just finished). No run starts after ``deadline``."""
         pending, in_flight = list(specs), 0
+        if not self.processes:
+            while pending and not (deadline and time.time() > deadline):
+                spec = pending.pop(0)
+                on_result("ok", spec.key(), run(spec, "cpu", timing_only=timing_only))
+                pending.extend(refill() if refill else [])
+            return
         while pending or in_flight:
             while pending and in_flight < self.width and not (deadline and time.time() > deadline):
                 self.jobs.put((pending.pop(0), timing_only))
@@ -273,6 +310,7 @@ class Executor:
                 self.close()
                 raise TritonPathError(payload)
             on_result(status, key, payload)
+            pending.extend(refill() if refill else [])
 
     def close(self):
         for _ in self.processes:
@@ -293,6 +331,7 @@ def main(argv=None) -> int:
     check_args(args)
     if args.table:
         print_table(store.load(args.out))
+        print_contrasts(args, store.load(args.out))
         return 0
     device = resolve_device(args.device)
     runs = store.load(args.out)
@@ -313,14 +352,40 @@ def main(argv=None) -> int:
         if args.measure:
             measure(args, executor, device, runs, prov)
             return 0
-        if args.phase in ("lr", "all"):
+        if args.phase == "all":   # seeds of a cell start as soon as its sweep is stored: no barrier
+            execute(sweep_specs(args), runs, executor, args.out, prov, deadline,
+                    more=lambda stored: seed_specs(args, stored, quiet=True) + close_specs(args, stored))
+        elif args.phase == "lr":
             execute(sweep_specs(args), runs, executor, args.out, prov, deadline)
-        if args.phase in ("seeds", "all"):
-            execute(seed_specs(args, runs), runs, executor, args.out, prov, deadline)
+        elif args.phase == "seeds":
+            execute(seed_specs(args, runs), runs, executor, args.out, prov, deadline,
+                    more=lambda stored: close_specs(args, stored))
+        else:
+            execute(close_specs(args, runs), runs, executor, args.out, prov, deadline)
     finally:
         executor.close()
     print_table(runs)
+    print_contrasts(args, runs)
     return 0
+
+
+def print_contrasts(args, runs: dict) -> None:
+    """Each story pair in each cell, called by the stated rule (means apart by > 2 standard errors)."""
+    print(f"[bakeoff] story pairs, rule: A beats B when the means differ by more than {BEATS_Z:g} standard errors")
+    for base in cell_specs(args, 0.0, 0, "seeds"):
+        for first, second in STORY_PAIRS:
+            if base.mixer != first or second not in args.mixer_list:
+                continue
+            records = [cell_records(args, runs, spec) for spec in (base, replace(base, mixer=second))]
+            if any(not r or len(r) < 2 for r in records):
+                continue
+            higher = records[0][0]["higher_is_better"]
+            a, b = ([r["metric"] for r in recs] for recs in records)
+            verdict = (f"{second} beats {first}" if beats(b, a, higher_is_better=higher) else
+                       f"{first} beats {second}" if beats(a, b, higher_is_better=higher) else "no call")
+            sa, sb = summarize(a), summarize(b)
+            print(f"{base.task:10s} d{base.d_model:<4d} {first:>16s} {sa.mean:.3f}±{sa.std:.3f} (n={sa.n})  vs  "
+                  f"{second:<16s} {sb.mean:.3f}±{sb.std:.3f} (n={sb.n})  ->  {verdict}")
 
 
 def resolve_device(device: str) -> str:
@@ -333,8 +398,11 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def execute(specs, runs, executor, out, prov, deadline) -> None:
+def execute(specs, runs, executor, out, prov, deadline, more=None) -> None:
+    """Run the ``specs`` not stored yet, storing each as it finishes; ``more(runs)`` names runs that the
+    stored ones made possible, started as they appear."""
     todo = [s for s in specs if s.key() not in runs]
+    queued = {s.key() for s in todo}
     print(f"[bakeoff] {len(todo)} runs to do ({len(specs) - len(todo)} stored) on {executor.width} workers",
           flush=True)
     started = time.time()
@@ -350,7 +418,14 @@ def execute(specs, runs, executor, out, prov, deadline) -> None:
               f"{payload['metric_name']}={payload['metric']:.4f}  {payload['tokens_per_s']:.0f} tok/s "
               f"{payload['wall_s']:.1f}s", flush=True)
 
-    executor.map(todo, on_result, deadline=deadline)
+    def refill():
+        if more is None:
+            return []
+        new = [s for s in more(runs) if s.key() not in runs and s.key() not in queued]
+        queued.update(s.key() for s in new)
+        return new
+
+    executor.map(todo + refill(), on_result, deadline=deadline, refill=refill)
 
 
 def _shape(spec: RunSpec) -> tuple[int, int]:
@@ -402,12 +477,13 @@ def measure(args, executor, device, runs, prov) -> None:
 
 def estimate_grid(args, step_seconds, width) -> None:
     sweep = sweep_specs(args)
-    seeds = [s for s in cell_specs(args, 0.0, 1, "seeds") for _ in range(args.seeds - 1)]  # seed 0 is the sweep's
+    seeds = [s for seed in range(args.seeds) for s in cell_specs(args, 0.0, seed, "seeds")
+             if seed or lr_source(args, s) != s.task]      # seed 0 of a cell that sets its own lr is the sweep's
     total = 0.0
     for spec in sweep + seeds:
         seconds = step_seconds.get((spec.mixer,) + _shape(spec))
         total += (spec.steps + 5) * seconds + 2.0 if seconds is not None else 0.0   # + evaluation, roughly
-    print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs = {len(sweep) + len(seeds)} runs, "
+    print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs (+ up to --close-seeds for close pairs) = {len(sweep) + len(seeds)} runs, "
           f"about {total:.0f} worker-seconds = {total / width / 60:.1f} min on {width} workers "
           f"(per-step times measured with every worker busy)", flush=True)
 

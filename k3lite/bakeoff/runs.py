@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from k3lite.bakeoff.models import BUILTIN, build_model, matched_mlp_hidden, num_parameters
-from k3lite.bakeoff.tasks import make_task, bits_per_byte
+from k3lite.bakeoff.tasks import bits_per_byte, corpus_fingerprint, make_task
 from k3lite.train import learning_rate, lm_loss
 
 NO_DECAY_NAMES = ("A_log", "decay.bias", "dt_bias")
@@ -173,6 +173,8 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
     if not math.isfinite(record["final_loss"]):
         metrics = {name: (float("nan")) for name in metrics}
     record.update(metrics=metrics, metric=metrics[task.metric], wall_s=time.perf_counter() - start)
+    if task.name == "lm":
+        record["corpus"] = corpus_fingerprint(device)
     return record
 
 

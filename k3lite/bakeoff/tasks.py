@@ -194,6 +194,11 @@ def _corpus(device) -> tuple[torch.Tensor, torch.Tensor, str]:
     return _CORPUS[key]
 
 
+def corpus_fingerprint(device) -> str:
+    """Which corpus the LM task trained on (the standard library differs between Python versions)."""
+    return _corpus(device)[2]
+
+
 def _lm_task(length: int) -> Task:
     if length < 128:
         raise ValueError(f"lm_seq_len must be >= 128 (room for the planted probe), got {length}")
