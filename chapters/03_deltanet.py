@@ -22,6 +22,7 @@
 # %%
 import matplotlib.pyplot as plt
 import torch
+from myst_nb import glue
 
 from k3lite import viz
 from k3lite.runtime import seed_everything
@@ -252,6 +253,8 @@ for load in loads:
 print(f"{'N/D':>5} " + " ".join(f"{name:>15}" for name in rules))
 for i, load in enumerate(loads):
     print(f"{load:>5} " + " ".join(f"{mean_error[name][i]:>15.2f}" for name in rules))
+glue("ch03_delta_error_at_4", f"{mean_error['delta, β = 1'][loads.index(4.0)]:.2f}", display=False)
+glue("ch03_additive_error_at_4", f"{mean_error['additive'][loads.index(4.0)]:.2f}", display=False)
 
 # %%
 colors = {"additive": viz.MECHANISM_COLORS["linear_attention"], "delta, β = 1": viz.MECHANISM_COLORS["delta_rule"],
@@ -277,7 +280,8 @@ plt.show()
 # * **Delta, β = 1**: better at every load, but *not* exact for $N \le D$ with random keys: a later write
 #   along a key that overlaps $k_j$ disturbs what $k_j$ reads. (With orthogonal keys both rules are exact up to
 #   $N = D$: section 2 measured the additive rule, the first line above the table the delta rule.) Past
-#   capacity its mean error still rises, but far more slowly (1.19 at $N/D = 4$ against 2.02): an old pair
+#   capacity its mean error still rises, but far more slowly ({glue:text}`ch03_delta_error_at_4` at $N/D = 4$
+#   against {glue:text}`ch03_additive_error_at_4`): an old pair
 #   reads back as some unrelated recent value, an error of order one, not as an ever-growing pile of all
 #   the others.
 # * **Delta, β = 0.5** is the worst at low load (each write only goes half-way, so even the last value comes

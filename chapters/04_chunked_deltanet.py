@@ -23,6 +23,7 @@ import time
 
 import matplotlib.pyplot as plt
 import torch
+from myst_nb import glue
 
 import k3lite.kernels  # noqa: F401  (first: on a CPU it switches Triton's interpreter on before triton loads)
 from k3lite import viz, widgets
@@ -439,6 +440,19 @@ def milliseconds(value):
     return "-" if value is None else f"{value:.3f}"
 
 
+QUOTED_ROWS = {("delta_rule", 8192): ("triton", "sdpa"), ("kda", 8192): ("triton", "sdpa"),
+               ("kda", 32768): ("triton", "sdpa"), ("linear_attention", 32768): ("vs_fla",)}
+
+
+def glue_bench_row(row):
+    """Glue the times the prose quotes: keys ch04_<kind>_<fwd|fwdbwd>_<T>_<triton|sdpa|vs_fla>."""
+    key = f"ch04_{row.get('kind')}_{str(row.get('mode')).replace('+', '')}_{row.get('T')}"
+    fields = {"triton": "k3lite_triton_ms", "sdpa": "sdpa_ms", "vs_fla": "ratio_vs_fla"}
+    for name in QUOTED_ROWS.get((row.get("kind"), row.get("T")), ()):
+        if row.get(fields[name]) is not None:
+            glue(f"{key}_{name}", f"{row[fields[name]]:.2f}", display=False)
+
+
 def show_bench_table(path, first=("delta_rule", "linear_attention")):
     """The chunked-forward rows of `python -m k3lite.bench`: this chapter's mechanisms first, then the gated ones."""
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -456,6 +470,7 @@ def show_bench_table(path, first=("delta_rule", "linear_attention")):
               f"{milliseconds(row.get('k3lite_triton_ms')):>14} {milliseconds(row.get('k3lite_torch_ms')):>13} "
               f"{milliseconds(row.get('fla_ms')):>8} {milliseconds(row.get('sdpa_ms')):>8} "
               f"{'-' if ratio is None else f'{ratio:.2f}x':>11}")
+        glue_bench_row(row)
     if any(row.get("mode") == "fwd+bwd" for row in rows) and meta.get("backward"):
         print(f"backward: {meta['backward']}")
     missing = [kind for kind in first if kind not in {row.get("kind") for row in rows}]
@@ -510,22 +525,30 @@ for mode in ("fwd", "fwd+bwd"):
     if factors:
         print(f"{mode:>7}, (2, 8192) -> (1, 32768): " + ", ".join(f"{name} x{f:.1f}" for name, f in factors.items())
               + "   (T^2 per sequence predicts x8.0, linear in tokens x1.0)")
+        if mode == "fwd":
+            glue("ch04_sdpa_growth_fwd", f"{factors['SDPA']:.1f}", display=False)
 
 # %% [markdown]
-# This chapter's DeltaNet is already ahead of softmax attention at $T = 8192$: its forward takes 0.54 ms against
-# SDPA's 1.00 ms, and 2.26 ms against 3.66 ms with the backward pass. KDA, whose per-channel decay has to be applied
-# inside the intra-chunk products (chapter 6), about ties SDPA's forward there (1.09 ms against 1.00 ms) and
-# loses once the backward is added (4.56 ms against 3.65 ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then
-# grows 7.5-fold (the $T^2$ count says 8), while KDA's a little over doubles: at $T = 32768$ KDA's forward
-# takes 2.49 ms against SDPA's 7.5 ms, and 9.97 ms against 26.45 ms with the backward. The growth
+# This chapter's DeltaNet is already ahead of softmax attention at $T = 8192$: its forward takes
+# {glue:text}`ch04_delta_rule_fwd_8192_triton` ms against SDPA's {glue:text}`ch04_delta_rule_fwd_8192_sdpa` ms, and
+# {glue:text}`ch04_delta_rule_fwdbwd_8192_triton` ms against {glue:text}`ch04_delta_rule_fwdbwd_8192_sdpa` ms with the
+# backward pass. KDA, whose per-channel decay has to be applied inside the intra-chunk products (chapter 6), about
+# ties SDPA's forward there ({glue:text}`ch04_kda_fwd_8192_triton` ms against {glue:text}`ch04_kda_fwd_8192_sdpa` ms)
+# and loses once the backward is added ({glue:text}`ch04_kda_fwdbwd_8192_triton` ms against
+# {glue:text}`ch04_kda_fwdbwd_8192_sdpa` ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then grows
+# {glue:text}`ch04_sdpa_growth_fwd`-fold (the $T^2$ count says 8), while KDA's a little over doubles: at
+# $T = 32768$ KDA's forward takes {glue:text}`ch04_kda_fwd_32768_triton` ms against SDPA's
+# {glue:text}`ch04_kda_fwd_32768_sdpa` ms, and {glue:text}`ch04_kda_fwdbwd_32768_triton` ms against
+# {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward. The growth
 # is more than the ideal $\times 1$ because the chunk-to-chunk pass is sequential: one sequence of 32768 tokens is
 # 512 chunks in a row, against 128 for each of two sequences of 8192, which run side by side. At $T = 32768$
 # every chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for
 # the linear form.
 #
 # The last column says how far the course's kernels are from the production ones. Every forward is within
-# $1.25\times$ of fla except linear attention at $T = 32768$ ($1.40\times$), and every forward+backward within
-# $1.5\times$ except linear attention there ($1.70\times$); at $B = 8$, $T = 2048$ every k3lite kernel is faster
+# $1.25\times$ of fla except linear attention at $T = 32768$ ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`×),
+# and every forward+backward within $1.5\times$ except linear attention there
+# ({glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`×); at $B = 8$, $T = 2048$ every k3lite kernel is faster
 # than fla's. (fla's own times move between runs, by up to $2\times$ in earlier measurements, so read a ratio near
 # a threshold as "about there".)
 
