@@ -153,14 +153,12 @@ expect("tl.dot matmul equals torch's a @ b (max |diff| < 1e-4)", (c - a @ b).abs
 #
 # In PyTorch that is several operations, each reading the `[B, H, K, V]` state from memory and
 # writing a result back. The fused kernel `k3lite.kernels.recurrent_step._decode_step` reads the state
-# once and writes it once. Here it is, straight from the package:
+# once and writes it once. Here it is, straight from the package, in two parts. First the tile and its loads:
 
 # %%
-show(recurrent_step._decode_step)
+show(recurrent_step._decode_step, "@triton.jit", "b_v = tl.load")
 
 # %% [markdown]
-# Line by line:
-#
 # * **The grid** is `(cdiv(V, BV), B·H)`: one program per head and per block of `BV` value columns.
 #   Its tile of the state is `[K, BV]` — all key rows, some value columns. Splitting along $V$ is free:
 #   every value column of $S$ updates independently ($S^\top k$ is one dot product per column).
@@ -169,6 +167,13 @@ show(recurrent_step._decode_step)
 #   rounded up to a power of two, and the last value block may stick out past $V$.
 # * **`off`** addresses the tile inside the contiguous `[B, H, K, V]` state: head `i_bh` starts at
 #   `i_bh · K · V`, row `rk` at `rk · V`. (The cast to int64 keeps the product from overflowing at large B.)
+#
+# Then the update, all in registers, and the two stores:
+
+# %%
+show(recurrent_step._decode_step, "if GATE ==", "tl.store(o_ptr")
+
+# %% [markdown]
 # * **Per-channel decay** (`GATE == GATE_CHANNEL`, KDA): one factor $e^{g_d}$ per key channel, i.e. per
 #   *row* of the tile — `tl.exp(b_g)[:, None]` broadcasts it along the row. Gated DeltaNet's scalar gate
 #   (`GATE_SCALAR`) multiplies the whole tile by one number; linear attention and DeltaNet have no gate.
@@ -752,26 +757,27 @@ expect("decode: at the larger batch k3lite and fla within 5 %",
 # ### Exercise 1: the decode-step kernel
 #
 # Below is the KDA decode kernel with its loads and stores removed: the indices, the masks and the
-# arithmetic are given. Write the loads of the state tile `b_s [BK, BV]`, of `b_q`, `b_k`, `b_g` `[BK]`,
-# of `b_v [BV]` and of the scalar `b_beta`, and the two stores, with the right masks. (Inputs here are
-# float32 `[B, H, K]`, `[B, H, V]`, `[B, H]`, and the state `[B, H, K, V]`, all contiguous.) The checker
-# launches it with `K = 12, V = 20, BK = 16, BV = 8` and compares with `kda.step`.
+# arithmetic are given (with plainer names than the package's). Write the loads of the state tile
+# `S [BK, BV]`, of `q`, `k`, `g` `[BK]`, of `v [BV]` and of the scalar `beta`, and the two stores, with
+# the right masks. (Inputs here are float32 `[B, H, K]`, `[B, H, V]`, `[B, H]`, and the state
+# `[B, H, K, V]`, all contiguous.) The checker launches it with `K = 12, V = 20, BK = 16, BV = 8` and
+# compares with `kda.step`.
 
 # %%
 @triton.jit
 def kda_decode_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale,
                       K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
-    mk, mv = rk < K, rv < V
-    off = i_bh * K * V + rk[:, None] * V + rv[None, :]
-    raise NotImplementedError  # load b_s, b_q, b_k, b_v, b_g, b_beta here
-    b_s = b_s * tl.exp(b_g)[:, None]
-    b_v = b_beta * (b_v - tl.sum(b_s * b_k[:, None], axis=0))
-    b_s = b_s + b_k[:, None] * b_v[None, :]
-    b_o = tl.sum(b_s * (b_q * scale)[:, None], axis=0)
-    # store b_s into s_out_ptr and b_o into o_ptr here
+    block, head = tl.program_id(0), tl.program_id(1)
+    rows = tl.arange(0, BK)                                  # key channels
+    cols = block * BV + tl.arange(0, BV)                     # value columns of this program
+    row_ok, col_ok = rows < K, cols < V
+    state_at = head * K * V + rows[:, None] * V + cols[None, :]
+    raise NotImplementedError  # load S [BK, BV], q, k, g [BK], v [BV] and the scalar beta here
+    S = S * tl.exp(g)[:, None]
+    v = beta * (v - tl.sum(S * k[:, None], axis=0))
+    S = S + k[:, None] * v[None, :]
+    o = tl.sum(S * (q * scale)[:, None], axis=0)
+    # store S into s_out_ptr and o into o_ptr here
 
 
 # %%
@@ -783,23 +789,24 @@ ch11.check_decode_kernel(kda_decode_kernel)
 @triton.jit
 def kda_decode_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale,
                       K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
-    mk, mv = rk < K, rv < V
-    off = i_bh * K * V + rk[:, None] * V + rv[None, :]
-    b_s = tl.load(s_ptr + off, mask=mk[:, None] & mv[None, :], other=0.0)   # the [BK, BV] tile, both masks
-    b_q = tl.load(q_ptr + i_bh * K + rk, mask=mk, other=0.0)
-    b_k = tl.load(k_ptr + i_bh * K + rk, mask=mk, other=0.0)                 # 0 past K: adds nothing to S^T k
-    b_v = tl.load(v_ptr + i_bh * V + rv, mask=mv, other=0.0)
-    b_g = tl.load(g_ptr + i_bh * K + rk, mask=mk, other=0.0)
-    b_beta = tl.load(beta_ptr + i_bh)                                        # one scalar per head
-    b_s = b_s * tl.exp(b_g)[:, None]
-    b_v = b_beta * (b_v - tl.sum(b_s * b_k[:, None], axis=0))
-    b_s = b_s + b_k[:, None] * b_v[None, :]
-    b_o = tl.sum(b_s * (b_q * scale)[:, None], axis=0)
-    tl.store(s_out_ptr + off, b_s, mask=mk[:, None] & mv[None, :])
-    tl.store(o_ptr + i_bh * V + rv, b_o, mask=mv)
+    block, head = tl.program_id(0), tl.program_id(1)
+    rows = tl.arange(0, BK)                                  # key channels
+    cols = block * BV + tl.arange(0, BV)                     # value columns of this program
+    row_ok, col_ok = rows < K, cols < V
+    state_at = head * K * V + rows[:, None] * V + cols[None, :]
+    tile_ok = row_ok[:, None] & col_ok[None, :]              # both masks: K and V need not be powers of two
+    S = tl.load(s_ptr + state_at, mask=tile_ok, other=0.0)
+    q = tl.load(q_ptr + head * K + rows, mask=row_ok, other=0.0)
+    k = tl.load(k_ptr + head * K + rows, mask=row_ok, other=0.0)   # 0 past K: adds nothing to S^T k
+    g = tl.load(g_ptr + head * K + rows, mask=row_ok, other=0.0)
+    v = tl.load(v_ptr + head * V + cols, mask=col_ok, other=0.0)
+    beta = tl.load(beta_ptr + head)                          # one scalar per head
+    S = S * tl.exp(g)[:, None]
+    v = beta * (v - tl.sum(S * k[:, None], axis=0))
+    S = S + k[:, None] * v[None, :]
+    o = tl.sum(S * (q * scale)[:, None], axis=0)
+    tl.store(s_out_ptr + state_at, S, mask=tile_ok)
+    tl.store(o_ptr + head * V + cols, o, mask=col_ok)
 
 
 ch11.check_decode_kernel(kda_decode_kernel)
@@ -827,14 +834,14 @@ ch11.check_situ_forward(situ_kernel)
 # Solution
 @triton.jit
 def situ_kernel(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(gate_ptr + offs, mask=mask, other=0.0)
-    u = tl.load(up_ptr + offs, mask=mask, other=0.0)
-    tanh_x = 1.0 - 2.0 / (tl.exp(2.0 * x / beta1) + 1.0)
-    tanh_u = 1.0 - 2.0 / (tl.exp(2.0 * u / beta2) + 1.0)
-    h = beta1 * tanh_x / (1.0 + tl.exp(-x)) * beta2 * tanh_u
-    tl.store(out_ptr + offs, h, mask=mask)
+    index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = index < n                                       # the last program is partly past n
+    gate = tl.load(gate_ptr + index, mask=inside, other=0.0)
+    up = tl.load(up_ptr + index, mask=inside, other=0.0)
+    tanh_gate = 1.0 - 2.0 / (tl.exp(2.0 * gate / beta1) + 1.0)
+    tanh_up = 1.0 - 2.0 / (tl.exp(2.0 * up / beta2) + 1.0)
+    h = beta1 * tanh_gate / (1.0 + tl.exp(-gate)) * beta2 * tanh_up
+    tl.store(out_ptr + index, h, mask=inside)
 
 
 ch11.check_situ_forward(situ_kernel)

@@ -1,6 +1,6 @@
 """Show the package's own source in a chapter, so a listing can never drift from the code it teaches.
 
-    show(kernels.recurrent_step._decode_step)                       # the whole function
+    show(kernels.recurrent_step._decode_step)                       # the whole function, highlighted
     show(chunk_fwd._state_pass, "for i_t in range", "b_s +=")       # from the first line holding one
                                                                     # text to the first later line holding
                                                                     # the other, both included
@@ -51,11 +51,24 @@ def _find(lines, text, begin, name, what):
                      + "; the code changed: update the listing")
 
 
-def show(obj, start: str | None = None, end: str | None = None):
-    """:func:`source` as a syntax-highlighted ``IPython.display.Code`` (plain text where IPython is absent)."""
-    text = source(obj, start, end)
-    try:
-        from IPython.display import Code
-    except ImportError:  # pragma: no cover - IPython comes with the notebook tools
-        return text
-    return Code(text, language="python")
+class Listing:
+    """Source text that a notebook shows as a highlighted Python block and a console as plain text.
+
+    The notebook gets it as Markdown (a fenced ``python`` block), which JupyterLab, the book (myst-nb) and
+    the slide decks all highlight, and whose height the deck builder can estimate line by line.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_markdown_(self) -> str:
+        fence = "````" if "```" in self.text else "```"
+        return f"{fence}python\n{self.text}\n{fence}"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def show(obj, start: str | None = None, end: str | None = None) -> Listing:
+    """:func:`source` as a :class:`Listing`, for the last line of a notebook cell."""
+    return Listing(source(obj, start, end))

@@ -239,3 +239,28 @@ def test_guarded_views_share_the_buffer():
     view.add_(1.0)
     assert buffer[ch11.GUARD:ch11.GUARD + 6].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     assert ch11.overwritten_guard(buffer) == 0
+
+
+# ------------------------------------------------------------------------------- k3lite.listing (the chapter's listings)
+
+def test_listing_shows_a_kernel_and_a_named_slice():
+    from k3lite import listing
+    from k3lite.kernels import situ
+
+    whole = listing.source(situ._tanh)
+    assert whole.startswith("@triton.jit\ndef _tanh(")
+    part = listing.source(situ._tanh, "else:", "return 1.0")
+    assert part.splitlines()[0] == "else:" and part.splitlines()[-1].lstrip().startswith("return 1.0")
+    assert listing.show(situ._tanh)._repr_markdown_() == f"```python\n{whole}\n```"
+
+
+def test_listing_raises_when_the_code_changed():
+    from k3lite import listing
+    from k3lite.kernels import situ
+
+    with pytest.raises(ValueError, match="start text 'no such line'"):
+        listing.source(situ._tanh, "no such line")
+    with pytest.raises(ValueError, match="end text 'no such line'"):
+        listing.source(situ._tanh, "def _tanh", "no such line")
+    with pytest.raises(ValueError, match="end needs a start"):
+        listing.source(situ._tanh, None, "return")
