@@ -228,11 +228,44 @@ def heading_level(cell) -> int:
     return len(first) - len(first.lstrip("#")) if first.startswith("#") else 0
 
 
-def _truncate_stream(output, keep_lines: int) -> None:
-    lines = output.get("text", "").rstrip("\n").splitlines()
-    if len(lines) > keep_lines:
-        hidden = len(lines) - keep_lines
-        output["text"] = "\n".join(lines[:keep_lines] + [f"... ({hidden} more lines in the notebook)"]) + "\n"
+def _lines_that_fit(lines: list[str], room: int) -> int:
+    used, kept = 14 + CODE_LINE, 0  # the box, and the "... more lines" line
+    for line in lines:
+        used += CODE_LINE * max(1, math.ceil(len(line) / CODE_CHARS))
+        if used > room:
+            break
+        kept += 1
+    return max(2, kept)
+
+
+def _shorten_output(output, room: int) -> None:
+    """Cut a text output (a stream, or markdown holding one code block) to ``room`` pixels."""
+    if output.get("output_type") == "stream":
+        lines = output.get("text", "").rstrip("\n").splitlines()
+        keep = _lines_that_fit(lines, room)
+        if keep < len(lines):
+            output["text"] = "\n".join(lines[:keep] + [f"... ({len(lines) - keep} more lines in the notebook)"]) + "\n"
+        return
+    markdown = output.get("data", {}).get("text/markdown")
+    if markdown and markdown.strip().startswith("```") and markdown.strip().endswith("```"):
+        lines = markdown.strip().splitlines()
+        fence, body = lines[0], lines[1:-1]
+        keep = _lines_that_fit(body, room - 24)
+        if keep < len(body):
+            shortened = [fence, *body[:keep], f"# ... ({len(body) - keep} more lines in the notebook)", "```"]
+            output["data"]["text/markdown"] = "\n".join(shortened)
+
+
+def _merge_streams(cell) -> None:
+    """Consecutive stream outputs of one name as one (as the site shows them)."""
+    merged = []
+    for output in cell.get("outputs", []):
+        if (merged and output.get("output_type") == "stream" and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == output.get("name")):
+            merged[-1]["text"] += output.get("text", "")
+        else:
+            merged.append(output)
+    cell.outputs = merged
 
 
 def fit_code_cell(cell) -> list:
@@ -249,9 +282,13 @@ def fit_code_cell(cell) -> list:
         caption.metadata["k3lite_caption"] = True
         cells.insert(0, caption)
     room = SLIDE_BUDGET - 40
-    for output in cell.outputs:
-        if output.get("output_type") == "stream" and output_height(output) > room:
-            _truncate_stream(output, max(4, (room - 14) // CODE_LINE - 1))
+    # Text outputs give way, tallest first, until the cell's outputs fit one slide.
+    for output in sorted(cell.outputs, key=output_height, reverse=True):
+        excess = sum(output_height(each) for each in cell.outputs) - room
+        if excess <= 0:
+            break
+        if output.get("output_type") == "stream" or "text/markdown" in output.get("data", {}):
+            _shorten_output(output, max(4 * CODE_LINE, output_height(output) - excess))
     return cells + _split_long_tables(cell, room)
 
 
@@ -399,6 +436,7 @@ def lecture_notebook(notebook):
             cell.source = substitute_glue(cell.source, values, where=f"cell {index}").replace("../figures/", "figures/")
         if cell.cell_type == "code":
             _drop_hidden_glue(cell)
+            _merge_streams(cell)
             if _drop_widget_views(cell):
                 continue
             if "remove-output" in tags:
