@@ -15,7 +15,8 @@
 # 3. The fused SiTU activation: elementwise fusion, forward and backward.
 # 4. The chunked KDA pipeline: six kernels, which parts run in parallel and which in sequence, and where
 #    the time goes on an H200.
-# 5. Exercises: write the decode kernel, write the fused SiTU forward, predict what breaks without masks.
+# 5. What the reference library (flash-linear-attention) and FlashKDA do differently, by measurement.
+# 6. Exercises: write the decode kernel, write the fused SiTU forward, predict what breaks without masks.
 #
 # **No GPU needed.** Importing `k3lite.kernels` on a machine without CUDA switches on Triton's
 # *interpreter*, which runs each `@triton.jit` function as NumPy code on CPU tensors: float32 only, one
@@ -96,6 +97,8 @@ lanes = grid[0] * grid[1] * BR * BC
 print(f"grid {grid}: {grid[0] * grid[1]} programs of {BR}x{BC} lanes = {lanes} lanes for {R * C} elements")
 print(f"lanes masked off: {lanes - R * C}; elements no program wrote: {int((owner < 0).sum())}")
 glue("ch11_masked_lanes", f"{lanes - R * C}", display=False)
+glue("ch11_programs", f"{grid[0] * grid[1]}", display=False)
+glue("ch11_lane_rect", f"[{grid[0] * BR}, {grid[1] * BC}]", display=False)
 
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7.5, 5.2))
@@ -114,7 +117,7 @@ ax.set_title("Which program writes which tile: [20, 28] array, 8x8 blocks\n"
 plt.show()
 
 # %% [markdown]
-# Twelve programs cover a `[24, 32]` rectangle of lanes; the mask stops the
+# The {glue:text}`ch11_programs` programs cover a {glue:text}`ch11_lane_rect` rectangle of lanes; the mask stops the
 # {glue:text}`ch11_masked_lanes` lanes outside the array. On a GPU the programs run at the same time on
 # the streaming multiprocessors, in no promised order; the interpreter runs them one after another.
 # Nothing else distinguishes the two: a kernel that is right under the interpreter computes the same
@@ -418,8 +421,11 @@ expect("the measured forward speed-up is within 25 % of the counted ratio of byt
 #
 # Training and prefill process whole sequences. Chapter 04 derived the chunked form: split the sequence
 # into chunks of $C = 64$ tokens; inside a chunk, everything is matrix products (parallel); across chunks,
-# only the state is carried (sequential). `k3lite.kernels.chunk_fwd` runs it as six kernels. The module's
-# docstring is the map:
+# only the state is carried (sequential):
+#
+# ![Chunking: parallel inside a chunk, a state across chunks](../figures/diagram_chunk_tiling.svg)
+#
+# `k3lite.kernels.chunk_fwd` runs it as six kernels. The module's docstring is the map:
 
 # %%
 print(chunk_fwd.__doc__.split("Numerics")[0].strip())
@@ -730,19 +736,20 @@ expect("decode: at the larger batch k3lite and fla within 5 %",
 # %% [markdown]
 # The two are close on most rows (the run's own notes say a ratio near 1 means "about there"): k3lite
 # is ahead on every KDA forward+backward row and at the shortest sequences, fla at the longest sequence.
-# The differences are of design, not of algorithm:
+# Both run the same chunked algorithm; the differences that can be named are of engineering:
 #
-# * **Launch settings.** fla autotunes block sizes and warp counts over many configurations on first use in
-#   each process; k3lite fixes a few numbers per stage (the `LAUNCH` table in `chunk_fwd`), picked once on
-#   an H200 with `scripts/gpu_profile.py`. Autotuning adapts to other GPUs and shapes; fixed settings
-#   start instantly and are the same on every run.
+# * **Launch settings.** fla autotunes its kernels' launch settings on first use in each process (the
+#   benchmark's notes record that its times move between runs); k3lite fixes a few numbers per stage (the
+#   `LAUNCH` table in `chunk_fwd`), picked once on an H200 with `scripts/gpu_profile.py`. Autotuning
+#   adapts to other GPUs and shapes; fixed settings start at once and are the same on every run.
 # * **Decode.** At the smaller batch k3lite's fused step was {glue:text}`ch11_fla_decode_ratio`× faster
 #   than fla's; at the larger batch both reached about the same bandwidth — the ceiling of section 2 for
 #   any kernel that reads and writes the state once.
-# * **FlashKDA** is a KDA kernel written in CUDA rather than Triton, with direct control of the tensor
-#   cores' asynchronous copies and of shared memory. It was published as running about 2× faster than
-#   fla's Triton KDA at T = 8192, H = 96. That number is theirs: it is not in our benchmark, which
-#   measured fla and k3lite only.
+# * **FlashKDA** is a KDA kernel written in CUDA rather than Triton. CUDA leaves to the programmer what
+#   Triton's compiler decides for a kernel written in blocks: the layout of shared memory, the
+#   asynchronous copies that feed the tensor cores, how the warps split a tile. It was published as
+#   running about 2× faster than fla's Triton KDA at T = 8192, H = 96. That number is theirs: it is not in
+#   our benchmark, which measured fla and k3lite only.
 #
 # No code of either is used or copied here; the comparison is by measurement.
 
@@ -896,8 +903,9 @@ for n, block in ((80, 16), (80, 32), (80, 64)):
 #   memory-bound by two orders of magnitude; on the H200 it moved state at close to copy speed.
 # * Fusing SiTU cut its memory traffic by the counted factor, and its H200 time by about the same; with the
 #   traffic gone, its extra `tanh`s cost almost nothing.
-# * The chunked KDA forward is six kernels: five parallel over chunks, one (the state pass) sequential.
+# * The chunked KDA forward is six kernels: five parallel (over chunks or tokens), one (the state pass)
+#   sequential over chunks.
 #   By a count of FLOPs and bytes every stage is memory-bound at $D = 128$; the per-channel decay makes
 #   the intra-chunk stage the largest.
-# * Against the reference library the kernels are at par, by measurement in one process; the design
-#   differs in launch settings (fixed versus autotuned), not in the algorithm.
+# * Against the reference library, measured in one process, k3lite is ahead on some rows and behind on
+#   others; both run the same algorithm, with fixed versus autotuned launch settings.
