@@ -4,7 +4,10 @@ On a GPU: the chunked mixers (k3lite Triton, k3lite PyTorch chunked, flash-linea
 can be imported, causal scaled_dot_product_attention) at (B, T, H) = (8, 2048, 16), (2, 8192, 16),
 (1, 32768, 16), D = 128, bf16, forward and forward+backward; the fused decode step at B = 64 and 256;
 fused SiTU against eager PyTorch SiTU and a fused SiLU-and-mul. Every ratio is taken between
-numbers measured in the same run. On a CPU the same table runs at toy sizes (the Triton kernels go
+numbers measured in the same run. Each chunked and decode row is timed twice for k3lite: through the
+public ops API (``k3lite.ops.<kind>.chunked(..., backend="triton")``, ``k3lite.ops.kda.step``), which is
+what a model calls, and through the kernels alone (``k3lite.kernels.run_chunked`` / ``run_step``, no
+argument checks); the reference library is timed before and after them, and its two times are kept. On a CPU the same table runs at toy sizes (the Triton kernels go
 through the interpreter), which only shows that the code runs, not how fast anything is.
 
 Results are printed as a table and written as JSON (with the command, date, device and versions).
@@ -108,9 +111,8 @@ def k3lite_call(kind, t, backend):
 
 
 def kernel_call(kind, t):
-    """The Triton pipeline itself (k3lite.kernels.chunked), without the ops API's value checks, which read
-    g and beta once more and wait for the GPU to answer; the reference library checks no values either."""
-    return kernels.chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
+    """The Triton pipeline alone (k3lite.kernels.run_chunked): no argument checks in front of it."""
+    return kernels.run_chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
 
 
 def kernel_times(fn, iters=10):
@@ -172,13 +174,16 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, 
         for mode in modes:
             grad = mode == "fwd+bwd"
             t = mixer_inputs(kind, B, T, H, D, dtype, device, grad)
-            methods = {"k3lite_triton": lambda: kernel_call(kind, t)}
+            # The reference first and last, k3lite in between: a drift of the machine shows as two fla times.
+            methods = {}
+            if kind in fla:
+                methods["fla_before"] = lambda: fla_call(fla[kind], kind, t)
+            methods["k3lite_triton"] = lambda: kernel_call(kind, t)
+            methods["k3lite_ops_triton"] = lambda: k3lite_call(kind, t, "triton")
             if mode == "fwd" or device != "cuda":  # on the GPU the PyTorch backward is timed in no row
                 methods["k3lite_torch"] = lambda: k3lite_call(kind, t, "torch")
-            if mode == "fwd":
-                methods["k3lite_ops_triton"] = lambda: k3lite_call(kind, t, "triton")
             if kind in fla:
-                methods["fla"] = lambda: fla_call(fla[kind], kind, t)
+                methods["fla_after"] = lambda: fla_call(fla[kind], kind, t)
             row = {"kind": kind, "B": B, "T": T, "H": H, "D": D, "mode": mode, "sdpa_ms": sdpa_ms(B, T, H, mode)}
             for name, fwd in methods.items():
                 try:
@@ -187,14 +192,28 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, 
                     row[f"{name}_ms"] = None
                     row[f"{name}_error"] = repr(err)[:200]
                 torch.cuda.empty_cache() if device == "cuda" else None
-            if row.get("fla_ms") and row.get("k3lite_triton_ms"):
-                row["ratio_vs_fla"] = row["k3lite_triton_ms"] / row["fla_ms"]
-            if row.get("k3lite_triton_ms"):
-                row["ratio_vs_sdpa"] = row["k3lite_triton_ms"] / row["sdpa_ms"]
+            add_ratios(row)
             results["chunked"].append(row)
             print_row(row)
             save()
             del t
+
+
+def add_ratios(row):
+    """fla_ms = the mean of the reference's two times; ratios of the kernels alone and of the ops API to it."""
+    before, after = row.get("fla_before_ms"), row.get("fla_after_ms")
+    if before and after:
+        row["fla_ms"] = (before + after) / 2
+        row["fla_drift"] = abs(after - before) / row["fla_ms"]
+    kernel_ms, ops_ms = row.get("k3lite_triton_ms"), row.get("k3lite_ops_triton_ms")
+    if row.get("fla_ms") and kernel_ms:
+        row["ratio_vs_fla"] = kernel_ms / row["fla_ms"]
+    if row.get("fla_ms") and ops_ms:
+        row["ratio_ops_vs_fla"] = ops_ms / row["fla_ms"]
+    if kernel_ms and ops_ms:
+        row["ops_over_kernels"] = ops_ms / kernel_ms
+    if kernel_ms and row.get("sdpa_ms"):
+        row["ratio_vs_sdpa"] = kernel_ms / row["sdpa_ms"]
 
 
 def profile_stages(device, results, save):
@@ -218,10 +237,11 @@ def fmt(x, spec=".3f"):
 
 def print_row(row):
     row["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
-    ops = f" (ops API {fmt(row['k3lite_ops_triton_ms'])})" if row.get("k3lite_ops_triton_ms") else ""
-    print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | triton {fmt(row.get('k3lite_triton_ms'))}{ops}"
-          f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_ms'))} | sdpa {fmt(row['sdpa_ms'])}"
-          f" | vs fla {fmt(row.get('ratio_vs_fla'), '.2f')}x | at {row['elapsed_s']:.0f} s", flush=True)
+    print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | ops API "
+          f"{fmt(row.get('k3lite_ops_triton_ms'))} kernels {fmt(row.get('k3lite_triton_ms'))}"
+          f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_before_ms'))}/{fmt(row.get('fla_after_ms'))}"
+          f" | sdpa {fmt(row['sdpa_ms'])} | vs fla: ops {fmt(row.get('ratio_ops_vs_fla'), '.2f')}x kernels "
+          f"{fmt(row.get('ratio_vs_fla'), '.2f')}x | at {row['elapsed_s']:.0f} s", flush=True)
 
 
 def bench_decode(batches, H, D, device, measure, fla, results, save):
@@ -240,6 +260,11 @@ def bench_decode(batches, H, D, device, measure, fla, results, save):
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         state_bytes = 2 * state.numel() * 4
         row = {"B": B, "H": H, "K": D, "V": D, "kind": "kda", "state_bytes_moved": state_bytes, "configs": {}}
+        fla_step = None
+        if "decode_kda" in fla:
+            args = [x.unsqueeze(1) for x in (q, k, v, g, beta)]
+            fla_step = lambda: fla["decode_kda"](*args, initial_state=state, output_final_state=True)  # noqa: E731
+            row["fla_before_ms"] = measure_or_error(measure, fla_step, row, "fla_error")
         for block_v, warps in configs:
             ms = measure(lambda: recurrent_step.decode_step("kda", q, k, v, g, beta, state, D ** -0.5,
                                                             block_v=block_v, num_warps=warps))
@@ -247,24 +272,37 @@ def bench_decode(batches, H, D, device, measure, fla, results, save):
         best = min(row["configs"], key=row["configs"].get)
         row["k3lite_triton_ms"] = row["configs"][best]
         row["best_config"] = best
-        row["k3lite_default_ms"] = measure(lambda: kernels.step("kda", q, k, v, g, beta, state=state, scale=D ** -0.5))
+        scale = D ** -0.5
+        row["k3lite_default_ms"] = measure(lambda: kernels.run_step("kda", q, k, v, g, beta, state=state, scale=scale))
         row["ops_step_triton_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="triton"))
+        scratch = state.clone()   # the in-place step overwrites its state on every call
+        row["ops_step_triton_inplace_ms"] = measure(
+            lambda: kda.step(q, k, v, g, beta, state=scratch, backend="triton", inplace=True))
         row["k3lite_torch_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="torch"))
         row["tb_per_s"] = state_bytes / (row["k3lite_default_ms"] * 1e-3) / 1e12
-        if "decode_kda" in fla:
-            f = fla["decode_kda"]
-            args = [x.unsqueeze(1) for x in (q, k, v, g, beta)]
-            try:
-                row["fla_ms"] = measure(lambda: f(*args, initial_state=state, output_final_state=True))
+        row["ops_tb_per_s"] = state_bytes / (row["ops_step_triton_ms"] * 1e-3) / 1e12
+        row["ops_inplace_tb_per_s"] = state_bytes / (row["ops_step_triton_inplace_ms"] * 1e-3) / 1e12
+        if fla_step is not None and row.get("fla_before_ms"):
+            row["fla_after_ms"] = measure_or_error(measure, fla_step, row, "fla_error")
+            if row["fla_after_ms"]:
+                row["fla_ms"] = (row["fla_before_ms"] + row["fla_after_ms"]) / 2
                 row["fla_tb_per_s"] = state_bytes / (row["fla_ms"] * 1e-3) / 1e12
-            except Exception as err:
-                row["fla_error"] = repr(err)[:200]
         results["decode"].append(row)
-        print(f"decode kda B={B:>3}: triton {row['k3lite_default_ms']:.4f} ms ({row['tb_per_s']:.2f} TB/s), "
-              f"best config {best} {row['k3lite_triton_ms']:.4f} ms, via ops.kda.step {row['ops_step_triton_ms']:.4f} ms, "
-              f"torch {row['k3lite_torch_ms']:.4f} ms, "
-              f"fla {fmt(row.get('fla_ms'), '.4f')} ms", flush=True)
+        print(f"decode kda B={B:>3}: ops.kda.step {row['ops_step_triton_ms']:.4f} ms ({row['ops_tb_per_s']:.2f} TB/s), "
+              f"in place {row['ops_step_triton_inplace_ms']:.4f} ms ({row['ops_inplace_tb_per_s']:.2f} TB/s), "
+              f"kernel alone {row['k3lite_default_ms']:.4f} ms ({row['tb_per_s']:.2f} TB/s), best config {best} "
+              f"{row['k3lite_triton_ms']:.4f} ms, torch {row['k3lite_torch_ms']:.4f} ms, "
+              f"fla {fmt(row.get('fla_before_ms'), '.4f')}/{fmt(row.get('fla_after_ms'), '.4f')} ms", flush=True)
         save()
+
+
+def measure_or_error(measure, fn, row, error_key):
+    """measure(fn), or None with the error kept in row[error_key] (the reference library may refuse)."""
+    try:
+        return measure(fn)
+    except Exception as err:
+        row[error_key] = repr(err)[:200]
+        return None
 
 
 def eager_situ(gate, up):
@@ -314,11 +352,12 @@ def plot(results, path):
     from k3lite import viz
 
     viz.use_style()
-    rows = [r for r in results["chunked"] if r.get("ratio_vs_fla")]
+    key = "ratio_ops_vs_fla" if any(r.get("ratio_ops_vs_fla") for r in results["chunked"]) else "ratio_vs_fla"
+    rows = [r for r in results["chunked"] if r.get(key)]
     if not rows:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-    top = max(max(r["ratio_vs_fla"] for r in rows), 1.5) * 1.12
+    top = max(max(r[key] for r in rows), 1.5) * 1.12
     bars = {}
     for ax, mode, target in zip(axes, ("fwd", "fwd+bwd"), (1.25, 1.5)):
         measured = [r for r in results["chunked"] if r["mode"] == mode and r.get("k3lite_triton_ms")]
@@ -329,7 +368,7 @@ def plot(results, path):
                 match = [r for r in measured if (r["B"], r["T"], r["H"]) == shape and r["kind"] == kind]
                 if not match:
                     continue
-                x, y = j + (i - (len(KINDS) - 1) / 2) * width, match[0].get("ratio_vs_fla")
+                x, y = j + (i - (len(KINDS) - 1) / 2) * width, match[0].get(key)
                 if y is None:  # k3lite measured, the reference library not (it refused or failed)
                     ax.text(x, 0.04, "no fla time", rotation=90, ha="center", va="bottom", fontsize=8)
                     continue
@@ -341,7 +380,7 @@ def plot(results, path):
         ax.set_xticks(range(len(shapes)), [f"B={b}\nT={t}" for b, t, _ in shapes])
         ax.set_xlim(-0.5, len(shapes) - 0.5)
         ax.set_ylim(0, top)
-        ax.set_title(f"{mode}: k3lite Triton time / fla time")
+        ax.set_title(f"{mode}: k3lite {'ops API' if key == 'ratio_ops_vs_fla' else 'kernel'} time / fla time")
         ax.set_xlabel("shape (H = 16, D = 128, bf16)")
     axes[0].set_ylabel("time ratio (1 = as fast as fla)")
     fig.legend(list(bars.values()), [kind.replace("_", " ") for kind in bars], loc="lower center", ncols=len(bars),
@@ -415,12 +454,15 @@ def main(argv=None):
                         else "median of 2 wall-clock runs after one warm-up (CPU, Triton interpreter)",
                         "inputs": "L2-normalized keys, beta = sigmoid(randn), GDN g = logsigmoid(randn + 4), "
                                   "KDA g = -5 sigmoid(randn - 2); fwd+bwd = forward + autograd.grad of all inputs",
-                        "backward_note": "k3lite chunked backward: all stages Triton (kernels/chunk_bwd_triton.py) by "
-                                         "default; backward='hybrid' is the earlier Triton state pass + PyTorch "
-                                         "autograd (kernels/chunk_bwd.py)",
-                        "rows": "k3lite_triton_ms: k3lite.kernels.chunked (the Triton pipeline); k3lite_ops_triton_ms: "
-                                "the ops API in front of it (adds the g <= 0 and beta range checks); k3lite_torch_ms: "
-                                "the same chunked algorithm in PyTorch operations (forward only on the GPU)"},
+                        "backward_note": "k3lite chunked backward: all stages Triton (kernels/chunk_bwd_triton.py)",
+                        "rows": "k3lite_ops_triton_ms: the public ops API, k3lite.ops.<kind>.chunked(backend='triton') "
+                                "(argument checks, asynchronous on CUDA, then the kernels); k3lite_triton_ms: "
+                                "k3lite.kernels.run_chunked, the kernels alone; fla_before_ms / fla_after_ms: the "
+                                "reference timed before and after them, fla_ms their mean; ratio_ops_vs_fla and "
+                                "ratio_vs_fla: ops API and kernels over fla_ms; k3lite_torch_ms: the same chunked "
+                                "algorithm in PyTorch operations (forward only on the GPU). decode: ops_step_triton_ms "
+                                "= k3lite.ops.kda.step(backend='triton'), _inplace_ms with inplace=True, "
+                                "k3lite_default_ms = kernels.run_step alone"},
                "chunked": [], "decode": [], "situ": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
 

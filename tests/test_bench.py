@@ -41,3 +41,17 @@ def test_bad_options_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--merge", str(tmp_path / "a.json")])
     assert "--merge needs --out" in capsys.readouterr().err
+
+
+def test_cpu_run_times_the_ops_api_and_the_kernels_alone(tmp_path):
+    # On a CPU the table runs at toy sizes through the interpreter: it shows the rows are filled, not speed.
+    out = tmp_path / "cpu.json"
+    bench.main(["--sections", "fwd,fwd+bwd,decode", "--kinds", "gated_delta_rule", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert [r["mode"] for r in data["chunked"]] == ["fwd", "fwd+bwd"]
+    for r in data["chunked"]:
+        assert r["k3lite_ops_triton_ms"] > 0 and r["k3lite_triton_ms"] > 0, r
+        assert r["ops_over_kernels"] == r["k3lite_ops_triton_ms"] / r["k3lite_triton_ms"]
+    (decode,) = data["decode"]
+    assert decode["ops_step_triton_ms"] > 0 and decode["ops_step_triton_inplace_ms"] > 0
+    assert "k3lite.kernels.run_chunked" in data["meta"]["rows"]
