@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing as mp
+import os
+import queue
+import signal
 import sys
 import time
 import traceback
@@ -245,7 +248,7 @@ def _worker(device: str, jobs, results) -> None:
         except Exception:  # noqa: BLE001 - one failed run must not end the sweep; it is reported and retried later
             results.put(("error", spec.key(), traceback.format_exc()))
             if device.startswith("cuda") and not _cuda_usable():
-                results.put(("dead", device, "the CUDA context of this worker is broken; a new worker replaces it"))
+                results.put(("dead", device, os.getpid()))
                 return
 
 
@@ -278,11 +281,22 @@ class Executor:
     def _start(self, slot: str) -> None:
         process = self.context.Process(target=_worker, args=(slot, self.jobs, self.results), daemon=True)
         process.start()
+        process.slot = slot
         self.processes.append(process)
+
+    def _replace_crashed(self) -> int:
+        """Workers that died without a word (a segfault) took their run with them: start new ones."""
+        crashed = [p for p in self.processes if p.exitcode not in (None, 0) and not getattr(p, "replaced", False)]
+        for process in crashed:
+            print(f"[bakeoff] worker on {process.slot} exited with code {process.exitcode}; its run is lost "
+                  "(not stored, so a later call redoes it); starting a new worker", flush=True)
+            process.replaced = True
+            self._start(process.slot)
+        return len(crashed)
 
     @property
     def width(self) -> int:
-        return max(1, len(self.processes))
+        return max(1, sum(not getattr(p, "replaced", False) for p in self.processes))
 
     def map(self, specs, on_result, *, timing_only=False, deadline=None, refill=None):
         """Run ``specs``; ``on_result(status, key, payload)`` as each finishes, then ``refill()`` may add runs
@@ -300,9 +314,18 @@ class Executor:
                 in_flight += 1
             if not in_flight:
                 break
-            status, key, payload = self.results.get()
+            try:
+                status, key, payload = self.results.get(timeout=20)
+            except queue.Empty:
+                in_flight -= self._replace_crashed()
+                continue
             if status == "dead":
-                print(f"[bakeoff] worker on {key}: {payload}", flush=True)
+                print(f"[bakeoff] worker {payload} on {key}: its CUDA context is broken; a new worker replaces it",
+                      flush=True)
+                for process in self.processes:
+                    if process.pid == payload:
+                        process.replaced = True
+                        process.join(timeout=30)
                 self._start(key)
                 continue
             in_flight -= 1
@@ -312,13 +335,17 @@ class Executor:
             on_result(status, key, payload)
             pending.extend(refill() if refill else [])
 
-    def close(self):
-        for _ in self.processes:
-            self.jobs.put(None)
+    def close(self, *, now: bool = False):
+        """Let the workers finish (a sentinel each), or with ``now`` stop them at once (a timeout or Ctrl-C)."""
+        if not now:
+            for _ in self.processes:
+                self.jobs.put(None)
         for process in self.processes:
+            if now:
+                process.terminate()
             process.join(timeout=30)
             if process.is_alive():
-                process.terminate()
+                process.kill()
         self.processes = []
 
 
@@ -347,10 +374,13 @@ def main(argv=None) -> int:
             raise ValueError(f"--gpus must be <= {torch.cuda.device_count()} (GPUs visible), got {args.gpus}")
     executor = Executor(device, args.gpus, args.workers_per_gpu)
     deadline = time.time() + args.deadline_s if args.deadline_s else None
+    # `timeout` sends SIGTERM: turn it into an exception, so the workers are stopped rather than orphaned.
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         prov = store.provenance(device)
         if args.measure:
             measure(args, executor, device, runs, prov)
+            executor.close()
             return 0
         if args.phase == "all":   # seeds of a cell start as soon as its sweep is stored: no barrier
             execute(sweep_specs(args), runs, executor, args.out, prov, deadline,
@@ -362,8 +392,12 @@ def main(argv=None) -> int:
                     more=lambda stored: close_specs(args, stored))
         else:
             execute(close_specs(args, runs), runs, executor, args.out, prov, deadline)
+    except BaseException:
+        executor.close(now=True)
+        raise
     finally:
-        executor.close()
+        signal.signal(signal.SIGTERM, previous_handler)
+    executor.close()
     print_table(runs)
     print_contrasts(args, runs)
     return 0
@@ -386,6 +420,10 @@ def print_contrasts(args, runs: dict) -> None:
             sa, sb = summarize(a), summarize(b)
             print(f"{base.task:10s} d{base.d_model:<4d} {first:>16s} {sa.mean:.3f}±{sa.std:.3f} (n={sa.n})  vs  "
                   f"{second:<16s} {sb.mean:.3f}±{sb.std:.3f} (n={sb.n})  ->  {verdict}")
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def resolve_device(device: str) -> str:

@@ -80,6 +80,9 @@ def _mqar_lines(ax, cells, d_model):
         ax.errorbar(xs, [s.mean for s in stats], yerr=[s.std for s in stats], marker="o", capsize=3,
                     color=COLORS.get(mixer), label=f"{LABELS.get(mixer, mixer)}")
     ax.set_xscale("log", base=2)
+    pairs = sorted({int(t[4:]) for (t, d, _) in cells if family(t) == "mqar" and d == d_model})
+    ax.set_xticks(pairs, [str(p) for p in pairs])
+    ax.minorticks_off()
     ax.set_xlabel("key-value pairs in the sequence")
     ax.set_ylabel("recall accuracy on the queries")
     ax.set_ylim(-0.02, 1.02)

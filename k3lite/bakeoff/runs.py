@@ -104,7 +104,7 @@ def evaluate(model, task, generator, device, autocast, eval_batch: int, batches:
     loss_sum = 0.0
     for _ in range(batches):
         if task.name == "lm":
-            inputs, targets, score = task.sample(max(1, eval_batch // 32), generator, device, split="val")
+            inputs, targets, score = task.sample(max(1, eval_batch // 16), generator, device, split="val")
         else:
             inputs, targets, score = task.sample(eval_batch, generator, device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
@@ -126,9 +126,9 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
     task = make_task(spec.task, vocab_size=spec.vocab_size, seq_len=spec.seq_len, lm_seq_len=spec.lm_seq_len)
     dims = dict(vocab_size=task.vocab_size, d_model=spec.d_model, num_layers=spec.num_layers,
                 num_heads=spec.num_heads)
+    mlp_hidden = matched_mlp_hidden(spec.mixer, **dims)   # before seeding: its first call builds models
     torch.manual_seed(spec.seed)
-    model = build_model(spec.mixer, **dims, mlp_hidden=matched_mlp_hidden(spec.mixer, **dims),
-                        backend="triton" if cuda else "torch").to(device)
+    model = build_model(spec.mixer, **dims, mlp_hidden=mlp_hidden, backend="triton" if cuda else "torch").to(device)
     optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=spec.lr, betas=(0.9, 0.95), fused=cuda)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
     warmup = max(1, spec.steps // 10)
