@@ -509,3 +509,16 @@ def test_no_empty_widget_output_on_slides(decks, stem):
     assert deck(decks, stem)["emptyOutputs"] == 0, f"{stem}: empty output areas on the slides"
     source = (SLIDES_DIR / f"{stem}.slides.html").read_text(encoding="utf-8")
     assert "application/vnd.jupyter.widget-view+json" not in source
+
+
+def test_cheatsheet_prints_on_one_page(browser, server):
+    if not (SITE_DIR / "cheatsheet.html").exists():
+        unavailable("no cheat sheet in the built site")
+    context = browser.new_context()
+    page, problems = open_page(context, server, f"{server}/html/cheatsheet.html")
+    page.evaluate("() => MathJax.startup.promise")
+    pdf = page.pdf(format="A4")
+    context.close()
+    assert problems == []
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf))
+    assert pages == 1, f"the cheat sheet prints on {pages} A4 pages"
