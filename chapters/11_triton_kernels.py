@@ -122,6 +122,8 @@ plt.show()
 # the streaming multiprocessors, in no promised order; the interpreter runs them one after another.
 # Nothing else distinguishes the two: a kernel that is right under the interpreter computes the same
 # thing on the GPU (up to the order of float additions, and bf16, which the interpreter does not handle).
+# Kernels can be written in notebook cells, as here: `@triton.jit` reads the function's source, and
+# IPython keeps each cell's source where Python's `inspect` finds it.
 #
 # `tl.dot` is where a GPU's speed lives. A matrix product, one program per `[16, 16]` output tile,
 # walking the shared dimension 16 at a time and accumulating in float32:
