@@ -26,7 +26,6 @@
 
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
 import json
-import math
 import textwrap
 
 import matplotlib.pyplot as plt
@@ -388,7 +387,8 @@ with MemoryTraffic() as bwd_traffic:
 eager_fwd, eager_bwd = fwd_traffic.bytes / tensor_bytes, bwd_traffic.bytes / tensor_bytes
 print(f"eager forward:  {fwd_traffic.ops} operations, {eager_fwd:.0f} tensor-sized reads+writes (fused: 3)")
 print(f"eager backward: {bwd_traffic.ops} operations, {eager_bwd:.0f} tensor-sized reads+writes (fused: 5)")
-print(f"at 8192 x 3072 in bf16: eager {eager_fwd * n_elem * 2 / 1e6:.0f} MB forward, fused {3 * n_elem * 2 / 1e6:.0f} MB")
+print(f"at 8192 x 3072 in bf16: eager {eager_fwd * n_elem * 2 / 1e6:.0f} MB forward, "
+      f"fused {3 * n_elem * 2 / 1e6:.0f} MB")
 glue("ch11_situ_eager_fwd", f"{eager_fwd:.0f}", display=False)
 glue("ch11_situ_eager_bwd", f"{eager_bwd:.0f}", display=False)
 glue("ch11_situ_saving_fwd", f"{eager_fwd / 3:.1f}", display=False)
@@ -727,7 +727,8 @@ glue("ch11_fla_decode_ratio", f"{small_b['fla_ms'] / small_b['k3lite_default_ms'
 kda_rows = [row for row in BENCH["chunked"] if row["kind"] == "kda"]
 longest = max(row["T"] for row in BENCH["chunked"])
 shortest = min(row["T"] for row in BENCH["chunked"])
-expect("k3lite faster than fla on every KDA fwd+bwd row", all(r["ratio_vs_fla"] < 1 for r in kda_rows if r["mode"] == "fwd+bwd"))
+expect("k3lite faster than fla on every KDA fwd+bwd row",
+       all(r["ratio_vs_fla"] < 1 for r in kda_rows if r["mode"] == "fwd+bwd"))
 expect(f"k3lite faster than fla on every row at T = {shortest}",
        all(r["ratio_vs_fla"] < 1 for r in BENCH["chunked"] if r["T"] == shortest))
 expect(f"fla faster on every forward at T = {longest}",

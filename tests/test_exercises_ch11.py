@@ -241,7 +241,7 @@ def test_guarded_views_share_the_buffer():
     assert ch11.overwritten_guard(buffer) == 0
 
 
-# ------------------------------------------------------------------------------- k3lite.listing (the chapter's listings)
+# ------------------------------------------------------------------- k3lite.listing (the chapter's listings)
 
 def test_listing_shows_a_kernel_and_a_named_slice():
     from k3lite import listing
