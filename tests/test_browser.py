@@ -188,7 +188,13 @@ def inspect_page(page, visit: Visit) -> None:
     visit.figure_scales = page.evaluate(
         """() => Array.from(document.querySelectorAll('.bd-content div.cell_output img'))
                  .filter(img => img.naturalWidth > 0)
-                 .map(img => ({src: img.currentSrc.slice(-40), scale: img.getBoundingClientRect().width / img.naturalWidth}))""")
+                 .map(img => {
+                   const box = img.closest('div.cell_output');
+                   const spills = img.getBoundingClientRect().right > box.getBoundingClientRect().right + 1;
+                   const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+                   return {src: img.currentSrc.slice(-40), scale: img.getBoundingClientRect().width / img.naturalWidth,
+                           contained: !spills || scrolls};
+                 })""")
     visit.tables = page.evaluate(
         "() => Array.from(document.querySelectorAll('.cell_output table')).map(t => t.rows[0]?.innerText ?? '')")
     visit.diagrams = page.evaluate(
@@ -390,6 +396,8 @@ def test_figures_keep_labels_of_10_px(visits, name):
     small = [f"{figure['src']} at {figure['scale']:.2f}" for figure in visit.figure_scales
              if figure["scale"] < MIN_FIGURE_SCALE]
     assert small == [], f"{name}: figures shrunk below {MIN_FIGURE_SCALE:.2f} of their drawn width: {small}"
+    spilling = [figure["src"] for figure in visit.figure_scales if not figure["contained"]]
+    assert spilling == [], f"{name}: figures wider than the column outside a scroll box: {spilling}"
 
 
 def test_claim_ledger_is_a_table(visits):
