@@ -134,6 +134,17 @@ def _check_kernel_inputs(kind, q, k, v, g, beta, state):
     _check_tensors(q, k, v, g, beta, state.float() if state is not None else None)
 
 
+# On the H200, the bf16/fp16 backward faults (illegal memory access, or NaN gradients) when the key or value
+# width is below 64: found by the bake-off's head dim 32 (scratch script gpu_headdim.py, 2026-12-01), cause not
+# yet found. float32 operands take other code paths, which are exact there; at such widths they are also cheap.
+MIN_HALF_PRECISION_BACKWARD_WIDTH = 64
+
+
+def _needs_float32_backward(q, v) -> bool:
+    return (q.is_cuda and q.dtype != torch.float32
+            and min(q.shape[-1], v.shape[-1]) < MIN_HALF_PRECISION_BACKWARD_WIDTH)
+
+
 class _Chunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
@@ -155,6 +166,10 @@ class _Chunked(torch.autograd.Function):
         needs = ctx.needs_input_grad[2:]
         args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
         kept = {"h": h, "vn": v_new, "G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai}
+        if _needs_float32_backward(q, v):
+            args = [x.float() if x is not None else None for x in args]
+            kept = {name: x.float() for name, x in kept.items()}
+            d_o = d_o.float()
         grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
         result = [None, None]
         for grad, x, need in zip(grads, (q, k, v, g, beta, h0), needs):
