@@ -1,4 +1,21 @@
-"""``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge."""
+"""``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge.
+
+Grid: every task of ``--tasks`` x every mixer of ``--mixers``; MQAR tasks at every ``--d-models`` width, the
+others at the largest. Phases (``--phase all`` runs the three, each run starting as soon as it can):
+
+* ``lr``: seed 0 at every learning rate of ``--lrs`` (``--lm-lrs`` for lm) on the cells that set a learning
+  rate: each task for itself, every MQAR task from ``--mqar-lr-task``;
+* ``seeds``: seeds 0 .. ``--seeds``-1 at each cell's best learning rate (seed 0 reuses the sweep's run);
+* ``close``: seeds up to ``--close-seeds`` for both cells of a story pair (``STORY_PAIRS``) the rule of
+  ``k3lite.bakeoff.stats.beats`` cannot call with ``--seeds``.
+
+Examples:
+    python -m k3lite.bakeoff --measure --gpus 1 --workers-per-gpu 6        # seconds per step, grid estimate
+    python -m k3lite.bakeoff --gpus 8 --workers-per-gpu 6 --deadline-s 400  # the sweep, resumable
+    python -m k3lite.bakeoff --tasks mqar32,mqar64 --d-models 128 --mixers kda,my_pkg.my_mixer:chunked
+    python -m k3lite.bakeoff --table                                        # results and story pairs
+    python -m k3lite.bakeoff --merge a.json b.json --out figures/bakeoff.json
+"""
 
 from __future__ import annotations
 
