@@ -360,15 +360,21 @@ def _lecture_sections(sections) -> list[list]:
     return kept
 
 
-def _first_paragraph(section) -> str:
+def _first_paragraph(section, enough: int = 160) -> str:
+    """The section's opening prose: its first text paragraphs, until a sentence is complete and there
+    is ``enough`` to say (a paragraph that leads into a formula with ":" takes the next one too)."""
+    taken = []
     for cell in section:
         if cell.cell_type != "markdown" or cell.metadata.get("k3lite_caption"):
             continue
         for block in markdown_blocks(cell.source):
             text = block.strip()
             if text and not text.startswith(("#", "$$", "```", "|", "\\begin", "<", "!")):
-                return text
-    return ""
+                taken.append(text)
+                joined = " ".join(taken)
+                if len(joined) >= enough and not joined.endswith(":"):
+                    return joined
+    return " ".join(taken)
 
 
 def section_notes(section) -> list:
