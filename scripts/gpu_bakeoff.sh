@@ -10,7 +10,8 @@
 #   MODE     both (default): measure, then sweep | measure: only (a) | sweep: only (b)
 #   flags    shrink the grid, e.g. --tasks mqar32,mqar64,rebind --d-models 128 --seeds 3 --steps mqar=1500
 # Environment: WORKERS_PER_GPU (default min(6, cores per GPU - 2)), GPUS (default: all visible), MARGIN_S (default 120: no run
-# starts later than LIMIT_S - MARGIN_S; runs in flight finish unless the hard limit hits first).
+# starts later than LIMIT_S - MARGIN_S; runs in flight finish unless the hard limit hits first),
+# BAKEOFF_COMMIT (the commit recorded in every run when the copy on the device has no .git).
 set -o pipefail
 limit_s=${1:?usage: bash scripts/gpu_bakeoff.sh LIMIT_S [both|measure|sweep] [flags...]}
 mode=${2:-both}; shift; [ $# -gt 0 ] && shift

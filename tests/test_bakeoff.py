@@ -11,6 +11,7 @@ import torch
 from k3lite import kernels  # noqa: F401 - first: it switches on the Triton interpreter before triton is imported
 from k3lite.bakeoff import cli, store
 from k3lite.bakeoff.models import BUILTIN, build_model, load_custom, matched_mlp_hidden, num_parameters
+from k3lite.bakeoff.plots import live_demo, plot_all, plot_cell
 from k3lite.bakeoff.runs import RunSpec, TritonPathError, _check_triton_path, param_groups, run
 from k3lite.bakeoff.stats import beats, summarize
 from k3lite.bakeoff.tasks import NONE, RESET, make_task
@@ -163,6 +164,12 @@ def test_sweep_then_seeds_resume_and_merge(tmp_path, monkeypatch):
     assert cli.main(["--merge", str(out), str(other), "--out", str(merged)]) == 0
     assert set(store.load(merged)) == set(runs) | set(store.load(other))
     assert json.loads(merged.read_text())["format"] == store.FORMAT
+    written = plot_all(merged, tmp_path / "figures")
+    assert {p.name for p in written} >= {"bakeoff_mqar_d16.png", "bakeoff_rebind.png", "bakeoff_throughput.png"}
+    ax = plot_cell("mqar", path=merged)
+    assert len(ax.lines) >= 2 and ax.get_xlabel()
+    with pytest.raises(ValueError, match="task"):
+        plot_cell("switch", path=merged)
 
 
 @pytest.mark.parametrize("flag,value", [("--seeds", "0"), ("--phase", "later"), ("--tasks", "mqar0"),
@@ -228,3 +235,10 @@ def test_triton_path_is_counted_through_the_real_kernels():
         model(torch.randint(0, 40, (1, 8))).float().square().mean().backward()
     assert counts == {"forward": 2, "backward": 2}
     assert _check_triton_path(model, counts, "gated_delta_rule")["expected"] == 2
+
+
+def test_live_demo_returns_a_metric_per_mixer():
+    results = live_demo("switch", ("delta_rule", "gated_delta_rule"), steps=2)
+    assert set(results) == {"delta_rule", "gated_delta_rule"} and all(0.0 <= v <= 1.0 for v in results.values())
+    with pytest.raises(ValueError, match="steps"):
+        live_demo("switch", steps=0)
