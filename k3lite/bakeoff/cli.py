@@ -544,20 +544,20 @@ def estimate_grid(args, step_seconds, width) -> None:
 
 
 def print_table(runs: dict) -> None:
-    """Mean ± std over seeds of each (task, d_model, mixer) cell at its chosen learning rate."""
-    cells: dict[tuple, list[dict]] = {}
-    for record in runs.values():
-        if record.get("phase") == "seeds" or record.get("seed") == 0:
-            cells.setdefault((record["task"], record["d_model"], record["mixer"], record["lr"]), []).append(record)
+    """Mean ± std over seeds of each (task, d_model, mixer) cell at its chosen learning rate, and its training
+    tokens/s against the SDPA model's on the same task and width."""
+    from k3lite.bakeoff.plots import final_cells
+
+    cells = final_cells(runs)
+    speed = {cell: summarize([r["tokens_per_s"] for r in records]).mean for cell, records in cells.items()}
     print(f"{'task':10s} {'d':>4s} {'mixer':18s} {'lr':>8s} {'n':>2s} {'metric':>10s} {'mean':>8s} {'std':>7s} "
-          f"{'params':>8s} {'tok/s':>9s}")
-    for (task, d, mixer, lr), records in sorted(cells.items()):
-        if len(records) < 2 and records[0].get("phase") == "lr":
-            continue
+          f"{'params':>8s} {'tok/s':>9s} {'vs sdpa':>7s}")
+    for (task, d, mixer), records in sorted(cells.items()):
         s = summarize([r["metric"] for r in records])
-        tokens = summarize([r["tokens_per_s"] for r in records]).mean
-        print(f"{task:10s} {d:4d} {mixer:18s} {lr:8.0e} {s.n:2d} {records[0]['metric_name']:>10s} {s.mean:8.4f} "
-              f"{s.std:7.4f} {records[0]['parameters']:8d} {tokens:9.0f}")
+        sdpa = speed.get((task, d, "softmax"), float("nan"))
+        print(f"{task:10s} {d:4d} {mixer:18s} {records[0]['lr']:8.0e} {s.n:2d} {records[0]['metric_name']:>10s} "
+              f"{s.mean:8.4f} {s.std:7.4f} {records[0]['parameters']:8d} {speed[(task, d, mixer)]:9.0f} "
+              f"{speed[(task, d, mixer)] / sdpa:7.2f}")
 
 
 if __name__ == "__main__":
