@@ -456,7 +456,7 @@ def resolve_device(device: str) -> str:
 def execute(specs, runs, executor, out, prov, deadline, more=None) -> None:
     """Run the ``specs`` not stored yet, storing each as it finishes; ``more(runs)`` names runs that the
     stored ones made possible, started as they appear."""
-    todo = [s for s in specs if s.key() not in runs]
+    todo = list({s.key(): s for s in specs if s.key() not in runs}.values())
     queued = {s.key() for s in todo}
     print(f"[bakeoff] {len(todo)} runs to do ({len(specs) - len(todo)} stored) on {executor.width} workers",
           flush=True)
@@ -476,8 +476,11 @@ def execute(specs, runs, executor, out, prov, deadline, more=None) -> None:
     def refill():
         if more is None:
             return []
-        new = [s for s in more(runs) if s.key() not in runs and s.key() not in queued]
-        queued.update(s.key() for s in new)
+        new = []
+        for spec in more(runs):
+            if spec.key() not in runs and spec.key() not in queued:
+                queued.add(spec.key())
+                new.append(spec)
         return new
 
     executor.map(todo + refill(), on_result, deadline=deadline, refill=refill)
