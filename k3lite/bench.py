@@ -7,8 +7,9 @@ fused SiTU against eager PyTorch SiTU and a fused SiLU-and-mul. Every ratio is t
 numbers measured in the same run. Each chunked and decode row is timed twice for k3lite: through the
 public ops API (``k3lite.ops.<kind>.chunked(..., backend="triton")``, ``k3lite.ops.kda.step``), which is
 what a model calls, and through the kernels alone (``k3lite.kernels.run_chunked`` / ``run_step``, no
-argument checks); the reference library is timed before and after them, and its two times are kept. On a CPU the same table runs at toy sizes (the Triton kernels go
-through the interpreter), which only shows that the code runs, not how fast anything is.
+argument checks); the reference library is timed before and after them, and its two times are kept.
+On a CPU the same table runs at toy sizes (the Triton kernels go through the interpreter), which only
+shows that the code runs, not how fast anything is.
 
 Results are printed as a table and written as JSON (with the command, date, device and versions).
 """

@@ -22,7 +22,8 @@ Backward stages, one kernel each (dX is the float32 gradient of X):
 Gates are handled per channel (a gate per head is broadcast over K), except in stages 4 and 5, which read a
 gate per head as one value per row and sum its gradient over the channels in the kernel; without a gate G = 0.
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
-into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed.
+into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed, and every difference
+is taken on both parts of G (_span, with the forward's G_lo), so small gates after a large one keep their digits.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, SUB, _block,
+from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
+                        SUB, VALUE_TILE, _block,
                         _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
                         wy_factors)
 
@@ -400,21 +402,17 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
     g_rows = g_ptr + kbase + row0 * H * K
     gl_rows = gl_ptr + kbase + row0 * H * K
     n_rows = T - row0
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 8,
-                                             BC, BK,
-                                             DELTA, DOT_PRECISION)
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
+                                             K, 8, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 4,
-                                             BC, BK,
-                                             DELTA, DOT_PRECISION)
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
+                                             K, 4, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 2,
-                                             BC, BK,
-                                             DELTA, DOT_PRECISION)
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
+                                             K, 2, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
-    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K, K, 1,
-                                             BC, BK,
-                                             DELTA, DOT_PRECISION)
+    l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
+                                             K, 1, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
 
     p_dq, m_dq = _tile(dq_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
@@ -435,7 +433,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
 def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
                      H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr,
                      DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Stage 5 for gate kinds 0 and 1 (no gate, one gate per head): the decay exp(G_r - G_c) is a scalar
+    # Stage 5 for GATE_NONE and GATE_SCALAR (no gate, one gate per head): the decay exp(G_r - G_c) is a scalar
     # per (r, c), so it goes onto the [BT, BT] gradients once, dA = scale dAqk (.) decay, dB = dAkk (.) decay,
     # and per key block:  dq = dA K,  dkr = dB K,  dkc = dA^T Q + (diag(beta) dB)^T K,
     # then dk += beta dkr + dkc,  dbeta += sum_d k dkr,  dG += q dq + beta k dkr - k dkc (as in _bwd_intra).
@@ -510,6 +508,8 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
+# Elements per program of the elementwise _gated_queries: 1024 = 8 per thread at 4 warps, wide vector loads.
+ELEMENTWISE_BLOCK = 1024
 # Value-block width of the reverse state pass: 32 gives the sequential pass more programs (it is latency bound).
 BLOCK_V = {"state_halves": 32}
 
@@ -527,7 +527,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     BT, BC = CHUNK, SUB
     NT = triton.cdiv(T, BT)
     BK = _block(K)
-    BKb, BV = min(64, BK), min(64, _block(V))
+    BKb, BV = min(KEY_TILE, BK), min(VALUE_TILE, _block(V))
     dev, prec = q.device, dot_precision(q.dtype)
     f32 = dict(device=dev, dtype=torch.float32)
 
@@ -560,18 +560,19 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     q_state = q
     if gated:
         q_state = torch.empty_like(q)
-        _gated_queries[(triton.cdiv(q.numel(), 1024),)](q, g_arg, q_state, q.numel(), 1024)
+        _gated_queries[(triton.cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(), ELEMENTWISE_BLOCK)
     # The key rows split in two halves, each at least 16 wide for the tensor cores.
     _bwd_state_pass_halves[(triton.cdiv(V, BV_state), B * H)](
         q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 32), BV_state, gated, delta, d_state is not None, prec, **launch)
+        H, K, V, BT, max(BK, 2 * SUB), BV_state, gated, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
     dG = torch.empty(B, T, H, K, **f32) if gated else dq
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
     _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
-        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta, prec,
+        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta,
+        prec,
         **LAUNCH["state_grads"])
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
@@ -588,12 +589,13 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
                                              **LAUNCH["intra"])
     else:
         _bwd_intra_dense[(NT, B * H)](q, k, g_row, gl_row, beta_arg, daqk, dakk, dq, dk, dG_row,
-                                      dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec, **LAUNCH["intra_dense"])
+                                      dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec,
+                                      **LAUNCH["intra_dense"])
     dg = None
     if gated:
         dg = torch.empty(g.shape, **f32)
-        if gate == GATE_SCALAR:  # one gate per head: stage 3's per-channel dG summed, plus the rows, then a reverse cumsum
-            _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, 16, **LAUNCH["gate_cumsum"])
+        if gate == GATE_SCALAR:  # one gate per head: stage 3's per-channel dG summed, plus the rows, reverse cumsum
+            _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, SUB, **LAUNCH["gate_cumsum"])
         else:
             _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])
     return dq, dk, dv, dg, dbeta, (dh0 if initial_state is not None else None)

@@ -1,11 +1,11 @@
 """Chunked forward pass of the delta family (and linear attention) as a pipeline of Triton kernels.
 
-One chunk is BT = 64 tokens; per-channel decays work on sub-chunks of BC = 16. Gate kinds:
-GATE = 0 (no decay), 1 (one log-gate per head and step), 2 (one log-gate per key channel).
-DELTA selects the delta rule (WY/UT form) over plain linear attention.
+One chunk is BT = 64 tokens; per-channel decays work on sub-chunks of BC = 16. Gate kinds (the GATE
+constexpr): GATE_NONE (no decay), GATE_SCALAR (one log-gate per head and step), GATE_CHANNEL (one log-gate
+per key channel). DELTA selects the delta rule (WY/UT form) over plain linear attention.
 
 Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
-  1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s
+  1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s, stored as two float32 parts G + G_lo
   2. _intra_chunk_dense   Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
                           Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
   3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
@@ -19,9 +19,16 @@ Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   6. _chunk_output        O = scale * (exp(G) * Q) h + Aqk V'
 Linear attention skips 3 and 4 and uses V' = V.
 
-Numerics of per-channel decay: every exponent below is a difference G_r - G_i with i <= r (so <= 0),
-or is factored through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_r - G_a) exp(G_a - G_i),
-both factors <= 1. exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow.
+Numerics of the decays: every exponent below is a difference G_r - G_i with i <= r (so <= 0), or is
+factored through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_r - G_a) exp(G_a - G_i), both
+factors <= 1. exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow.
+A difference of two float32 running sums would lose the small gates after a large one (after a gate of
+-1e4, float32 steps are 1e-3 apart, so gates of -0.001 vanish). So stage 1 sums in float64 and keeps G as
+two float32 parts, G (the sum rounded) and G_lo (what the rounding dropped), and every difference is taken
+part by part (_span): (G_r - G_i) + (G_lo_r - G_lo_i). Where both sums hold the same large gates the first
+difference is exact; the second restores the small gates. Gates below GATE_FLOOR (-1024, -inf included)
+are raised to it: their decay is exactly 0 either way, and no inf - inf can appear. The plain prefix
+decays exp(G_r), exp(G_C) need no G_lo: a rounding of G far below 0 changes nothing that survives.
 Exponents are clamped with minimum(x, 0): that is exact where the value is used and keeps padded
 rows and masked entries finite.
 
@@ -40,6 +47,10 @@ import triton.language as tl
 CHUNK = 64
 # Rows of a sub-chunk (KDA's diagonal blocks, the 4x4 block inverse): 16 is the smallest tl.dot tile.
 SUB = 16
+# Widest slice of the key (and value) axis one [64, width] tile holds: 64 x 64 float32 accumulators are
+# 32 registers per thread at 4 warps, which leaves room for the operands; wider heads loop over slices.
+KEY_TILE = 64
+VALUE_TILE = 64
 
 # Gate kinds, a constexpr argument GATE of the kernels: no decay (linear attention, DeltaNet), one log-gate
 # per head and token (Gated DeltaNet), one per key channel (KDA).
@@ -141,7 +152,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT
 def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Gate kinds 0 and 1: the decay exp(G_r - G_i) is a scalar per (r, i), so one [BT, BT] product
+    # GATE_NONE and GATE_SCALAR: the decay exp(G_r - G_i) is a scalar per (r, i), so one [BT, BT] product
     # Q K^T (and K K^T) per chunk, then decay, causal mask, beta rows, scale.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
@@ -178,7 +189,7 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
 def _diagonal_rows(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                    H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                    BH: tl.constexpr, BK: tl.constexpr):
-    # Gate kind 2, diagonal 16x16 blocks. One program per (token t, group of BH heads) writes row t of its
+    # GATE_CHANNEL (KDA), diagonal 16x16 blocks. One program per (token t, group of BH heads) writes row t of its
     # sub-chunk's block, pair by pair with exact differences (j <= t, so every exponent is <= 0):
     #   Aqk[t, j] = scale * sum_d q_td k_jd exp(G_td - G_jd),  Akk[t, j] = beta_t * (same with k_t), j < t
     # Only the pairs j <= t are computed (half the block); the rest of the row is written as zeros.
@@ -226,7 +237,7 @@ def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_lc, b_ga, b_la, acc_qk, acc_kk, 
 def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                        DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
-    # Gate kind 2, one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
+    # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
     #   block (i, j): anchor a = i*BC - 1 (the last row before block i), for each slice of BK channels
     #       A[r, c] += sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))  -> tl.dot
     #   Aqk blocks go to memory; Akk blocks stay in registers and meet the diagonal blocks that
@@ -346,7 +357,7 @@ def _merge_inverse(a, o, r0, T, S, a10, a20, a21, a30, a31, a32, BC: tl.constexp
 @triton.jit
 def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       DOT_PRECISION: tl.constexpr):
-    # Gate kinds 0 and 1: Ai = (I + Akk)^-1 per chunk, every block of Akk read from memory.
+    # GATE_NONE and GATE_SCALAR: Ai = (I + Akk)^-1 per chunk, every block of Akk read from memory.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     a = akk_ptr + _head_base(i_b, i_h, T, H, BT)
@@ -496,6 +507,7 @@ DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rul
 
 
 def _block(n: int) -> int:
+    """Tile width for an axis of n: a power of two (tl.arange), at least 16 (the smallest tl.dot operand)."""
     return max(16, triton.next_power_of_2(n))
 
 
@@ -538,7 +550,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     B, T, H, K = q.shape
     V = v.shape[-1]
     BT, BC = CHUNK, SUB
-    BK, BV = _block(K), min(64, _block(V))
+    BK, BV = _block(K), min(VALUE_TILE, _block(V))
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
@@ -546,7 +558,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     if gate != GATE_NONE:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
         G_lo = torch.empty_like(G)
-        _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, K, BT, min(BK, 64), gate, **LAUNCH["cumsum"])
+        _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, K, BT, min(BK, KEY_TILE), gate, **LAUNCH["cumsum"])
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
@@ -560,7 +572,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
         _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
                                         min(BK, OFFDIAGONAL_BK), prec, SOLVE_PRECISION, **LAUNCH["offdiagonal_solve"])
     else:
-        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, 64),
+        _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
         if delta:
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
@@ -575,13 +587,13 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai):
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
     V = v.shape[-1]
-    BK, BV = _block(K), min(64, _block(V))
+    BK, BV = _block(K), min(VALUE_TILE, _block(V))
     NT = triton.cdiv(T, CHUNK)
     w = torch.empty_like(k)
     u = torch.empty_like(v)
     kd = torch.empty_like(k) if gate != GATE_NONE else k
     _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
-                             T, H, K, V, CHUNK, min(BK, 64), BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
+                             T, H, K, V, CHUNK, min(BK, KEY_TILE), BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
     return w, u, kd
 
 
@@ -592,7 +604,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     B, T, H, K = q.shape
     V = v.shape[-1]
     BT = CHUNK
-    BK, BV = _block(K), min(64, _block(V))
+    BK, BV = _block(K), min(VALUE_TILE, _block(V))
     NT = triton.cdiv(T, BT)
     dev, dt, prec = q.device, q.dtype, dot_precision(q.dtype)
 
@@ -615,7 +627,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     o = torch.empty_like(v)
     BV_out = min(BLOCK_V["output"], _block(V))
     _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
-                                                       min(BK, 64), BV_out, gate, prec, **LAUNCH["output"])
+                                                       min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
         return o, ht, {"G": G, "G_lo": parts["G_lo"], "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
     return o, ht
