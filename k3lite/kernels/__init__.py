@@ -168,7 +168,7 @@ class _Chunked(torch.autograd.Function):
         kept = {"h": h, "vn": v_new, "G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai}
         if _needs_float32_backward(q, v):
             args = [x.float() if x is not None else None for x in args]
-            kept = {name: x.float() for name, x in kept.items()}
+            kept = {name: x.float() if x is not None else None for name, x in kept.items()}
             d_o = d_o.float()
         grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
         result = [None, None]
