@@ -53,6 +53,8 @@ HEADING = {1: 62, 2: 50, 3: 42}
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 GLUE_PREFIX = "application/papermill.record/"
 GLUE_ROLE = re.compile(r"\{glue(?::(text|md))?\}`([^`]+)`")
+MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)[^)]*\)")
+SVG_SIZE = re.compile(r'<svg[^>]*?\bwidth="([\d.]+)pt"[^>]*?\bheight="([\d.]+)pt"', re.S)
 
 
 def _exporter() -> SlidesExporter:
@@ -122,6 +124,8 @@ def markdown_height(source: str) -> int:
             height += 24 + CODE_LINE * (len(block.splitlines()) - 2)
         elif first.startswith("|"):
             height += 16 + sum(table_row_height(row) for row in block.splitlines()[1:])
+        elif MARKDOWN_IMAGE.match(first):
+            height += sum(markdown_image_height(path) for path in MARKDOWN_IMAGE.findall(block))
         else:
             height += 16 + TEXT_LINE * _wrapped_lines(block, TEXT_CHARS) + 8 * block.count("$$")
     return height
@@ -153,6 +157,17 @@ def split_markdown_table(text: str, budget: int) -> list[str]:
         used += height
     parts.append("\n".join(header + current))
     return parts
+
+
+def markdown_image_height(path: str) -> int:
+    """A figure the prose shows (``![...](../figures/NAME.svg)``): its drawn height, capped as in the template."""
+    figure = ROOT / "figures" / Path(path).name
+    if figure.suffix == ".svg" and figure.exists():
+        size = SVG_SIZE.search(figure.read_text(encoding="utf-8")[:2000])
+        if size:
+            width, height = (float(value) * 4 / 3 for value in size.groups())  # pt -> CSS px
+            return int(min(height * min(1.0, IMAGE_MAX_WIDTH / width), IMAGE_MAX_HEIGHT)) + 16
+    return IMAGE_MAX_HEIGHT + 16
 
 
 def _image_height(output) -> int:
@@ -440,6 +455,9 @@ def lecture_notebook(notebook):
         if cell.cell_type == "markdown":
             # Decks sit one level above figures/, next to their own copy of it (build_slides).
             cell.source = substitute_glue(cell.source, values, where=f"cell {index}").replace("../figures/", "figures/")
+            if "{glue" in cell.source:
+                raise ValueError(f"cell {index}: a glue reference the decks cannot show "
+                                 f"(only {{glue}}, {{glue:text}} and {{glue:md}} roles): {cell.source[:120]!r}")
         if cell.cell_type == "code":
             _drop_hidden_glue(cell)
             _merge_streams(cell)

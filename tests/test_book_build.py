@@ -198,3 +198,18 @@ def test_site_tags_give_roles_their_myst_nb_tags():
     assert site_tags(_code("x", tags=["solution", "hide-input"])) == ["solution", "hide-input"]
     assert site_tags(_markdown("n", tags=["notes"])) == ["notes", "remove-cell"]
     assert site_tags(_code("x")) == []
+
+
+def test_a_diagram_in_the_prose_counts_its_height_on_a_slide():
+    from build_slides import IMAGE_MAX_HEIGHT, markdown_height
+
+    with_diagram = markdown_height("Look:\n\n![KDA](../figures/diagram_kda_layer.svg)")
+    assert 300 < with_diagram - markdown_height("Look:") <= IMAGE_MAX_HEIGHT + 16
+
+
+def test_a_glue_directive_the_decks_cannot_show_is_refused():
+    from build_slides import lecture_notebook
+
+    notebook = nbformat.v4.new_notebook(cells=[_markdown("# T\n\n```{glue:figure} plot\n```")])
+    with pytest.raises(ValueError, match="glue reference"):
+        lecture_notebook(notebook)
