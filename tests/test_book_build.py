@@ -213,3 +213,20 @@ def test_a_glue_directive_the_decks_cannot_show_is_refused():
     notebook = nbformat.v4.new_notebook(cells=[_markdown("# T\n\n```{glue:figure} plot\n```")])
     with pytest.raises(ValueError, match="glue reference"):
         lecture_notebook(notebook)
+
+
+def test_cheatsheet_numbers_come_from_k3lite():
+    from build_book import CHEAT_C, CHEAT_T, _bytes, _count, cheatsheet_page, cheatsheet_rows
+
+    from k3lite import accounting, flops
+    from k3lite.k3 import K3Config
+
+    rows = cheatsheet_rows()
+    assert len(rows) == 9 and all(all(row[key].strip() for key in row) for row in rows)
+    by_name = {row["mechanism"].split(" (")[0]: row for row in rows}
+    k3 = K3Config.published()
+    assert by_name["Kimi K3, the whole hybrid"]["cache"].startswith(_bytes(accounting.k3_mla_cache_bytes_per_token(k3)))
+    kda_flops = flops.kda_chunked(CHEAT_T, k3.head_dim, CHEAT_C).total / CHEAT_T
+    assert by_name["Kimi Delta Attention"]["flops"] == f"{_count(kda_flops)} per head"
+    page = cheatsheet_page()
+    assert ":class: k3lite-cheatsheet" in page and page.count("\n| ") >= 10
