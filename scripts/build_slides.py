@@ -426,6 +426,8 @@ def lay_out_section(section, *, first: bool) -> list:
     laid_out, used = [], 0
     for position, cell in enumerate(pieces):
         height = cell_height(cell)
+        if cell.metadata.get("k3lite_caption") and position + 1 < len(pieces):
+            height += cell_height(pieces[position + 1])  # a caption goes with the output it introduces
         wanted = cell.metadata.get("slideshow", {}).get("slide_type", "-")
         if position == 0:
             kind = "slide" if (first or level in (1, 2) or not level) else "subslide"
