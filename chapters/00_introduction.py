@@ -11,7 +11,7 @@
 # shows the failure of the previous step with an experiment, writes the fix as math, builds it,
 # and checks it against the `k3lite` package.
 
-# %%
+# %% tags=["plumbing"]
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from myst_nb import glue
@@ -29,6 +29,12 @@ viz.use_style()
 # Claims in this course are printed by a cell, never just quoted. Here is GPT-2 small's exact
 # parameter count (chapter 01 derives it) and Kimi K3's total from its published configuration
 # (chapter 10 builds it):
+
+# %% [markdown] tags=["notes"]
+# Open with the question the article asks: were the seven years *just* scale? Let the room guess
+# the ratio before the cell prints it, then point out that the answer depends on which totals one
+# divides: total parameters, or the ones a token actually uses. Keep the mixture of experts for
+# later; here it only explains why "active" is so much smaller than "total".
 
 # %%
 gpt2_exact = accounting.gpt2_parameter_count(GPT2Config())
@@ -71,7 +77,7 @@ print(f"routed experts: {k3_counts['routed_experts'] / k3_total:.0%} of K3's par
 print(f"active per token: {k3_counts['active']:,} ({k3_counts['active'] / 1e9:.0f}e9), "
       f"{k3_counts['active'] / gpt2_exact:,.0f} GPT-2 smalls")
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(6.4, 3.6))
 models = [(f"GPT-2 {size}", accounting.gpt2_parameter_count(getattr(GPT2Config, size)()), viz.MECHANISM_COLORS["gpt2"])
           for size in ("small", "medium", "large", "xl")]
@@ -107,7 +113,13 @@ plt.show()
 #   compressed cache) for exact retrieval, adds a latent mixture of experts with the SiTU
 #   activation, and Attention Residuals that retrieve across *depth*.
 
-# %%
+# %% [markdown] tags=["notes"]
+# This is the map of the whole course: one thread, how a model remembers what it has read. Ask
+# the room what each step gives up to fix the failure before it (constant memory costs exact
+# recall; overwrites cost nothing but need a chunked form to be fast). Point at the stack diagram
+# last: every box in it is a chapter.
+
+# %% tags=["plumbing"]
 LINEAGE = [
     ("GPT-2", "2019", "01", "softmax attention + KV cache", "the baseline"),
     ("Linear attention", "2020", "02", "S += k vᵀ (fixed-size state)", "cache grows with every token"),
@@ -146,6 +158,12 @@ draw_lineage(ax)
 ax.set_title("From GPT-2 to Kimi K3: each step fixes a failure of the one before")
 plt.show()
 
+# %% [markdown]
+# The end of the lineage, as one picture: three KDA layers and one MLA layer per macrocycle, each
+# followed by a latent mixture of experts, with Attention Residuals reading across depth.
+#
+# ![Kimi K3: the whole stack, KDA and MLA mixers with latent MoE, read across depth by AttnRes](../figures/diagram_k3_stack.svg)
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. How to run the course
 #
@@ -166,6 +184,11 @@ plt.show()
 # so every printed number in the book is re-derived on every test run. That is why printed
 # numbers are rounded and every random draw is seeded; the few cells whose output genuinely
 # varies (timings, the machine's name) are marked `# NBVAL_IGNORE_OUTPUT`, like the next one.
+
+# %% [markdown] tags=["notes"]
+# Keep this short in a lecture: two commands, two profiles, and why every printed number is
+# rounded and seeded (nbval re-derives them on every test run). Show the printed profile line and
+# ask who will run the course on a GPU.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -188,6 +211,10 @@ print(f"profile in this session: {runtime.profile()}; a size chosen by pick(smal
 # Map every step of the lineage after GPT-2 to the failure (of the step before it) that it fixes.
 # Return a dict whose keys are exactly the five steps printed below and whose values are letters,
 # for example `{"linear attention": "a", ...}`.
+
+# %% [markdown] tags=["notes"]
+# Do the first exercise together in the room: it is the lineage slide again, as a quiz. The
+# second one is a one-liner that shows how rounded the article's 22,580 is; leave it as homework.
 
 # %%
 print("steps:", ", ".join(repr(step) for step in ch00.STEPS))
@@ -251,6 +278,10 @@ print(f"implied: {implied_count():,.0f}; exact: {gpt2_exact:,}; "
 #
 # Chapter 01 builds GPT-2 from its pieces and measures the structure the whole lineage is about:
 # the KV cache, which grows by 36,864 bytes for every token GPT-2 small reads.
+
+# %% [markdown] tags=["notes"]
+# Close with the number chapter 01 starts from: the bytes GPT-2 small adds to its cache for every
+# token. Ask the room to estimate the cache for a 1,000-token prompt before the next lecture.
 
 # %%
 print(f"GPT-2 small KV cache, bf16: {accounting.gpt2_kv_bytes_per_token(GPT2Config(), 'bf16'):,} bytes per token")
