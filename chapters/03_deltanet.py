@@ -17,7 +17,13 @@
 #    gradient descent on the fast weights;
 # 4. measures what it fixes, and, honestly, what it does not: past capacity it still forgets, but it
 #    forgets the *oldest* associations;
-# 5. checks everything against `k3lite.ops.delta_rule`.
+# 5. checks everything against `k3lite.ops.delta_rule`;
+# 6. and looks at what trained models say: a rebinding task from the course's GPU bake-off.
+
+# %% [markdown] tags=["notes"]
+# Start from chapter 02's picture: one matrix, every token added into it. The question of the hour is
+# what happens when two associations collide, and when the same key gets a new value. Promise the
+# ending: a one-line change to the write, and trained models on a GPU that show it matters.
 
 # %%
 import matplotlib.pyplot as plt
@@ -52,6 +58,10 @@ def unit(x):
 # The value comes back scaled by the squared norm of the key. With unit-norm keys it comes back exactly,
 # which is one reason DeltaNet L2-normalises its keys.
 
+# %% [markdown] tags=["notes"]
+# Read-back is a matrix-vector product. The only thing to remember: the value returns scaled by the
+# key's squared norm, so unit keys make a single association exact.
+
 # %%
 D = 64
 k = torch.randn(D, generator=generator)
@@ -72,6 +82,10 @@ print(f"with a unit key the read-back is v itself: {agree(torch.outer(k_unit, v)
 # $D$-dimensional space has room for at most $D$ orthogonal keys. Measure both cases with $D = 64$
 # (GPT-2's head dimension) and random values; the error of a read is
 # $\lVert S^\top k_j - v_j\rVert / \lVert v_j\rVert$.
+
+# %% [markdown] tags=["notes"]
+# Two failures, both from the plain sum. Random keys interfere, and the interference grows with every
+# write. And a key that gets a new value returns old plus new: the additive rule cannot update.
 
 # %%
 def write_additive(keys, values):
@@ -126,6 +140,13 @@ print(f"  its error against v_new: {((read - v_new).norm() / v_new.norm()).item(
 # For a unit key, $I - \beta k k^\top$ is a *generalised Householder* matrix: it scales the direction $k$ by
 # $1-\beta$ and leaves the other $D-1$ directions alone. With $\beta = 1$ it projects the old content out of
 # direction $k$ completely; $\beta\in(1,2)$ would flip its sign (a negative eigenvalue).
+#
+# ![Delta rule: read what the key holds, write only the error](../figures/diagram_delta_rule_update.svg)
+
+# %% [markdown] tags=["notes"]
+# Walk the diagram: read what the key already returns, subtract it from the new value, write only the
+# error. Then show the same thing as a Householder-like transition, which is what chapter 04 needs.
+# The gradient-descent reading is the one students remember: the memory is trained online.
 
 # %%
 def delta_write(state, k_t, v_t, beta_t):
@@ -181,6 +202,10 @@ with torch.no_grad():
 # $o_t = S_t^\top (\text{scale}\cdot q_t)$ with scale $K^{-1/2}$ by default. The loop below is the whole
 # reference implementation; `k3lite.ops.delta_rule.recurrent` must agree with it.
 
+# %% [markdown] tags=["notes"]
+# Same loop, now in the field's tensor layout with batch and heads. Point out the float32 state and
+# that the output is read after the write. The library check is the contract the later chapters rely on.
+
 # %%
 def delta_rule_recurrent(q, k, v, beta, scale=None):
     """DeltaNet token by token. Returns the outputs [B, T, H, V] and the final state [B, H, K, V]."""
@@ -222,6 +247,10 @@ print(f"one decode step from the state of T-1 tokens and the last output {agree(
 # the load $N/D$ from 0.1 to 4, through the **over-capacity** regime $N > D$ where no $D\times D$ matrix can
 # hold every pair exactly. First the easy case of section 2 for the new rule: $D$ orthogonal keys.
 
+# %% [markdown] tags=["notes"]
+# The honest part: the delta rule does not add capacity. It lowers interference and changes which
+# associations survive (the newest). Set up chapter 05: forgetting on purpose needs a gate.
+
 # %%
 def write_delta(keys, values, beta):
     state = torch.zeros(keys.shape[1], values.shape[1])
@@ -256,7 +285,7 @@ for i, load in enumerate(loads):
 glue("ch03_delta_error_at_4", f"{mean_error['delta, β = 1'][loads.index(4.0)]:.2f}", display=False)
 glue("ch03_additive_error_at_4", f"{mean_error['additive'][loads.index(4.0)]:.2f}", display=False)
 
-# %%
+# %% tags=["plumbing"]
 colors = {"additive": viz.MECHANISM_COLORS["linear_attention"], "delta, β = 1": viz.MECHANISM_COLORS["delta_rule"],
           "delta, β = 0.5": viz.PALETTE["red"]}
 fig, ax = plt.subplots()
@@ -291,7 +320,7 @@ plt.show()
 # A fixed-size memory cannot hold more than it can hold. The delta rule does not change that; it changes
 # *which* associations survive. Look at the error by the position at which each pair was written, at $N = 2D$:
 
-# %%
+# %% tags=["plumbing"]
 n_pairs = 2 * D
 position_error = {"additive": torch.zeros(n_pairs), "delta, β = 1": torch.zeros(n_pairs)}
 position_trials = 40
@@ -320,11 +349,104 @@ for name, errors in position_error.items():
 # gate, and that is chapter 05.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
+# ## 6. Trained: overwrite against accumulate on a rebinding task
+#
+# Everything above was hand-built: unit keys, chosen $\beta$, no training. Does the difference survive
+# when a network has to *learn* its keys, values and write strengths? The course's bake-off
+# (`k3lite.bakeoff`, run on an H200 through k3lite's Triton kernels, every run stored with its provenance in
+# `figures/bakeoff.json`) trains small models that differ only in their token mixer. Its **rebinding** task
+# is section 2's second failure as a trained test: keys are bound again and again in one sequence, and a
+# query must return the **latest** value of its key. An accumulating memory returns the sum of every
+# value the key ever had; an overwriting one returns the last.
+#
+# The rule for "better", used by every chapter: **A beats B when the difference of their mean accuracies
+# is larger than two standard errors of that difference** (`k3lite.bakeoff.stats.beats`, sample standard
+# deviations over seeds). With three seeds this is a rough screen, not a significance test, and a cell with
+# one seed cannot be called at all. The numbers below are read from the committed file, so they are exact.
+
+# %% [markdown] tags=["notes"]
+# This is the one place in the chapter where trained models speak. Say what the task is (latest value of
+# a re-bound key), say the rule for "better" before showing any number, and be explicit that DeltaNet
+# itself has no surviving run at this size: the evidence is the delta-rule family.
+
+# %% tags=["plumbing"]
+from k3lite.bakeoff import beats, store, summarize  # noqa: E402
+from k3lite.bakeoff.plots import LABELS, final_cells, plot_cell  # noqa: E402
+
+BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
+bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
+
+
+def accuracies(task, mixer, d_model=64):
+    return [run["metric"] for run in bakeoff_cells.get((task, d_model, mixer), [])]
+
+
+def verdict(task, a, b, d_model=64):
+    """The stated rule applied to two stored cells, in words."""
+    runs_a, runs_b = accuracies(task, a, d_model), accuracies(task, b, d_model)
+    if min(len(runs_a), len(runs_b)) < 2:
+        return f"no call: {min(len(runs_a), len(runs_b))} seed, no spread to compare"
+    if beats(runs_a, runs_b):
+        return f"{LABELS[a]} beats {LABELS[b]}"
+    if beats(runs_b, runs_a):
+        return f"{LABELS[b]} beats {LABELS[a]}"
+    return "no call: the means are within two standard errors"
+
+
+REBIND_MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
+setup = bakeoff_cells["rebind", 64, "softmax"][0]
+print(f"rebind: d_model {setup['d_model']}, {setup['num_layers']} layers, {setup['num_heads']} heads, "
+      f"vocab {setup['vocab_size']}, T {setup['seq_len']}, batch {setup['batch_size']}, {setup['steps']} steps, "
+      f"lr {setup['lr']:g}; {setup['provenance']['device_name']}, {setup['backend']} backend")
+print(f"{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+for mixer in REBIND_MIXERS:
+    runs = accuracies("rebind", mixer)
+    if not runs:
+        print(f"{LABELS[mixer]:<27}{0:>6}  no stored run at this size")
+        continue
+    stats = summarize(runs)
+    print(f"{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
+    glue(f"ch03_rebind_{mixer}", f"{stats.mean:.3f} ± {stats.std:.3f}", display=False)
+for a, b in (("linear_attention", "kda"), ("linear_attention", "k3_hybrid"), ("kda", "softmax")):
+    print(f"{LABELS[a]} vs {LABELS[b]}: {verdict('rebind', a, b)}")
+glue("ch03_rebind_seeds", str(len(accuracies("rebind", "kda"))), display=False)
+glue("ch03_rebind_steps", str(setup["steps"]), display=False)
+delta_rule_runs = sorted({(task, d) for (task, d, mixer) in bakeoff_cells if mixer == "delta_rule"})
+print(f"DeltaNet (delta_rule) cells stored: {delta_rule_runs}")
+
+# %% tags=["plumbing"]
+fig, ax = plt.subplots(figsize=(7.0, 4.2))
+plot_cell("rebind", d_model=64, path=BAKEOFF, ax=ax)
+ax.set_ylim(0, 1.05)
+plt.show()
+
+# %% [markdown]
+# What the data says, by the rule:
+#
+# * **Accumulating fails.** Linear attention reaches {glue:text}`ch03_rebind_linear_attention` (mean ± std over
+#   {glue:text}`ch03_rebind_seeds` seeds, {glue:text}`ch03_rebind_steps` steps): it does not learn to return
+#   the latest value. KDA ({glue:text}`ch03_rebind_kda`) and the K3 hybrid ({glue:text}`ch03_rebind_k3_hybrid`),
+#   whose KDA layers write with the delta rule, do; both beat linear attention by the rule. That is the
+#   trained version of section 2's overwrite test.
+# * **Softmax attention** ({glue:text}`ch03_rebind_softmax`) keeps every token and beats KDA too: a
+#   fixed-size memory pays something even when it overwrites.
+# * **DeltaNet itself is not in this plot.** Its runs at this width failed on a kernel bug at head dimension 32,
+#   fixed after the GPU time ran out; its only stored runs are an MQAR learning-rate sweep at width 128, where
+#   every mixer recalls nearly everything (too easy to rank). So the evidence here is for the delta-rule
+#   *family* (KDA = delta rule + per-channel gate), not for plain DeltaNet.
+# * **Gated DeltaNet** ({glue:text}`ch03_rebind_gated_delta_rule`) is also a delta-rule model and failed here; chapter 05 looks
+#   at why (its training loss never left the initial plateau in this budget).
+
+# %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
 # ### Exercise 1: the delta write
 # Write `delta_write_exercise(state, k, v, beta)` for `state [K, V]`, `k [K]` (unit norm), `v [V]`, and a
 # float `beta`; return the new state.
+
+# %% [markdown] tags=["notes"]
+# Three short exercises: the write itself, the residual factor (why keys are normalised and why beta
+# stays below 2), and the fast-weight gradient. Give five minutes for the first; the other two are homework.
 
 # %%
 from k3lite.exercises import ch03  # noqa: E402
@@ -338,7 +460,7 @@ def delta_write_exercise(state, k, v, beta):
 ch03.check_delta_write(delta_write_exercise)
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def delta_write_solution(state, k, v, beta):
     return state + beta * torch.outer(k, v - state.T @ k)
@@ -363,7 +485,7 @@ def residual_factor(beta, key_norm_sq):
 ch03.check_residual_factor(residual_factor)
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: S_tᵀk = S_{t-1}ᵀk + β (kᵀk) r, so r' = v − S_{t-1}ᵀk − β‖k‖² r = (1 − β‖k‖²) r.
 # β‖k‖² = 1 makes the write exact; |1 − β‖k‖²| > 1 makes the error grow: keys are normalised for this.
 def residual_factor_solution(beta, key_norm_sq):
@@ -387,7 +509,7 @@ def fast_weight_gradient(state, k, v):
 ch03.check_fast_weight_gradient(fast_weight_gradient)
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def fast_weight_gradient_solution(state, k, v):
     return torch.outer(k, state.T @ k - v)
@@ -398,6 +520,9 @@ ch03.check_fast_weight_gradient(fast_weight_gradient_solution)
 # %% [markdown]
 # ## Summary
 #
+# * Trained on a rebinding task (GPU bake-off, {glue:text}`ch03_rebind_seeds` seeds), the delta-rule family (KDA, the K3 hybrid)
+#   returns the latest value of a key and linear attention does not; plain DeltaNet has no run at that size.
+#
 # * A linear-attention state is an associative memory; reading key $k$ returns $\lVert k\rVert^2 v$ for one
 #   pair and adds the interference of every other pair.
 # * The delta rule, $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top = (I-\beta_t k_t k_t^\top)S_{t-1} +
@@ -406,3 +531,7 @@ ch03.check_fast_weight_gradient(fast_weight_gradient_solution)
 #   state still cannot hold more than about $D$ of them.
 # * Its recurrence is no longer a plain sum, so the chunked trick of chapter 02 does not apply as is.
 #   Chapter 04 finds the reparameterisation that makes it parallel again.
+
+# %% [markdown] tags=["notes"]
+# Close on the two halves: the delta rule fixes updating a key, trained models confirm it on rebinding,
+# and it does not add capacity. Next lecture makes the recurrence parallel (chapter 04), then adds a gate (05).
