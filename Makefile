@@ -25,7 +25,8 @@ NOTEBOOKS = $$($(PY) scripts/bookinfo.py notebooks)
 help:
 	@echo "make book     install into .venv, execute every chapter, build the static site in _build/html"
 	@echo "make test     install into .venv, run the k3lite tests and nbval over every chapter"
-	@echo "make lab      JupyterLab on chapters/"
+	@echo "make lab      JupyterLab on chapters/ (works as root too)"
+	@echo "make serve    serve the built site on http://localhost:8000 (search works there)"
 	@echo "make execute  re-execute chapters into their .ipynb (CH='01_gpt2 02_linear_attention' for some)"
 	@echo "make timings  time every chapter against its book.yml budget"
 	@echo "make slides   one reveal.js deck per chapter in _build/slides"
