@@ -1,0 +1,55 @@
+"""Triton forward and backward at the small head widths the bake-off trains with (32 and 64), bf16, on a GPU.
+
+At key/value width 32 the bf16 backward faulted on the H200 (illegal memory access, or NaN gradients) while
+width 128, which tests/test_kernels_gpu.py covers, was fine; k3lite.kernels now runs the backward in float32
+below MIN_HALF_PRECISION_BACKWARD_WIDTH. Tolerances as in tests/test_kernels_gpu.py. Skipped without CUDA.
+"""
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402
+
+from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention  # noqa: E402
+
+OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
+       "gated_delta_rule": gated_delta_rule, "kda": kda}
+TOL = {"o": 5e-3, "state": 5e-3, "q": 8e-3, "k": 8e-3, "v": 8e-3, "g": 2e-2, "beta": 2e-2}
+
+
+def inputs(kind, width, batch=4, length=300, heads=2, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rnd = lambda *shape: torch.randn(*shape, device="cuda", generator=gen)  # noqa: E731
+    named = {"q": rnd(batch, length, heads, width), "k": F.normalize(rnd(batch, length, heads, width), dim=-1),
+             "v": rnd(batch, length, heads, width)}
+    if kind == "gated_delta_rule":
+        named["g"] = F.logsigmoid(rnd(batch, length, heads) + 3.0)
+    if kind == "kda":
+        named["g"] = -5.0 * torch.sigmoid(rnd(batch, length, heads, width) - 4.0)
+    if kind != "linear_attention":
+        named["beta"] = torch.sigmoid(rnd(batch, length, heads))
+    return named
+
+
+@pytest.mark.parametrize("width", [32, 64])
+@pytest.mark.parametrize("kind", list(OPS))
+def test_bf16_forward_and_backward_at_small_widths(kind, width):
+    named = inputs(kind, width)
+    leaves = {n: x.clone().requires_grad_(True) for n, x in named.items()}
+    cast = {n: x.bfloat16() if n in "qkv" else x for n, x in leaves.items()}
+    o, state = OPS[kind].chunked(*cast.values(), backend="triton")
+    refs = {n: x.detach().double().requires_grad_(True) for n, x in named.items()}
+    o_ref, state_ref = OPS[kind].recurrent(*refs.values())
+    d_o = torch.randn_like(o_ref)
+    torch.autograd.backward([o, state], [d_o.bfloat16(), 0.1 * torch.ones_like(state)])
+    torch.autograd.backward([o_ref, state_ref], [d_o, 0.1 * torch.ones_like(state_ref)])
+    torch.cuda.synchronize()
+    errors = {"o": o, "state": state} | {n: x.grad for n, x in leaves.items()}
+    expected = {"o": o_ref, "state": state_ref} | {n: x.grad for n, x in refs.items()}
+    relative = {n: ((errors[n].double() - expected[n]).norm() / expected[n].norm()).item() for n in errors}
+    bad = {n: f"{e:.2e}" for n, e in relative.items() if not e <= TOL[n]}  # NaN fails too
+    assert not bad, f"{kind} width {width}: relative RMS errors over tolerance: {bad}"
