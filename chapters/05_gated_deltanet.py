@@ -13,7 +13,13 @@
 # else stays in the memory, stale, taking capacity from what comes next.
 #
 # The fix is one number per token: a decay $\alpha_t \in (0, 1]$ applied to the whole memory before the
-# delta update. That is the gated delta rule of Gated DeltaNet.
+# delta update. That is the gated delta rule of Gated DeltaNet. At the end, trained models from the
+# course's GPU bake-off say how much that gate buys on a context-switch task, and where Gated DeltaNet
+# failed to learn in the budget we had.
+
+# %% [markdown] tags=["notes"]
+# One question for the hour: how does a fixed-size memory throw away many associations at once? The delta
+# rule cannot; one number per token can. End with trained evidence, including the parts that did not work.
 
 # %% slideshow={"slide_type": "skip"}
 import inspect
@@ -48,6 +54,10 @@ torch.set_printoptions(precision=3)
 #
 # First the memory loop for one head, written for a batch of independent trials. It already takes a
 # log-decay `g` per token; for the plain delta rule we pass `g = 0` (a decay factor of 1).
+
+# %% [markdown] tags=["notes"]
+# A pure memory experiment, no training: store set A, switch, store set B, read everything back. The point
+# to land: stale associations linger, and past capacity they crowd out the new ones.
 
 # %%
 def write_all(keys, values, g, beta):
@@ -130,6 +140,10 @@ for num_a in (0, 8, 64):
 # $\alpha_{x+1}\alpha_{x+2}\cdots\alpha_{x+t}$ on the way. With a constant $\alpha$ every association
 # fades the same way, whatever it holds:
 
+# %% [markdown] tags=["notes"]
+# Mamba-2's answer for additive memories: multiply the whole state by a number below one. It forgets
+# everything alike; it cannot replace one changed answer. The next section takes both tools.
+
 # %%
 for alpha in (1.0, 0.95, 0.8):
     strengths = ", ".join(f"t={t}: {alpha ** t:.3f}" for t in (1, 10, 50))
@@ -155,6 +169,13 @@ for alpha in (1.0, 0.95, 0.8):
 # In code the gate is carried in log space, $g_t = \log \alpha_t \le 0$, the convention of the field
 # (and of `k3lite.ops`): products of decays become sums, which is what the chunked form needs below.
 # The layout is the field's: q, k `[B, T, H, K]`, v `[B, T, H, V]`, g and β `[B, T, H]`.
+#
+# ![Gated decay: the whole state fades a little every token](../figures/diagram_gated_decay.svg)
+
+# %% [markdown] tags=["notes"]
+# Show the diagram: the whole state fades by e^g each token, then the delta correction is applied to the
+# faded state. Stress the order (decay first) and the log-space gate g <= 0. The checks tie our loop to
+# k3lite's recurrent and chunked forms, and g = 0 back to DeltaNet.
 
 # %%
 def gated_delta_recurrent(q, k, v, g, beta, scale=None):
@@ -219,6 +240,10 @@ assert torch.allclose(as_deltanet, deltanet, atol=1e-5)
 # B ($g = -30$, a decay of $e^{-30} \approx 9.4 \times 10^{-14}$, printed below). A trained model would produce that drop from
 # the input (a separator token, say); here we set it by hand to see what the mechanism can do.
 
+# %% [markdown] tags=["notes"]
+# Same sets, both rules, gate set by hand. Each rule is wrong about something: gated forgets A by design,
+# delta keeps stale A and loses some of B. The beta sweep shows the gap is not an artefact of one setting.
+
 # %%
 print(f"exp(-30) = {math.exp(-30):.1e}")
 print(f"{'|A|':>4} {'rule':<12} {'recall A':>9} {'recall B':>9}")
@@ -269,7 +294,7 @@ glue("ch05_b_reads", f"{B_READS}", display=False)
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # The same comparison for every size of A: the picture of what each rule keeps.
 
-# %%
+# %% tags=["plumbing"]
 sizes_of_a = [0, 2, 4, 8, 16, 32, 64]
 curves = {rule: [run_switch(n, switch) for n in sizes_of_a]
           for rule, switch in (("delta_rule", 0.0), ("gated_delta_rule", -30.0))}
@@ -312,6 +337,10 @@ plt.show()
 # The article (chapter 00's *From GPT-2 to Kimi K3* worklog) writes the product as $\alpha_x \alpha_{x+1} \cdots \alpha_{x+t}$,
 # starting at the writing step $x$. The recurrence says otherwise: the gate of step $x$ acts *before*
 # $k_x v_x^\top$ is added. Compute it: write one association at $x$, read it at $x + t$.
+
+# %% [markdown] tags=["notes"]
+# The decays compose as a prefix sum of log-gates. Correct the article's off-by-one on the board, then show
+# the heatmap: one strong gate cuts the whole past off in one step.
 
 # %%
 generator = torch.Generator().manual_seed(2)
@@ -403,6 +432,10 @@ plt.show()
 # $(e^{G} \odot Q)(e^{-G} \odot K)^\top$ and save the elementwise step. In floating point it does not work, because
 # $e^{-G_i}$ grows as the decay accumulates. float32 overflows above $e^{88.7}$:
 
+# %% [markdown] tags=["notes"]
+# Chapter 04's chunk with one extra C x C matrix. The lesson worth the time is numerical: never split
+# exp(G_r - G_i) into a product, because exp(-G_i) overflows under strong or long decay.
+
 # %%
 largest = torch.finfo(torch.float32).max
 print(f"largest float32 {largest:.2e} = e^{math.log(largest):.2f}; "
@@ -491,12 +524,171 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
       f"vs token loop {agreement(o_long, o_long_loop, 1e-5)}")
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 7. Exercises
+# ## 7. Trained: what the gate buys, and where Gated DeltaNet did not learn
+#
+# Sections 1 and 4 set the gate by hand. The course's bake-off (`k3lite.bakeoff`, small models that differ
+# only in their token mixer, trained on an H200 through k3lite's Triton kernels; every run with its
+# provenance in `figures/bakeoff.json`) asks whether a *trained* gate does the job. Its **switch** task is
+# section 1 as a training task: episodes start with a reset marker, and a query for a key bound only
+# before the last reset must answer "none". A model without a gate has to forget some other way.
+#
+# The rule for "better", the same in every chapter: **A beats B when the difference of their mean accuracies
+# is larger than two standard errors of that difference** (`k3lite.bakeoff.stats.beats`; sample standard
+# deviations over seeds). With three seeds it is a rough screen; a cell with one seed cannot be called.
+# All numbers are read from the committed file, so they are exact.
+
+# %% [markdown] tags=["notes"]
+# Trained evidence, good and bad. Say the rule before the numbers. The gate wins on the switch task by the
+# rule; Gated DeltaNet then fails rebinding and large MQAR at this budget, and the loss curves suggest it
+# was still on its initial plateau, which is a hypothesis to test, not a finding about capacity.
+
+# %% tags=["plumbing"]
+from k3lite.bakeoff import beats, store, summarize  # noqa: E402
+from k3lite.bakeoff.plots import COLORS, LABELS, final_cells, plot_cell  # noqa: E402
+
+BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
+bakeoff_runs = store.load(BAKEOFF)
+bakeoff_cells = final_cells(bakeoff_runs)  # (task, d_model, mixer) -> runs at the cell's chosen lr
+MIXERS = ("softmax", "linear_attention", "gated_delta_rule", "kda", "k3_hybrid")
+
+
+def accuracies(task, mixer, d_model=64):
+    return [run["metric"] for run in bakeoff_cells.get((task, d_model, mixer), [])]
+
+
+def verdict(task, a, b, d_model=64):
+    """The stated rule applied to two stored cells, in words."""
+    runs_a, runs_b = accuracies(task, a, d_model), accuracies(task, b, d_model)
+    if min(len(runs_a), len(runs_b)) < 2:
+        return f"no call: {min(len(runs_a), len(runs_b))} seed, no spread to compare"
+    if beats(runs_a, runs_b):
+        return f"{LABELS[a]} beats {LABELS[b]}"
+    if beats(runs_b, runs_a):
+        return f"{LABELS[b]} beats {LABELS[a]}"
+    return "no call: the means are within two standard errors"
+
+
+setup = bakeoff_cells["switch", 64, "softmax"][0]
+print(f"d_model {setup['d_model']}, {setup['num_layers']} layers, {setup['num_heads']} heads, vocab {setup['vocab_size']}, "
+      f"T {setup['seq_len']}, batch {setup['batch_size']}, {setup['steps']} steps, lr {setup['lr']:g}; "
+      f"{setup['provenance']['device_name']}, {setup['backend']} backend")
+print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+for task in ("switch", "rebind", "mqar128", "twoscale"):
+    for mixer in MIXERS:
+        runs = accuracies(task, mixer)
+        if runs:
+            stats = summarize(runs)
+            print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
+            glue(f"ch05_{task}_{mixer}", f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)"),
+                 display=False)
+for task, a, b in (("switch", "linear_attention", "gated_delta_rule"), ("switch", "gated_delta_rule", "kda"),
+                   ("switch", "gated_delta_rule", "softmax"), ("rebind", "gated_delta_rule", "kda")):
+    print(f"{task}: {LABELS[a]} vs {LABELS[b]}: {verdict(task, a, b)}")
+glue("ch05_seeds", str(len(accuracies("switch", "gated_delta_rule"))), display=False)
+glue("ch05_steps", str(setup["steps"]), display=False)
+
+# %% tags=["plumbing"]
+fig, ax = plt.subplots(figsize=(7.0, 4.2))
+plot_cell("switch", d_model=64, path=BAKEOFF, ax=ax)
+ax.set_ylim(0.8, 1.01)
+plt.show()
+
+# %% [markdown]
+# On the switch task the trained gate does what section 4's hand-set one did. Gated DeltaNet reaches
+# {glue:text}`ch05_switch_gated_delta_rule` against linear attention's {glue:text}`ch05_switch_linear_attention`
+# (mean ± std over {glue:text}`ch05_seeds` seeds, {glue:text}`ch05_steps` steps): **a win by the rule**, decay
+# gate against no gate. (The y axis starts at 0.8: linear attention is far from failing; it forgets by
+# interference rather than on demand.) KDA ({glue:text}`ch05_switch_kda`) is not separated from Gated DeltaNet by the
+# rule; softmax attention ({glue:text}`ch05_switch_softmax`) is ahead of both.
+#
+# The same model failed elsewhere, and the table says so: on **rebinding** Gated DeltaNet is at
+# {glue:text}`ch05_rebind_gated_delta_rule`, chance, on every seed, where KDA reached {glue:text}`ch05_rebind_kda`;
+# on MQAR with 128 pairs it is at {glue:text}`ch05_mqar128_gated_delta_rule` and on the two-timescale task at
+# {glue:text}`ch05_twoscale_gated_delta_rule`. Before reading that as "a scalar gate cannot do this", look at the
+# training curves. The table below gives, for every stored run, the first logged step at which the training
+# loss fell below half its starting value (curves are logged every 20 or 40 steps); "never" means it did not
+# within the run.
+
+# %% tags=["plumbing"]
+def halving_step(run):
+    """First logged step where the training loss is below half its first value, or None."""
+    curve = run["curve"]
+    return next((step for step, loss in zip(curve["step"], curve["loss"]) if loss < 0.5 * curve["loss"][0]), None)
+
+
+def describe(runs):
+    steps = [halving_step(run) for run in runs]
+    return ", ".join("never" if step is None else str(step) for step in steps)
+
+
+rebind_lrs = sorted({run["lr"] for run in bakeoff_runs.values() if run["task"] == "rebind" and run["d_model"] == 64})
+print(f"rebind, d_model 64, learning rates run: {', '.join(f'{lr:g}' for lr in rebind_lrs)}; one entry per seed")
+for mixer in MIXERS:
+    runs = sorted(bakeoff_cells.get(("rebind", 64, mixer), []), key=lambda run: run["seed"])
+    final_losses = ", ".join(f"{run['final_loss']:.2f}" for run in runs)
+    print(f"  {LABELS[mixer]:<27} loss halved at step {describe(runs):<16} final loss {final_losses}")
+num_values = (setup["vocab_size"] - 4) // 2
+print(f"  guessing among the {num_values} values costs ln {num_values} = {math.log(num_values):.2f}")
+sweep = [run for run in bakeoff_runs.values() if run["task"] == "mqar64" and run["d_model"] == 128]
+print(f"MQAR, 64 pairs, d_model 128, {sweep[0]['steps']} steps, seed 0, one entry per learning rate")
+for mixer in ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid"):
+    runs = sorted((run for run in sweep if run["mixer"] == mixer), key=lambda run: run["lr"])
+    cells = ", ".join(f"lr {run['lr']:g}: {halving_step(run) or 'never'} (acc {run['metric']:.2f})" for run in runs)
+    print(f"  {LABELS[mixer]:<27} {cells}")
+gdn_sweep = {run["lr"]: halving_step(run) for run in sweep if run["mixer"] == "gated_delta_rule"}
+glue("ch05_gdn_halving_slow", str(gdn_sweep[0.001]), display=False)
+glue("ch05_gdn_halving_mid", str(gdn_sweep[0.003]), display=False)
+for lr, name in ((0.001, "slow"), (0.003, "mid")):
+    others = [halving_step(run) for run in sweep if run["lr"] == lr and run["mixer"] != "gated_delta_rule"]
+    glue(f"ch05_others_halving_{name}", f"{min(others)}–{max(others)}", display=False)
+
+# %% tags=["plumbing"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0))
+for mixer in MIXERS:
+    runs = bakeoff_cells.get(("rebind", 64, mixer), [])
+    for i, run in enumerate(runs):
+        left.plot(run["curve"]["step"], run["curve"]["loss"], color=COLORS[mixer], alpha=0.8,
+                  label=LABELS[mixer] if i == 0 else None)
+left.set(xlabel="training step", ylabel="training loss (nats)", title="rebind, d_model 64: every seed")
+left.legend(fontsize=7)
+for run in sorted(sweep, key=lambda run: (run["mixer"], run["lr"])):
+    if run["mixer"] == "gated_delta_rule" or run["lr"] == 0.003:
+        right.plot(run["curve"]["step"], run["curve"]["loss"], color=COLORS[run["mixer"]],
+                   linestyle={0.001: ":", 0.003: "-", 0.01: "--"}[run["lr"]],
+                   label=f"{LABELS[run['mixer']]}, lr {run['lr']:g}")
+right.set(xlabel="training step", title="MQAR 64 pairs, d_model 128, seed 0")
+right.legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# What the curves show: on rebinding, every Gated DeltaNet seed sits at the loss of guessing for the whole
+# run, while KDA, the hybrid and softmax attention leave it within a few hundred steps (linear attention,
+# which cannot overwrite, stays close to it too). At width 128, Gated DeltaNet *did* learn MQAR, but late: its
+# loss halved at step {glue:text}`ch05_gdn_halving_slow` at learning rate 1e-3 (the other mixers:
+# {glue:text}`ch05_others_halving_slow`) and at step {glue:text}`ch05_gdn_halving_mid` at 3e-3 (the others:
+# {glue:text}`ch05_others_halving_mid`), and at 1e-2 it never did. It also learned the switch task as fast as the others.
+#
+# **Our hypothesis**, not a finding: Gated DeltaNet's failures at width 64 and 1000 steps are a matter of
+# *optimisation speed* (a long initial plateau, and a learning rate that was not tuned per mixer at that
+# width: only 3e-3 was run there), not of what a scalar-gated delta rule can store. The published Gated
+# DeltaNet results, at far larger scale and with tuned recipes, point the same way. What would test it:
+# longer runs of the failed cells (several thousand steps) and a per-mixer learning-rate sweep at width 64,
+# for example on a GPU machine
+# `python -m k3lite.bakeoff --tasks rebind,mqar128 --mixers gated_delta_rule,kda --d-models 64 --lrs 1e-3,3e-3,1e-2 --seeds 3 --steps rebind=4000,mqar=4000 --out figures/bakeoff_gdn.json`.
+# If Gated DeltaNet still sits at chance there, the gate's initialisation and the weight decay on `A_log`
+# are the next suspects (issue 17).
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## 8. Exercises
 #
 # ### Exercise 1: one step of the gated delta rule
 #
 # Write `gated_delta_step(S, k, v, g, beta)` for one head: `S` is `[K, V]`, `k` `[K]`, `v` `[V]`,
 # `g` a float (the log of the decay) and `beta` a float. Return the new state. The order matters.
+
+# %% [markdown] tags=["notes"]
+# Three exercises in rising order: one step (the order of decay and write), the decay matrix (finite under a
+# full wipe), one chunk (section 6's equations). The first in class, the others as homework.
 
 # %%
 from k3lite.exercises import ch05
@@ -510,7 +702,7 @@ def gated_delta_step(S, k, v, g, beta):
 ch05.check_gated_delta_step(gated_delta_step)
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def gated_delta_step_solution(S, k, v, g, beta):
     S = math.exp(g) * S                          # forget first
@@ -536,7 +728,7 @@ def cumulative_decay(g):
 ch05.check_cumulative_decay(cumulative_decay)
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def cumulative_decay_solution(g):
     G = torch.cumsum(g, dim=0)
@@ -564,7 +756,7 @@ def gated_delta_chunk(q, k, v, g, beta, state):
 ch05.check_gated_delta_chunk(gated_delta_chunk)
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: section 6's equations, for one chunk.
 def gated_delta_chunk_solution(q, k, v, g, beta, state):
     G, gamma = torch.cumsum(g, dim=0), cumulative_decay_solution(g)
@@ -592,3 +784,10 @@ ch05.check_gated_delta_chunk(gated_delta_chunk_solution)
 #   $O = (e^{G} \odot Q)S_0 + (QK^\top \odot \Gamma)V'$, checked against `k3lite.ops.gated_delta_rule.chunked`.
 # * What a scalar gate cannot do is keep *some* of the past: it decays every association alike.
 #   Chapter 06 gives each key channel its own gate (KDA).
+# * Trained (GPU bake-off): on a context-switch task the learned decay gate beats no gate by the stated rule;
+#   at the same small budget Gated DeltaNet stayed at chance on rebinding, most likely still on its initial
+#   loss plateau (a hypothesis: longer runs and a per-mixer learning-rate sweep would test it).
+
+# %% [markdown] tags=["notes"]
+# Recap the formula, the prefix sum, the chunk, and the honest trained result. Bridge to chapter 06: a
+# scalar gate decays every association alike; KDA gives each key channel its own pace.
