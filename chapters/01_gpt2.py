@@ -14,7 +14,7 @@
 # 4. measured what the cache saves (compute) and what it costs (memory that grows with every token),
 # 5. trained a tiny GPT-2 on a CPU and sampled from it.
 
-# %%
+# %% tags=["plumbing"]
 import math
 
 import matplotlib.pyplot as plt
@@ -58,6 +58,13 @@ generator = runtime.seed_everything(0)
 #
 # Finally a last LayerNorm, and the logits are scores against every token embedding,
 # $\ell_i = W_{te}\, \mathrm{LN}_f(x^{(L)}_i)$: the output matrix *is* the input matrix (tied embeddings).
+
+# %% [markdown] tags=["notes"]
+# Write the two residual equations on the board and leave them there: every later chapter
+# replaces only the attention term. Ask the room why the output head can reuse the embedding
+# matrix (tied weights), and what the causal mask would break if it were missing. The hand-built
+# block is checked against the library to float32 rounding: stress that a tolerance far below a
+# wrong formula's error is what makes the check mean something.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Building the block by hand
@@ -139,7 +146,7 @@ with torch.no_grad():
     difference = (gpt2_forward(idx, model) - model(idx)).abs().max().item()
 print(f"whole model, max |hand - k3lite| of the logits < 1e-5: {difference < TOLERANCE}")
 
-# %% [markdown] slideshow={"slide_type": "subslide"}
+# %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### Real checkpoints
 #
 # Published GPT-2 weights use Hugging Face's names (`transformer.h.0.attn.c_attn.weight`, ...)
@@ -166,6 +173,11 @@ with torch.no_grad():
 # $4d \cdot d + d$ down): $12d^2 + 13d$ in all. Add the two embedding tables and the final
 # LayerNorm, and the output head adds nothing because it is tied to $W_{te}$.
 
+# %% [markdown] tags=["notes"]
+# Derive $12d^2 + 13d$ per block together before the cell prints it; students remember a count
+# they did themselves. The point to take away: at this size the embeddings are a large share of
+# the model, and the analytic count is checked against the real module on PyTorch's `meta` device.
+
 # %%
 small = GPT2Config()
 parts = accounting.gpt2_parameter_breakdown(small)
@@ -184,7 +196,7 @@ print(f"{'total':<22}{accounting.gpt2_parameter_count(small):>14,}")
 # shapes but no storage, so we can count the real `GPT2` module of every size, even XL, in
 # milliseconds and without allocating 6 GB:
 
-# %%
+# %% tags=["plumbing"]
 print(f"{'size':<8}{'analytic':>16}{'counted on meta':>18}")
 for size in ("small", "medium", "large", "xl"):
     config = getattr(GPT2Config, size)()
@@ -196,7 +208,7 @@ print(f"XL's weights in float32 would take {4 * accounting.gpt2_parameter_count(
 # %% [markdown]
 # The embeddings are almost a third of the small model; the share falls as the models get wider and deeper:
 
-# %%
+# %% tags=["plumbing"]
 for size in ("small", "medium", "large", "xl"):
     config = getattr(GPT2Config, size)()
     size_parts = accounting.gpt2_parameter_breakdown(config)
@@ -213,6 +225,15 @@ for size in ("small", "medium", "large", "xl"):
 # The fix is to keep them. The **KV cache** stores, for every layer, the keys and values of the
 # tokens seen so far; a decoding step then computes projections for the *one* new token, appends
 # its key and value, and lets its query attend to the whole cache.
+
+# %% [markdown]
+# ![GPT-2 block with its KV cache: each step writes one key and value row and reads all of them](../figures/diagram_gpt2_block.svg)
+
+# %% [markdown] tags=["notes"]
+# Use the diagram: the new token's attention writes one row of keys and values and reads every
+# row written before. Ask the room what a key depends on (only the tokens before it), which is
+# why it may be kept. Then show that the cache changes the work, not the answer: the same logits
+# and the same greedy tokens.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### The cache changes the work, not the answer
@@ -257,7 +278,7 @@ print(f"formula, {cache.length} tokens x {accounting.gpt2_kv_bytes_per_token(tin
 # every position, as reference code computes them; a loop that keeps only the last position's logits
 # saves the $2dV$ of the others, and we print that count too).
 
-# %%
+# %% tags=["plumbing"]
 positions = list(range(0, small.n_ctx, 8))
 with_cache = [accounting.gpt2_forward_flops(small, 1, n) for n in positions]
 without_cache = [accounting.gpt2_forward_flops(small, n + 1) for n in positions]
@@ -305,13 +326,18 @@ for use_cache in (True, False):
 #
 # $$\text{bytes per token} = 2 \cdot L \cdot H \cdot d_h \cdot \text{bytes per element}.$$
 
+# %% [markdown] tags=["notes"]
+# The formula is the whole lesson: two tensors per layer and head, for every token, for ever.
+# Ask the room at which batch size the cache reads overtake the weight reads, then show the
+# crossover the cell computes. This is the failure chapter 02 starts from.
+
 # %%
 bf16_per_token = accounting.gpt2_kv_bytes_per_token(small, "bf16")
 print(f"GPT-2 small, bf16: 2 x {small.n_layer} x {small.n_head} x {small.head_dim} x 2 = {bf16_per_token:,} bytes per token")
 full_context = accounting.gpt2_kv_bytes_per_sequence(small, small.n_ctx, "bf16")
 print(f"a full {small.n_ctx}-token context: {full_context / 2**20:.1f} MiB per sequence")
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots()
 lengths = list(range(0, 1025, 32))
 for size, color in zip(("small", "medium", "large", "xl"), viz.CYCLE):
@@ -332,7 +358,7 @@ plt.show()
 # whole batch) and, for each sequence, the entire cache so far. With a batch of sequences the
 # cache reads overtake the weights:
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots()
 steps_at = list(range(0, 1024, 16))
 weights_read = accounting.gpt2_decode_bytes_read(small, 0)["weights"]
@@ -365,6 +391,11 @@ print(f"with 32 sequences, the cache reads exceed the weights from position {cro
 # loss of $\ln 256$. The model is smaller than `GPT2Config.tiny()`: three blocks of width 96, a
 # context of 128 bytes: small enough for a few hundred optimiser steps on a laptop CPU within
 # this chapter's time budget.
+
+# %% [markdown] tags=["notes"]
+# Run the training live if the machine allows, otherwise show the stored outputs: the loss
+# starts at the uniform guess $\ln 256$ and falls. Read the samples aloud before and after
+# training; the layout of Python appears long before any words do.
 
 # %%
 text = data.corpus_text()
@@ -416,7 +447,7 @@ expect(f"validation loss at step 0 within 0.6 of the uniform guess ({math.log(25
        abs(history.val_loss[0] - math.log(256)) < 0.6)
 expect(f"validation loss after {steps} steps < 2.7", history.val_loss[-1] < 2.7)
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots()
 ax.plot(history.steps, history.train_loss, label="training batch", color=viz.PALETTE["sky"], linewidth=1)
 ax.plot(history.val_steps, history.val_loss, "o-", label="validation", color=viz.PALETTE["blue"])
@@ -454,7 +485,7 @@ expect("trained sample: over 95 % of it printable ASCII", printable_share(traine
 # spaces and punctuation, but hardly any real words yet. Words need many more steps; the full profile
 # (`K3LITE_PROFILE=full`, meant for a GPU) trains ten times longer.
 
-# %% [markdown] slideshow={"slide_type": "subslide"}
+# %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### Where the trained model looks
 #
 # Each of the model's 12 heads (3 blocks of 4) has its own attention pattern. Feed it two lines of
@@ -516,7 +547,7 @@ expect("the median head puts a mean weight < 0.1 on it", median_weight < 0.1)
 expect(f"the line break is its most attended key for at least 9 of the {len(indentation)} indentation bytes",
        found_on_line_break >= 9)
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7, 5.6))
 viz.heatmap(ax, chosen, title=f"block {found[0]}, head {found[1]}: the head that finds the line break",
             xlabel="key position (byte)", ylabel="query position (byte)", colorbar_label="attention weight")
@@ -536,6 +567,11 @@ plt.show()
 #
 # Write `kv_bytes_per_token(config, bytes_per_element)` for a `GPT2Config`: the number of bytes
 # one token adds to the KV cache.
+
+# %% [markdown] tags=["notes"]
+# Do exercise 1 in the room: it is the cache formula again, for any configuration. Exercises 2
+# and 3 (a block's parameters, one decoding step of attention) are homework; the checker says
+# what is wrong, so students can iterate alone.
 
 # %%
 def kv_bytes_per_token(config, bytes_per_element):
@@ -616,3 +652,8 @@ ch01.check_attention_step(attention_step)
 #
 # Next: linear attention folds the whole history into a state whose size does not depend on the
 # sequence length.
+
+# %% [markdown] tags=["notes"]
+# Three facts to leave with: the exact parameter count, the cache gives the same answer for a
+# fraction of the compute, and the cache's memory grows with every token. Ask what a model would
+# have to give up to keep a memory of fixed size: that is the next lecture.

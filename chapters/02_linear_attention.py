@@ -16,7 +16,7 @@
 # 5. look at what we paid: a kernel that cannot focus as sharply as softmax;
 # 6. and put the paper's "$O(N^2)$" in its 2020 context, FlashAttention came two years later.
 
-# %%
+# %% tags=["plumbing"]
 import math
 
 import matplotlib.pyplot as plt
@@ -54,6 +54,11 @@ def agree(a, b, tol=1e-12) -> str:
 # $D$-vector $z$ for the normaliser), kept in float32, whose size does not depend on the number of
 # tokens $N$ at all.
 
+# %% [markdown] tags=["notes"]
+# Start from the number chapter 01 ended on and ask the room: beyond how many tokens is a
+# fixed-size state smaller than the cache? Let them guess before the cell prints the crossover.
+# Then insist on bytes *moved* per decode step, not bytes held: that is what sets decoding speed.
+
 # %%
 gpt2 = GPT2Config()
 head_dim = gpt2.head_dim
@@ -66,7 +71,7 @@ print(f"the cache is larger than the state beyond N = {math.ceil(state_bytes / k
 for n_tokens in (1024, 32_768, 1_048_576):
     print(f"  N = {n_tokens:>9,}: cache {mib(n_tokens * kv_per_token):>14}  vs state {mib(state_bytes)}")
 
-# %%
+# %% tags=["plumbing"]
 positions = torch.logspace(1, 6, 60).round().long().unique()   # context lengths N from 10 to a million
 state_held = torch.full_like(positions, state_bytes)
 
@@ -82,7 +87,7 @@ plt.show()
 # With a cache, each head reads $N$ keys and $N$ values ($2ND$ elements) and writes one key and one value
 # ($2D$). Linear attention reads its state and writes it back: $D^2 + D$ elements each way, whatever $N$ is.
 
-# %%
+# %% tags=["plumbing"]
 layers_heads = gpt2.n_layer * gpt2.n_head
 cache_read = 2 * positions * head_dim * 2 * layers_heads           # fp16 keys and values
 cache_written = torch.full_like(positions, 2 * head_dim * 2 * layers_heads)
@@ -118,6 +123,11 @@ print(f"decoding token {at:,}: the cache reads {mib(2 * at * head_dim * 2 * laye
 # $\mathrm{sim}(q, k) = \phi(q)^\top \phi(k)$ with a positive feature map applied to $q$ and $k$
 # *separately*. The paper's choice is $\phi(x) = \mathrm{ELU}(x) + 1$ (elementwise; it is $x+1$ for
 # $x>0$ and $e^x$ for $x\le 0$, so always positive).
+
+# %% [markdown] tags=["notes"]
+# Rewrite softmax attention as a normalised weighted average with a similarity kernel; the whole
+# chapter follows from that one line. Ask what property of $\exp(q^\top k)$ stops us from splitting
+# it into a function of $q$ times a function of $k$.
 
 # %%
 def softmax_attention(q, k, v):
@@ -159,6 +169,15 @@ print(f"two different averages of the same values: mean |softmax - linear| = {ga
 #    o_t = \frac{S_t^\top \phi(q_t)}{z_t^\top \phi(q_t)} . $$
 #
 # An RNN whose hidden state is a matrix: this is the recurrent form, and $S$ is all a decode step needs.
+
+# %% [markdown]
+# ![Linear attention: the history folds into a fixed-size state S, written by k v-transpose and read by q](../figures/diagram_linear_attention_state.svg)
+
+# %% [markdown] tags=["notes"]
+# Move the brackets on the board, slowly: this re-association is the idea of the whole course.
+# Point at the diagram: every token writes $k v^\top$ into the same matrix and a query reads it
+# with one product. Ask what the state's size depends on (the head dimension) and what it no
+# longer depends on (the sequence length). The chunked form is the bridge to chapter 04.
 
 # %%
 def linear_attention_recurrent(q, k, v):
@@ -220,6 +239,11 @@ for chunk_size in (1, 4, 5, T):
 # features each new token adds a positive amount to every score. Measure the output norm along a long
 # random sequence with and without the normaliser.
 
+# %% [markdown] tags=["notes"]
+# Show the plot of the output norm: without the denominator the output grows with the position.
+# Ask the room why a sum of positive features can only grow; the normaliser turns it back into an
+# average.
+
 # %%
 T_long = 512
 q_long, k_long, v_long = (torch.randn(T_long, D, generator=generator) for _ in range(3))
@@ -254,6 +278,11 @@ for t in (1, 64, 512):
 # a sharper and sharper copy of key number 10, $q = s\,k_{10}$, and see how much weight each kernel puts on
 # key 10.
 
+# %% [markdown] tags=["notes"]
+# This is the price: a kernel that grows only linearly cannot put nearly all its weight on one
+# key. Ask the room to predict where each curve ends before showing the plot. This is the failure
+# DeltaNet (chapter 03) starts from: additive writes pile up and interfere.
+
 # %%
 n_keys, dim = 64, 16
 keys = torch.randn(n_keys, dim, generator=generator)
@@ -282,7 +311,7 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 # kernel" the article mentions; the next chapters are about getting precision back without
 # giving up the fixed state.
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 6. What "$O(N^2)$" meant in 2020
 #
 # The 2020 paper says the cost *per time step* of a transformer grows with the square of the sequence
@@ -295,6 +324,11 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 #
 # FlashAttention (2022) removed the second: it streams over key blocks with a running maximum and sum
 # (the "online softmax") and never stores the $N\times N$ matrix. Compute both costs.
+
+# %% [markdown] tags=["notes"]
+# Reading, not lecture: the history behind "quadratic" and why FlashAttention changed the
+# comparison. Mention it in one sentence if asked: after 2022 softmax attention needs linear
+# memory, and the case for a fixed state is the cache read at decode time.
 
 # %%
 def attention_flops_per_decode_step(position, head_dim, regime):
@@ -374,13 +408,17 @@ print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
 # still cost $O(N^2)$ FLOPs for softmax attention, and $O(N)$ for the chunked linear form (chapter 04
 # prices that split).
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 7. Checked against `k3lite.ops.linear_attention`
 #
 # The library works in the field's layout: `q, k [B, T, H, K]`, `v [B, T, H, V]`, state `[B, H, K, V]` in
 # float32, `scale` multiplying `q`. With `feature_map="elu1", normalize=True` it is the layer of this
 # chapter. We compare in float32 on a batch of two sequences with three heads, against our single-head
 # code run head by head.
+
+# %% [markdown] tags=["notes"]
+# Reading: the library's layout and its decode step agree with the notebook's code. Point
+# students here if they want to see `[B, T, H, K]` in practice.
 
 # %%
 from k3lite.ops import linear_attention as la  # noqa: E402
@@ -423,6 +461,11 @@ print(f"state: {tuple(state_after.shape)} {state_after.dtype}")
 # ### Exercise 1: the size of a KV cache
 # Write `kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element)`: the bytes of the
 # cache of one sequence after `num_tokens` tokens in a multi-head attention model.
+
+# %% [markdown] tags=["notes"]
+# Exercise 1 (cache bytes) is a warm-up for the room; exercise 2 (one decode step with the
+# normaliser) is the recurrent form in four lines. Exercise 3, the chunked form from scratch, is
+# the preparation for chapter 04: assign it as homework.
 
 # %%
 from k3lite.exercises import ch02  # noqa: E402
@@ -512,3 +555,8 @@ ch02.check_chunked(chunked_solution)
 # * The parallel, recurrent and chunked forms compute the same numbers; the chunked one is what trains fast.
 # * The price: positive features cannot focus like an exponential, and every write *adds* to one shared
 #   matrix. The next chapter shows what that addition does to memories, and the delta rule that fixes it.
+
+# %% [markdown] tags=["notes"]
+# Summarise with the three forms (parallel, recurrent, chunked) and the one price paid: a kernel
+# that cannot focus. Ask what a memory that can overwrite an association would need: a read
+# before the write, which is DeltaNet.
