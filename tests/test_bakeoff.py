@@ -33,6 +33,9 @@ def test_every_mixer_trains_and_reports(mixer):
     assert 0.0 <= record["metric"] <= 1.0 and record["metric_name"] == "accuracy"
     assert math.isfinite(record["final_loss"]) and len(record["curve"]["loss"]) == 2
     assert record["backend"] == "torch" and record["tokens_per_s"] > 0
+    gated = {"gated_delta_rule": 4, "kda": 4, "k3_hybrid": 3}.get(mixer, 0)
+    assert len(record["metrics"].get("retention_mean", [])) == gated
+    assert all(0.0 < r <= 1.0 for r in record["metrics"].get("retention_mean", []))
 
 
 @pytest.mark.parametrize("task", ["mqar8", "rebind", "switch", "twoscale", "lm"])

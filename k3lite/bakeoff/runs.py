@@ -112,11 +112,30 @@ def evaluate(model, task, generator, device, autocast, eval_batch: int, batches:
         loss_sum += lm_loss(logits.float(), targets).item()
         correct += (logits.argmax(-1)[score] == targets[score]).sum().item()
         scored += score.sum().item()
+    decays = decay_summary(model, inputs, autocast)
     model.train()
     recall = correct / max(1, scored)
     if task.name == "lm":
-        return {"val_bpb": bits_per_byte(loss_sum / batches), "probe_recall": recall}
-    return {"accuracy": recall, "val_loss": loss_sum / batches}
+        return {"val_bpb": bits_per_byte(loss_sum / batches), "probe_recall": recall, **decays}
+    return {"accuracy": recall, "val_loss": loss_sum / batches, **decays}
+
+
+@torch.no_grad()
+def decay_summary(model, inputs, autocast) -> dict:
+    """How much memory the trained gates keep, per gated layer: the mean retention exp(g) per token and the
+    fraction of (token, channel) gates above 0.99 (memory of 100+ tokens). Empty for ungated models."""
+    gated = [b.mixer for b in model.blocks if hasattr(b.mixer, "decay") and hasattr(b.mixer, "A_log")]
+    if not gated:
+        return {}
+    seen = {}
+    hooks = [m.register_forward_pre_hook(lambda module, args: seen.__setitem__(module, args[0])) for m in gated]
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        model(inputs[: min(8, len(inputs))])
+    for hook in hooks:
+        hook.remove()
+    retention = [torch.exp(m.log_decay(seen[m]).float()) for m in gated]
+    return {"retention_mean": [r.mean().item() for r in retention],
+            "retention_above_0.99": [(r > 0.99).float().mean().item() for r in retention]}
 
 
 def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool = True, timing_only=False) -> dict:
