@@ -17,7 +17,7 @@
 #    $C = 1$ and $C = L$;
 # 5. prices the choice of $C$ in FLOPs (with a slider) and in measured time.
 
-# %%
+# %% tags=["plumbing"]
 import json
 import time
 
@@ -79,6 +79,11 @@ print(f"example: T={T} tokens, chunks of C={C}, key dim {K}, value dim {V}")
 # and $u_t$ depends on $S_{t-1}$, i.e. on every $u_i$ before it. If we pretend the added values are known,
 # say $u_t \approx \beta_t v_t$ (the additive write with strength $\beta$), the chunked code runs, and is wrong:
 
+# %% [markdown] tags=["notes"]
+# Recall chapter 02's chunk step and ask the room what changes for the delta rule: the value a
+# token writes depends on the state, and so on every write before it. Run the naive chunking and
+# show that it is wrong; the error is the motivation for the next twenty minutes.
+
 # %%
 def linear_attention_chunked(q, k, v, chunk_size, state=None):
     """Chapter 02's chunk step, unchanged: correct only when what each token adds is known in advance."""
@@ -134,11 +139,26 @@ print(f"naive chunking (values β·v) vs the delta rule: relative error {relativ
 # $A$, $T$, $W$, $U$ of every chunk can be computed in parallel before any state is known; only the cheap
 # $V' = U - WS_0$ and the state update remain sequential, once per chunk instead of once per token.
 
+# %% [markdown]
+# ![Chunk tiling: the diagonal tiles are solved by the UT transform, the off-diagonal ones are summarised by the state](../figures/diagram_chunk_tiling.svg)
+
+# %% [markdown] tags=["notes"]
+# This is the derivation to do at the board, line by line: write every state inside the chunk
+# as the start state plus the chunk's own writes, and the corrections become one unit
+# lower-triangular system. Ask why $I + A$ is always invertible. Then point at the diagram: the
+# diagonal tiles are computed in parallel, the off-diagonal ones never exist, and only the small
+# update $V' = U - WS_0$ stays sequential, once per chunk.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. Step by step on the example (chunk 2 of 4)
 #
 # First $A$, then $T$ by forward substitution, row by row: row $r$ of $(I+A)T = I$ says
 # $T_{r,:} = e_r - \sum_{i<r} A_{ri} T_{i,:}$.
+
+# %% [markdown] tags=["notes"]
+# Walk through one chunk of the example with the heatmaps: $A$ strictly lower-triangular, $T$
+# unit lower-triangular, and the chunk's outputs equal to the token loop's. Ask the room which of
+# these matrices need the state $S_0$ (only the last step does).
 
 # %%
 def strict_a(k_c, beta_c):
@@ -165,7 +185,7 @@ print(f"T·(I + A) = I: {agree(T_ut @ (torch.eye(C) + A), torch.eye(C))}")
 print(f"T by forward substitution and torch.linalg.inv {agree(T_ut, torch.linalg.inv(torch.eye(C) + A))}")
 print(f"shapes: A {tuple(A.shape)}, T {tuple(T_ut.shape)}, W {tuple(W.shape)}, U {tuple(U.shape)}")
 
-# %%
+# %% tags=["plumbing"]
 fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
 viz.heatmap(axes[0], A, title="A = StrictTril(Diag(β) K Kᵀ)", xlabel="earlier token i", ylabel="token r", signed=True)
 viz.heatmap(axes[1], T_ut, title="T = (I + A)⁻¹", xlabel="token i", ylabel="token r", signed=True)
@@ -197,6 +217,11 @@ print(f"WY form of the transitions: Π(I - β k kᵀ) = I - Kᵀ W: "
 # ## 4. The whole chunked forward pass
 #
 # Put the pieces in a loop over chunks. Everything before `corrected = ...` could run for all chunks at once.
+
+# %% [markdown] tags=["notes"]
+# The loop over chunks is short; read it with the room and point at the line where the state
+# enters. Everything before it could run for all chunks at once, which is what the library and
+# its Triton kernels do.
 
 # %%
 def delta_rule_chunked(q, k, v, beta, chunk_size, state=None):
@@ -262,6 +287,11 @@ print(f"Triton chunked kernels (T=50) and recurrent: outputs {agree(o_tri.cpu(),
 # $O = (QK^\top\odot M)\,T\,\mathrm{Diag}(\beta)\,V$: a quadratic, attention-like form with an $L\times L$ score matrix
 # and an $L\times L$ triangular solve, and no state at all until the end.
 
+# %% [markdown] tags=["notes"]
+# Two limits to check understanding: ask the room what a one-token chunk is (the recurrence) and
+# what a single chunk holding the whole sequence is (a quadratic, attention-like form). The chunk
+# size moves between the two.
+
 # %%
 single = slice(7, 8)
 a_one = strict_a(k[single], beta[single])
@@ -287,6 +317,12 @@ print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 
 # `k3lite.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$ and
 # $4LCd$. Either way: $C = L$ turns the intra part into dense full attention ($4L^2d$ FLOPs), and $C = 1$ leaves
 # (almost) only the recurrence.
+
+# %% [markdown] tags=["notes"]
+# The FLOP split is the practical lesson: a state part independent of the chunk size and an
+# intra-chunk part that grows with it. Ask the room why, if $C = 1$ is cheapest in FLOPs, nobody
+# uses it (tensor-core tiles and per-chunk overhead); the grid of slider positions makes the
+# point without a live kernel.
 
 # %%
 from k3lite import flops  # noqa: E402
@@ -375,12 +411,17 @@ plt.show()
 # is a long sequence of small products, and the intra part at $C = 64$ or $128$ is exactly the tile
 # size of a tensor-core matrix instruction. Hardware, not arithmetic, picks $C$.
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 7. What the chunk size costs: time
 #
 # Time `k3lite.ops.delta_rule.chunked` (PyTorch backend) on this CPU for $C$ from 4 up to $T$, and the token
 # loop for comparison (it stands in for the smallest chunks, where Python's per-chunk overhead is all there
 # is). The numbers depend on the machine and its load, so this cell's output is not compared by the tests.
+
+# %% [markdown] tags=["notes"]
+# Reading: CPU timings of the chunk sizes and the H200 benchmark table. Mention the conclusion
+# only: the chunked kernels beat softmax attention at long sequences, and their time grows
+# linearly where softmax attention's grows with the square.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -432,7 +473,7 @@ print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); toke
 # Triton kernels, the *same* chunked algorithm run as PyTorch operations ("k3lite torch"), the field's reference
 # library flash-linear-attention ("fla") and PyTorch's fused softmax attention (SDPA, FlashAttention backend).
 
-# %%
+# %% tags=["plumbing"]
 BENCH = viz.FIGURES_DIR / "bench_h200.json"
 
 
@@ -509,7 +550,7 @@ else:
 # $32768^2 / (2 \cdot 8192^2) = 8\times$ between the two; the chunked form pays per token, so its time should
 # barely move. The cell below reads both growth factors off the file.
 
-# %%
+# %% tags=["plumbing"]
 def growth(path, kind="kda", mode="fwd", shapes=((2, 8192), (1, 32768))):
     """Time at the second shape over time at the first, for SDPA and for the k3lite Triton kernels."""
     rows = {(r["B"], r["T"]): r for r in json.loads(path.read_text(encoding="utf-8")).get("chunked", [])
@@ -558,6 +599,10 @@ for mode in ("fwd", "fwd+bwd"):
 # ### Exercise 1: the UT transform
 # Write `ut_transform(k, beta)` for one chunk, `k [C, K]`, `beta [C]`: return $T = (I + A)^{-1}$ with
 # $A = \mathrm{StrictTril}(\mathrm{Diag}(\beta)KK^\top)$. Use forward substitution (no general matrix inverse).
+
+# %% [markdown] tags=["notes"]
+# Exercise 1, the UT transform, is the heart of the chapter: give the room five minutes with
+# forward substitution. Exercises 2 (one full chunk) and 3 (the FLOP split) are homework.
 
 # %%
 from k3lite.exercises import ch04  # noqa: E402
@@ -647,3 +692,7 @@ ch04.check_chunk_flops(chunk_flops_solution)
 # * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $2Ld^2$ is fixed
 #   and the intra-chunk part $2LCd$ (multiply-adds) grows with $C$. Tensor-core tiles make $C = 64$ or $128$ the practical choice.
 # * DeltaNet still cannot forget on purpose. Chapter 05 adds a gate and, in its section 6, redoes this derivation with the gate in.
+
+# %% [markdown] tags=["notes"]
+# End on the system $(I+A)V' = \mathrm{Diag}(\beta)(V - KS_0)$: it is the one formula to remember.
+# Ask what is still missing from DeltaNet (forgetting on purpose), which is chapter 05's gate.

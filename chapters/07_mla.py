@@ -14,7 +14,7 @@
 # 3. builds MLA in this notebook, checks absorbed = non-absorbed, and checks it against `k3lite.layers.mla`;
 # 4. adds K3's **output gate**.
 
-# %%
+# %% tags=["plumbing"]
 import math
 
 import matplotlib.pyplot as plt
@@ -49,6 +49,12 @@ torch.set_num_threads(1)
 #
 # MLA (DeepSeek-V2) caches a latent $c$ of $d_c = 512$ numbers and a shared $d_r = 64$-number key part:
 # 576 numbers, whatever the number of heads. First the bookkeeping, for four real configurations.
+
+# %% [markdown] tags=["notes"]
+# Back to the failure of chapter 01, at K3's scale: a cache of every key and value for a
+# million-token context does not fit on one GPU. Ask the room for the two classic fixes (share
+# keys and values between heads: MQA, GQA) and what each gives up; then show where MLA sits in the
+# table.
 
 # %%
 def cache_elements(kind, num_heads, head_dim, num_kv_heads=None, latent_dim=None, rope_dim=None):
@@ -111,7 +117,7 @@ glue("ch07_k3_all_mla_bytes", f"{k3_all_mla:,d}", display=False)
 glue("ch07_mha_over_mla", f"{k3_mha / k3_mla:.1f}", display=False)
 glue("ch07_mha_over_gqa", f"{table['Kimi K3']['mha'] / table['Kimi K3']['gqa']:.0f}", display=False)
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7.5, 4.0))
 width = 0.2
 x = np.arange(len(MODELS))
@@ -143,7 +149,7 @@ for label, per_token in [("24 MHA layers", k3_mha), ("24 GQA-8 layers", table["K
     print(f"{label:20s} at 1M tokens: {per_token * context / GIB:8.1f} GiB")
 glue("ch07_mha_gib_at_1m", f"{k3_mha * context / GIB:.0f}", display=False)
 
-# %%
+# %% tags=["plumbing"]
 lengths = np.logspace(3, 6.1, 60)
 fig, ax = plt.subplots()
 for label, per_token, color in [("24 MHA layers", k3_mha, viz.PALETTE["black"]),
@@ -195,11 +201,26 @@ plt.show()
 # Now every head scores and mixes the *same* cached 576-vectors. This is why the positional part is kept
 # separate: a rotation that depends on $s$ would sit between $W_{UK}$ and $c_s$ and block the absorption.
 
+# %% [markdown]
+# ![MLA: cache one latent and a shared rotary key per token, absorb the up-projections into the query and the output](../figures/diagram_mla_cache.svg)
+
+# %% [markdown] tags=["notes"]
+# The key idea is on the diagram: cache one latent per token and rebuild every head's key and
+# value from it, or never rebuild them at all by absorbing the up-projections into the query and
+# the output. Ask the room why rotary position embedding breaks absorption (it sits between the
+# two matrices), which is why a small shared rotary key is cached next to the latent.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. Building MLA in the notebook
 #
 # A small configuration with the structure of K3's MLA. The weights are plain tensors in a dictionary,
 # named like the `nn.Linear` layers of `k3lite.layers.mla`, so we can load them there later.
+
+# %% [markdown] tags=["notes"]
+# Read the two paths side by side: materialised for training and prefill, absorbed for decoding
+# with only the latent in the cache. They must give the same outputs, and the cell checks it.
+# Then ask what absorption costs: fewer bytes read per cached token, more multiply-adds per head,
+# a good trade when decoding is limited by memory bandwidth.
 
 # %%
 D_MODEL, HEADS, Q_RANK, KV_RANK, NOPE, ROPE, V_DIM = 32, 4, 24, 16, 8, 4, 8
@@ -351,6 +372,11 @@ glue("ch07_h200_balance", f"{H200_BF16_DENSE_FLOPS / H200_BYTES_PER_S:.0f}", dis
 # The gate depends on the current token only, so it costs one projection and nothing in the cache. With a
 # strongly negative gate the layer is silent; with the gate at $+\infty$ it is ordinary MLA:
 
+# %% [markdown] tags=["notes"]
+# A softmax head must put its weight somewhere, so it always writes something. Ask the room how
+# models cope without a gate (attention sinks), then show the gate: one sigmoid per channel lets
+# the layer close the tap itself.
+
 # %%
 ungated = mla_materialised(tokens, weights, gate=False)
 open_gate = dict(weights, **{"gate_proj.weight": torch.zeros_like(weights["gate_proj.weight"])})
@@ -360,18 +386,22 @@ gates = torch.sigmoid(tokens @ weights["gate_proj.weight"].T)
 print(f"random init: gate values span {gates.min().item():.2f} .. {gates.max().item():.2f}, "
       f"mean {gates.mean().item():.2f}")
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7.0, 3.2))
 viz.heatmap(ax, gates.T, title="Output gate σ(W_g x) at initialisation",
             xlabel="token position", ylabel="channel (head × d_v)", colorbar_label="gate value")
 plt.show()
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 5. Checked against `k3lite.layers.mla`
 #
 # The package's `MLA` layer holds the same weights under the same names. Loaded with our dictionary it must
 # give the same outputs along both of its paths, and its cache must hold exactly our latents. (The package
 # computes the softmax in float32, as a bf16 model would, so the match is to 1e-5, not to float64 rounding.)
+
+# %% [markdown] tags=["notes"]
+# Reading: the package's layer loads the notebook's weights and matches both paths, and its K3
+# size is counted on the `meta` device. Refer students here; no need to show it live.
 
 # %%
 from k3lite.layers.mla import MLA
@@ -419,6 +449,11 @@ print(f"k3lite.accounting: {accounting.k3_mla_cache_bytes_per_token(k3_config):,
 # A small task. Channel 0 of each token is a flag. When it is on, the layer must output the running average of the
 # tokens so far (easy for attention: equal scores); when it is off, it must output zero. We train the package's MLA
 # layer twice, identical but for the output gate, and measure the error on each kind of token.
+
+# %% [markdown] tags=["notes"]
+# The experiment behind the gate: a layer that must output zero for some tokens. Show the two
+# error numbers for the "off" tokens, with and without the gate, and ask why the ungated layer
+# cannot get them to zero.
 
 # %%
 TASK_LEN, TASK_BATCH, TASK_STEPS = 16, 16, pick(200, 1000)
@@ -487,6 +522,11 @@ expect("averaging tokens: the gated layer's error is no worse (within 10 %)", av
 # $h \,//\, (n_h / n_g)$: consecutive heads share a group, the usual numbering (Llama's `repeat_kv` follows it).
 # A `num_heads` that $n_g$ does not divide is a `ValueError` naming both numbers. The checker runs causal attention
 # with your expansion and compares each head with attention over its own group's cache.
+
+# %% [markdown] tags=["notes"]
+# Exercise 1 (expand cached groups for GQA) is a warm-up; exercises 2 and 3 are the two halves
+# of absorption: the key projection moved into the query, the value projection after the sum. Do
+# exercise 2 in the room if time allows.
 
 # %%
 from k3lite.exercises import ch07
@@ -572,3 +612,8 @@ ch07.check_absorbed_output(solution_absorbed_output)
 # - The output gate $\sigma(W_g x)$ lets the layer write nothing when the context has nothing to offer.
 #
 # Next: the other half of every K3 layer, the mixture of experts, and its bounded activation SiTU.
+
+# %% [markdown] tags=["notes"]
+# Three points to leave with: cache the latent, absorb the projections at decode time, and gate
+# the output. Ask how this layer and KDA divide the work in K3 (exact retrieval in a few MLA
+# layers, a fixed state in the many KDA layers).

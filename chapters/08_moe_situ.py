@@ -12,7 +12,7 @@
 #
 # Each gets the same treatment: what goes wrong without it, the math, code, a check against `k3lite`.
 
-# %%
+# %% tags=["plumbing"]
 import json
 import time
 
@@ -49,6 +49,12 @@ torch.set_num_threads(1)
 # holding them is the bottleneck). Let us route real text: the bytes of the course corpus, each byte mapped to
 # a fixed random vector plus noise (a stand-in for what the context adds to a token's hidden state), through a
 # random router with 32 experts and top-4.
+
+# %% [markdown] tags=["notes"]
+# Start with the router: a sigmoid score per expert, the top $k$ picked, their scores mixed.
+# Ask the room what happens to the load when some tokens are far more frequent than others, then
+# show the measured imbalance. The fix to stress: the bias only *picks* experts, it never enters
+# the mixing weights, so balancing needs no auxiliary loss.
 
 # %%
 D_MODEL, EXPERTS, TOP_K = 64, 32, 4
@@ -118,7 +124,7 @@ balanced_load = expert_load(balanced_indices, EXPERTS)
 print(f"after {BALANCE_STEPS} bias updates: busiest expert {balanced_load.max().item() / mean_load:.2f}x the mean, "
       f"idlest {balanced_load.min().item() / mean_load:.2f}x; bias range {bias.min().item():+.3f} .. {bias.max().item():+.3f}")
 
-# %%
+# %% tags=["plumbing"]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [2, 1]})
 positions = np.arange(EXPERTS)
 before = load.numpy() / len(hidden)
@@ -166,6 +172,15 @@ print(f"K3: each routed expert sees {16 / 896:.2%} of the tokens on average; the
 # The router still reads the full $x$. A gated expert (gate, up, down) of width $w$ on size $s$ costs $3 s w$
 # multiply-adds per token, so halving $s$ halves every routed expert, but $W_\downarrow$ and $W_\uparrow$ cost
 # $2 \cdot 7168 \cdot 3584$ per token on top. Per token, in multiply-adds (MACs; one multiply-add is two FLOPs):
+
+# %% [markdown]
+# ![Latent MoE: shared experts read the token, routed top-k experts work in a smaller latent space](../figures/diagram_latent_moe.svg)
+
+# %% [markdown] tags=["notes"]
+# Use the diagram: shared experts see every token at full width, the routed experts work in a
+# latent of half the width, with one projection down and one up. Ask the room to estimate the
+# saving before the cell prints it: exactly half for the experts, a little less once the two
+# projections are paid. The FLOP counter then checks the arithmetic on the real module.
 
 # %%
 HIDDEN, LATENT, WIDTH, K3_TOP_K, K3_EXPERTS, SHARED_WIDTH = 7168, 3584, 3072, 16, 896, 6144
@@ -246,6 +261,11 @@ for latent, analytic in ((None, full_width), (LATENT, latent_space)):
 # large activation produces a quadratically larger value, which is exactly what low-precision formats (bf16,
 # FP8) and training stability dislike:
 
+# %% [markdown] tags=["notes"]
+# A gated MLP multiplies two unbounded activations, so one large input becomes a quadratically
+# larger output, which low-precision formats handle badly. Ask the room where a cap should go;
+# SiTU caps both factors with a tanh and stays close to SiLU where values are small.
+
 # %%
 for scale in (1, 10, 100):
     g = scale * torch.randn(4096, generator=torch.Generator().manual_seed(3))
@@ -272,7 +292,7 @@ huge = 1e4 * torch.randn(100_000, generator=torch.Generator().manual_seed(5), dt
 bound = situ_glu(huge, huge.flip(0)).abs().max().item()
 print(f"inputs up to {huge.abs().max().item():,.0f}: max |h| = {bound:.2f} <= beta1 * beta2 = {4.0 * 25.0:.0f}")
 
-# %%
+# %% tags=["plumbing"]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 x_plot = torch.linspace(-8, 40, 961)
 axes[0].plot(x_plot, F.silu(x_plot), color=viz.PALETTE["black"], label="SiLU")
@@ -312,6 +332,11 @@ print(f"k3lite situ_glu = notebook formula (max |Δ| < 1e-5): {gap < 1e-5}")
 # Elementwise operations are limited by memory traffic, not arithmetic. Written as ordinary PyTorch, SiTU-GLU is a
 # chain of small kernels, each reading its inputs from memory and writing its result back. Let us list the
 # operations PyTorch really runs:
+
+# %% [markdown] tags=["notes"]
+# The price of the cap is memory traffic: unfused, each small elementwise operation reads and
+# writes the whole tensor again. Ask the room to count the bytes moved by the operation list the
+# cell prints, against one fused kernel that reads the gate and up projections once.
 
 # %%
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -372,14 +397,18 @@ situ_ms = best_ms(lambda: situ_glu(big_gate, big_up, backend="torch"))
 print(f"[{rows} x {cols}] float32 on the CPU: SiLU-GLU eager {silu_ms:.1f} ms, SiTU-GLU eager {situ_ms:.1f} ms "
       f"({situ_ms / silu_ms:.1f}x)")
 
-# %% [markdown] slideshow={"slide_type": "subslide"}
+# %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### On an H200
 #
 # `python -m k3lite.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
 # `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
 # `figures/bench_h200.json`. The seeds claim an unfused SiTU runs almost 3× slower than the fused SiLU path.
 
-# %%
+# %% [markdown] tags=["notes"]
+# Reading: the H200 measurements of fused and unfused SiTU from `figures/bench_h200.json`. Quote
+# only the conclusion in a lecture: fusion is what makes the cap affordable.
+
+# %% tags=["plumbing"]
 BENCH = viz.FIGURES_DIR / "bench_h200.json"
 bench = json.loads(BENCH.read_text()) if BENCH.exists() else {}
 situ_bench = bench.get("situ", {})
@@ -420,7 +449,7 @@ else:
     glue("ch08_situ_fused_fwdbwd_gpu", f"{situ_bench.get('situ_fused_fwd+bwd_gpu_ms', float('nan')):.2f}", display=False)
     glue("ch08_situ_fused_fwdbwd_wall", f"{situ_bench['situ_fused_fwd+bwd_ms']:.2f}", display=False)
 
-# %%
+# %% tags=["plumbing"]
 if situ_bench:
     fig, ax = plt.subplots(figsize=(7, 3.4))
     labels = [label for _, label in VERSIONS]
@@ -462,6 +491,10 @@ if situ_bench:
 # `scores + bias`); the weights are the selected *scores* (not scores + bias), renormalised to sum to 1 per token.
 # The order of the $k$ indices within a token does not matter to the checker, as long as each weight stays
 # next to its index.
+
+# %% [markdown] tags=["notes"]
+# Exercise 1 (routing with a selection-only bias) is the one to do in the room; exercises 2 (what
+# a latent saves) and 3 (SiTU) are short homework.
 
 # %%
 from k3lite.exercises import ch08
@@ -538,3 +571,8 @@ ch08.check_situ(solution_situ)
 #   {glue:text}`ch08_routed_ratio` and the whole MoE layer {glue:text}`ch08_layer_ratio` of the full-width version.
 # - SiTU caps SiLU with tanh: $|h| \le \beta_1\beta_2 = 100$, SiLU recovered as $\beta \to \infty$. Eager PyTorch runs it as a
 #   chain of memory-bound kernels (on an H200 several times slower than fused SiLU); fused, it comes close to SiLU.
+
+# %% [markdown] tags=["notes"]
+# Three ideas: balance the load with a bias that picks but does not weigh, put the routed experts
+# in a latent to halve their cost, and cap the activation, fused. Ask which of the three changes
+# the model's function and which only its cost.
