@@ -14,7 +14,7 @@
 # 3. trains the same model with full and with block AttnRes, compares, and looks at the learned weights;
 # 4. computes what K3's blocks of 12 layers mean for a 93-layer model.
 
-# %%
+# %% tags=["plumbing"]
 import time
 
 import matplotlib.pyplot as plt
@@ -48,6 +48,12 @@ torch.set_num_threads(1)
 # to read layer 3 more than layer 7, and if the sum has grown large, a new output must be large too to
 # change it. Let us measure this in a model small enough to train here: a byte-level language model on
 # Python standard-library source, with causal softmax attention and GELU MLPs.
+
+# %% [markdown] tags=["notes"]
+# Write the residual stream as a sum with every weight equal to one, and ask the room what that
+# means for a deep model: the stream grows with depth and each new layer is a small correction to
+# it. The trained baseline shows both effects; keep its exact numbers off the board, they depend
+# on the CPU.
 
 # %%
 D_MODEL = 48
@@ -198,7 +204,7 @@ expect("the stream keeps growing after the first layer: RMS at the top > 1.2x RM
        base_in[-1] > 1.2 * base_in[2])
 expect("the last sub-layer writes < 20 % of what it reads", base_ratio[-1] < 0.2)
 
-# %%
+# %% tags=["plumbing"]
 SOURCE_NAMES = ["emb"] + [f"{kind}{layer + 1}" for layer in range(LAYERS) for kind in ("A", "M")]
 READERS = SOURCE_NAMES[1:] + ["final"]          # the reader before sub-layer l is named after it
 
@@ -251,10 +257,24 @@ plt.show()
 # the embedding, the completed blocks and the running sum of the current one: $O(N\,d)$ for $N$ blocks. With one
 # sub-layer per block this is full AttnRes again.
 
+# %% [markdown]
+# ![Attention Residuals: each sub-layer reads a softmax mix of the embedding and the block summaries through a learned pseudo-query](../figures/diagram_attnres_block.svg)
+
+# %% [markdown] tags=["notes"]
+# The fix is attention, turned ninety degrees: each reader has a learned pseudo-query and takes a
+# softmax mix of the earlier outputs instead of their plain sum. Point at the diagram: with
+# blocks, the sources are the embedding, the finished blocks and the running partial block. Ask
+# the room why a zero-initialised query starts as the plain mean, so training begins from a
+# familiar model.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. The code
 #
 # The read is four lines. We write it from scratch and check it against `k3lite.layers.attnres`.
+
+# %% [markdown] tags=["notes"]
+# The read is four lines; show them and the block bookkeeping, and let the check against the
+# library speak for itself. Ask how many sources a reader sees with blocks of three sub-layers.
 
 # %%
 def depth_attention(values, query, eps=1e-6):
@@ -297,6 +317,11 @@ print(f"{len(sources.sources())} sources, first channel of each: {[int(s[0, 0]) 
 #
 # The same model, seed and batches; only the residual changes. Full AttnRes keeps every sub-layer output
 # as a source; block AttnRes groups the sub-layers of two decoder layers (4 sub-layers) per block.
+
+# %% [markdown] tags=["notes"]
+# Same model, seed and batches; only the residual changes. Compare the hidden-state norms along
+# depth and the share of each layer's output in what the next one reads, rather than the losses,
+# which differ little at this size. Ask the room which variant a layer deep in the model prefers.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -348,7 +373,7 @@ expect("block AttnRes: the last sub-layer writes > 3x the plain sum's share of w
        block_ratio[-1] > 3 * base_ratio[-1])
 expect("the three validation losses lie within 0.2 nats", loss_gap < 0.2)
 
-# %%
+# %% tags=["plumbing"]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 series_in = [("plain residual sum", base_in, viz.PALETTE["black"]), ("full AttnRes", full_in, viz.PALETTE["blue"]),
              ("block AttnRes", block_in, viz.PALETTE["orange"])]
@@ -393,7 +418,7 @@ top = torch.topk(full_share, 3).indices.tolist()
 # NBVAL_IGNORE_OUTPUT
 print("largest shares with AttnRes: " + ", ".join(f"{SOURCE_NAMES[i]} {full_share[i].item():.2f}" for i in top))
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(8, 3.6))
 positions = np.arange(len(SOURCE_NAMES))
 ax.bar(positions - 0.2, base_share.numpy(), 0.4, label="plain residual sum", color=viz.PALETTE["black"])
@@ -412,6 +437,11 @@ plt.show()
 # Average $\alpha_{i \to l}$ over the validation tokens: one row per reader, one column per source. Zero
 # initialisation would give $1/l$ along each row; training moved it.
 
+# %% [markdown] tags=["notes"]
+# The learned weights as a matrix, reader by source: zero initialisation would make every row
+# uniform, so whatever structure appears was learned. Ask the room which sources the late readers
+# choose.
+
 # %%
 def weight_matrix(record, source_count):
     matrix = np.full((len(record["weights"]), source_count), np.nan)
@@ -429,7 +459,7 @@ expect("training moved some reader's weights > 0.1 away from the uniform 1/l", m
 # NBVAL_IGNORE_OUTPUT
 print(f"largest departure from the uniform 1/l, per reader with a choice: min {moved.min():.2f}, max {moved.max():.2f}")
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7.5, 5.5))
 viz.heatmap(ax, full_matrix, title="Full AttnRes: mean weight α(source → reader)", xlabel="source",
             ylabel="reader", colorbar_label="mean weight")
@@ -437,7 +467,7 @@ ax.set_xticks(range(len(SOURCE_NAMES)), SOURCE_NAMES, rotation=90, fontsize=8)
 ax.set_yticks(range(len(READERS)), READERS, fontsize=8)
 plt.show()
 
-# %%
+# %% tags=["plumbing"]
 block_names = ["emb"] + [f"block {n + 1}" for n in range(SUBLAYERS // 4)] + ["partial"]
 block_matrix = np.full((len(READERS), len(block_names)), np.nan)
 for reader, alpha in enumerate(block["weights"]):
@@ -461,6 +491,11 @@ plt.show()
 # boundaries at layers 0, 12, …, 84. The embedding is stored at the first; each later one stores the
 # finished block, so after the last layer there are the embedding and 7 full blocks, plus the running partial
 # block of the remaining 9 layers. We walk the real bookkeeping with a dummy 1-number state:
+
+# %% [markdown] tags=["notes"]
+# At K3's scale the question is memory: full AttnRes keeps every sub-layer output alive, block
+# AttnRes only the embedding, the finished blocks and one partial. Ask the room to count the
+# sources after the last of K3's layers before the cell does.
 
 # %%
 K3_LAYERS, K3_BLOCK_LAYERS, K3_HIDDEN = 93, 12, 7168
@@ -501,7 +536,7 @@ for label, per_reader in [("full AttnRes", full_sources_per_reader), ("block Att
           f"{int(np.sum(per_reader)):6,d} sources read = {mixing_flops / 1e6:4.0f} MFLOPs per token "
           f"= {mixing_flops / rest_flops:.3%} of the rest")
 
-# %%
+# %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7, 3.6))
 ax.plot(full_sources_per_reader, label="full AttnRes", color=viz.PALETTE["blue"])
 ax.step(range(1, readers + 1), block_sources_per_reader, where="post", label="block AttnRes, 12 layers",
@@ -526,6 +561,10 @@ plt.show()
 # ### Exercise 1 — the AttnRes read
 # Write `depth_attention(values, query)` for `values [S, M, d]` ($S$ sources, $M$ positions) and `query [d]`,
 # returning `(mixed [M, d], weights [S, M])` with RMS-normalised keys (no gain, eps = 1e-6) and unnormalised values.
+
+# %% [markdown] tags=["notes"]
+# Exercise 1 (the depth-attention read) is short enough to do in the room; exercises 2 and 3
+# (counting and listing the block sources) are homework.
 
 # %%
 from k3lite.exercises import ch09
@@ -607,3 +646,7 @@ ch09.check_block_sources(solution_block_sources)
 #   blocks) and a partial block of 9 layers, instead of 187 sources.
 #
 # Next: chapter 10 puts KDA, MLA, latent MoE with SiTU, and block AttnRes together into K3.
+
+# %% [markdown] tags=["notes"]
+# Leave with the picture: retrieval over tokens (MLA), through a state (KDA), and now over depth
+# (AttnRes). Chapter 10 puts the three together into K3.
