@@ -96,6 +96,19 @@ def _assert_on_device(condition: torch.Tensor, message: str) -> bool:
     return True
 
 
+def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
+    """Token ids must lie in ``[0, vocab_size)``: an immediate ValueError on CPU, an asynchronous
+    device-side assert on CUDA (no host synchronisation in a generate loop or a training step)."""
+    if not idx.numel() or not _values_readable(idx):
+        return
+    low, high = torch.aminmax(idx)
+    message = f"idx must hold token ids in [0, {vocab_size})"
+    if _assert_on_device((low >= 0) & (high < vocab_size), message):
+        return
+    if int(low) < 0 or int(high) >= vocab_size:
+        raise ValueError(f"{message}, got values in [{int(low)}, {int(high)}]")
+
+
 def _expected(dims: Dims, *tail: int) -> tuple[int, ...]:
     lead = (dims.B, dims.H) if dims.T is None else (dims.B, dims.T, dims.H)
     return (*lead, *tail)

@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from k3lite import sampling
+from k3lite._validate import check_token_ids
 
 
 @dataclass(frozen=True)
@@ -201,9 +202,7 @@ class GPT2(nn.Module):
         if idx.dim() != 2 or idx.shape[1] == 0:
             raise ValueError(f"idx must be [B, T] with T >= 1, got shape {tuple(idx.shape)}")
         vocab = self.config.vocab_size
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab):
-            raise ValueError(f"idx holds token ids outside the vocabulary [0, {vocab}): "
-                             f"min {int(idx.min())}, max {int(idx.max())}")
+        check_token_ids(idx, vocab)
         past = 0
         if cache is not None:
             if not isinstance(cache, KVCache) or len(cache.keys) != self.config.n_layer:

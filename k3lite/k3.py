@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from k3lite import sampling
+from k3lite._validate import check_token_ids
 from k3lite.layers.kda_layer import GATE_FORMS, KDACache, KDALayer
 from k3lite.layers.mla import MLA, MLACache
 from k3lite.layers.moe import ACTIVATIONS, GatedMLP, MoE, RoutedExperts, SigmoidRouter
@@ -315,9 +316,7 @@ class K3(nn.Module):
     def run(self, idx: torch.Tensor, cache: K3Cache | None = None, *, collect: bool = False) -> K3Output:
         """The forward pass over ``idx [B, T]``, continuing ``cache`` when given."""
         self._check_idx(idx)
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
-            raise ValueError(f"idx must hold token ids in [0, {self.config.vocab_size}), "
-                             f"got values in [{int(idx.min())}, {int(idx.max())}]")
+        check_token_ids(idx, self.config.vocab_size)
         if cache is not None and len(cache.layers) != len(self.layers):
             raise ValueError(f"cache must hold {len(self.layers)} layer caches, got {len(cache.layers)}")
         if cache is not None and cache.batch_size not in (None, idx.shape[0]):

@@ -147,8 +147,8 @@ def test_from_hf_rejects_mismatched_weights():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (torch.tensor([[0, 97]]), "outside the vocabulary"),
-    (torch.tensor([[-1, 3]]), "outside the vocabulary"),
+    (torch.tensor([[0, 97]]), r"token ids in \[0, "),
+    (torch.tensor([[-1, 3]]), r"token ids in \[0, "),
     (torch.tensor([[1.0, 2.0]]), "dtype"),
     (torch.tensor([[True, False]]), "dtype"),
     (torch.tensor([1, 2, 3]), r"\[B, T\]"),
