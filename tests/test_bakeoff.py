@@ -245,3 +245,16 @@ def test_live_demo_returns_a_metric_per_mixer():
     assert set(results) == {"delta_rule", "gated_delta_rule"} and all(0.0 <= v <= 1.0 for v in results.values())
     with pytest.raises(ValueError, match="steps"):
         live_demo("switch", steps=0)
+
+
+def test_final_cells_prefers_more_seeds_then_the_better_mean():
+    from k3lite.bakeoff.plots import final_cells
+
+    def record(lr, seed, metric):
+        return {"task": "rebind", "d_model": 64, "mixer": "kda", "lr": lr, "seed": seed, "metric": metric,
+                "higher_is_better": True, "phase": "lr"}
+
+    one_seed_each = {"a": record(1e-3, 0, 0.2), "b": record(3e-3, 0, 0.9), "c": record(1e-2, 0, 0.5)}
+    assert final_cells(one_seed_each)[("rebind", 64, "kda")][0]["lr"] == 3e-3
+    more_seeds = dict(one_seed_each, d=record(1e-2, 1, 0.4))
+    assert final_cells(more_seeds)[("rebind", 64, "kda")][0]["lr"] == 1e-2

@@ -26,14 +26,20 @@ TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
 
 
 def final_cells(runs: dict) -> dict[tuple, list[dict]]:
-    """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate (the one with the most seeds)."""
+    """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate: the one with the most seeds
+    (the seeds phase runs at the sweep's best), and among equals the one with the best mean metric."""
     by_lr: dict[tuple, dict[float, list[dict]]] = {}
     for record in runs.values():
         if record.get("phase") == "measure" or "metric" not in record:
             continue
         by_lr.setdefault((record["task"], record["d_model"], record["mixer"]), {}).setdefault(
             record["lr"], []).append(record)
-    return {cell: max(lrs.values(), key=len) for cell, lrs in by_lr.items()}
+    return {cell: max(lrs.values(), key=_seeds_then_mean) for cell, lrs in by_lr.items()}
+
+
+def _seeds_then_mean(records: list[dict]) -> tuple[int, float]:
+    mean = sum(record["metric"] for record in records) / len(records)
+    return len(records), mean if records[0].get("higher_is_better", True) else -mean
 
 
 def _order(mixers) -> list[str]:
