@@ -328,8 +328,8 @@ for use_cache in (True, False):
 
 # %% [markdown] tags=["notes"]
 # The formula is the whole lesson: two tensors per layer and head, for every token, for ever.
-# Ask the room at which batch size the cache reads overtake the weight reads, then show the
-# crossover the cell computes. This is the failure chapter 02 starts from.
+# With a batch of 32 sequences, ask the room from which position the cache reads overtake the
+# weight reads, then show the crossover the cell computes. This is the failure chapter 02 starts from.
 
 # %%
 bf16_per_token = accounting.gpt2_kv_bytes_per_token(small, "bf16")
@@ -358,7 +358,7 @@ plt.show()
 # whole batch) and, for each sequence, the entire cache so far. With a batch of sequences the
 # cache reads overtake the weights:
 
-# %% tags=["plumbing"]
+# %%
 fig, ax = plt.subplots()
 steps_at = list(range(0, 1024, 16))
 weights_read = accounting.gpt2_decode_bytes_read(small, 0)["weights"]

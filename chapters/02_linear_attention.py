@@ -280,8 +280,8 @@ for t in (1, 64, 512):
 
 # %% [markdown] tags=["notes"]
 # This is the price: a kernel that grows only linearly cannot put nearly all its weight on one
-# key. Ask the room to predict where each curve ends before showing the plot. This is the failure
-# DeltaNet (chapter 03) starts from: additive writes pile up and interfere.
+# key. Ask the room to predict where each curve ends before showing the plot. The other half of
+# the price comes in chapter 03: every write only adds to one shared matrix.
 
 # %%
 n_keys, dim = 64, 16
@@ -557,6 +557,6 @@ ch02.check_chunked(chunked_solution)
 #   matrix. The next chapter shows what that addition does to memories, and the delta rule that fixes it.
 
 # %% [markdown] tags=["notes"]
-# Summarise with the three forms (parallel, recurrent, chunked) and the one price paid: a kernel
-# that cannot focus. Ask what a memory that can overwrite an association would need: a read
-# before the write, which is DeltaNet.
+# Summarise with the three forms (parallel, recurrent, chunked) and the two prices paid: a kernel
+# that cannot focus, and writes that only add. Ask what a memory that can overwrite an
+# association would need: a read before the write, which is DeltaNet.

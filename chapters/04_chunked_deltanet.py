@@ -185,7 +185,7 @@ print(f"T·(I + A) = I: {agree(T_ut @ (torch.eye(C) + A), torch.eye(C))}")
 print(f"T by forward substitution and torch.linalg.inv {agree(T_ut, torch.linalg.inv(torch.eye(C) + A))}")
 print(f"shapes: A {tuple(A.shape)}, T {tuple(T_ut.shape)}, W {tuple(W.shape)}, U {tuple(U.shape)}")
 
-# %% tags=["plumbing"]
+# %%
 fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
 viz.heatmap(axes[0], A, title="A = StrictTril(Diag(β) K Kᵀ)", xlabel="earlier token i", ylabel="token r", signed=True)
 viz.heatmap(axes[1], T_ut, title="T = (I + A)⁻¹", xlabel="token i", ylabel="token r", signed=True)

@@ -292,7 +292,7 @@ huge = 1e4 * torch.randn(100_000, generator=torch.Generator().manual_seed(5), dt
 bound = situ_glu(huge, huge.flip(0)).abs().max().item()
 print(f"inputs up to {huge.abs().max().item():,.0f}: max |h| = {bound:.2f} <= beta1 * beta2 = {4.0 * 25.0:.0f}")
 
-# %% tags=["plumbing"]
+# %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 x_plot = torch.linspace(-8, 40, 961)
 axes[0].plot(x_plot, F.silu(x_plot), color=viz.PALETTE["black"], label="SiLU")

@@ -204,7 +204,7 @@ expect("the stream keeps growing after the first layer: RMS at the top > 1.2x RM
        base_in[-1] > 1.2 * base_in[2])
 expect("the last sub-layer writes < 20 % of what it reads", base_ratio[-1] < 0.2)
 
-# %% tags=["plumbing"]
+# %%
 SOURCE_NAMES = ["emb"] + [f"{kind}{layer + 1}" for layer in range(LAYERS) for kind in ("A", "M")]
 READERS = SOURCE_NAMES[1:] + ["final"]          # the reader before sub-layer l is named after it
 
@@ -321,7 +321,8 @@ print(f"{len(sources.sources())} sources, first channel of each: {[int(s[0, 0]) 
 # %% [markdown] tags=["notes"]
 # Same model, seed and batches; only the residual changes. Compare the hidden-state norms along
 # depth and the share of each layer's output in what the next one reads, rather than the losses,
-# which differ little at this size. Ask the room which variant a layer deep in the model prefers.
+# which differ little at this size. Ask the room why block AttnRes can still pile up inside a
+# block (each block source is itself a plain sum of four outputs).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -459,7 +460,7 @@ expect("training moved some reader's weights > 0.1 away from the uniform 1/l", m
 # NBVAL_IGNORE_OUTPUT
 print(f"largest departure from the uniform 1/l, per reader with a choice: min {moved.min():.2f}, max {moved.max():.2f}")
 
-# %% tags=["plumbing"]
+# %%
 fig, ax = plt.subplots(figsize=(7.5, 5.5))
 viz.heatmap(ax, full_matrix, title="Full AttnRes: mean weight α(source → reader)", xlabel="source",
             ylabel="reader", colorbar_label="mean weight")
