@@ -3,8 +3,8 @@
     python scripts/build_slides.py [--only-existing] [--book-yml PATH] [--chapters-dir DIR] [--build-dir DIR]
 
 Each chapter becomes a lecture deck (``lecture_notebook``):
-- cells play the roles their tags give them (CONTRIBUTING, "Cell roles"): ``plumbing`` and exercise
-  ``solution`` cells are left out, ``notes`` cells become speaker notes, sections whose heading is tagged
+- cells play the roles their tags give them (CONTRIBUTING, "Cell roles"): exercise ``solution`` cells are
+  left out, ``plumbing`` cells show their output without their code, ``notes`` cells become speaker notes, sections whose heading is tagged
   ``reading`` are left out (and when any heading is tagged ``lecture``, only those sections are kept);
 - ``{glue:text}`key``` references take the value the notebook glued;
 - every heading starts a slide (``#``/``##``) or a sub-slide (``###`` and below); a section that would not
@@ -451,8 +451,8 @@ def lecture_notebook(notebook):
     cells = []
     for index, cell in enumerate(notebook.cells):
         tags = cell_tags(cell)
-        if (cell.metadata.get("slideshow", {}).get("slide_type") == "skip" or PLUMBING in tags
-                or is_solution(cell) or "remove-cell" in tags):
+        if (cell.metadata.get("slideshow", {}).get("slide_type") == "skip" or is_solution(cell)
+                or "remove-cell" in tags or (PLUMBING in tags and not cell.get("outputs"))):
             continue
         if cell.cell_type == "markdown":
             # Decks sit one level above figures/, next to their own copy of it (build_slides).
@@ -467,7 +467,7 @@ def lecture_notebook(notebook):
                 continue
             if "remove-output" in tags:
                 cell.outputs = []
-            if "remove-input" in tags:
+            if "remove-input" in tags or PLUMBING in tags:  # a plumbing cell's figure or table stays, its code goes
                 cell.metadata["transient"] = {"remove_source": True}
         if cell.cell_type == "raw":
             continue

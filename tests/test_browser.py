@@ -417,7 +417,6 @@ def test_no_glue_reference_is_left_unresolved():
     assert unresolved_glue(SITE_DIR) == []
 
 
-@pytest.mark.xfail(strict=False, reason="the chapters include the diagrams of figures/ in a later edit")
 @pytest.mark.parametrize("name", STEMS)
 def test_chapter_shows_a_diagram(visits, name):
     assert visited(visits, name).diagrams, f"{name}: no diagram from figures/diagram_*.svg on the page"
