@@ -269,9 +269,11 @@ print(f"our chunked code (sequence 1, head 2, q scaled by K^-0.5) and k3lite {ag
 # every chunk at once. On a GPU it is compiled; on this CPU Triton's interpreter runs it (slowly, so the shapes
 # are small; T = 50 also tests a partial chunk). Same algorithm, same numbers:
 
-# %%
-q_tri, k_tri, v_tri = (torch.randn(1, 50, 2, 16, generator=generator).float() for _ in range(3))
-k_tri, beta_tri = unit(k_tri), torch.rand(1, 50, 2, generator=generator).float()
+# %% tags=["requires-triton"]
+# Its own generator: where Triton is missing (macOS) this cell is skipped, and the cells after it must not notice.
+triton_generator = torch.Generator().manual_seed(4)
+q_tri, k_tri, v_tri = (torch.randn(1, 50, 2, 16, generator=triton_generator).float() for _ in range(3))
+k_tri, beta_tri = unit(k_tri), torch.rand(1, 50, 2, generator=triton_generator).float()
 o_tri_ref, s_tri_ref = delta_rule.recurrent(q_tri, k_tri, v_tri, beta_tri)
 o_tri, s_tri = delta_rule.chunked(*(x.to(device()) for x in (q_tri, k_tri, v_tri, beta_tri)), backend="triton")
 print(f"Triton chunked kernels (T=50) and recurrent: outputs {agree(o_tri.cpu(), o_tri_ref, 1e-4)}, "
