@@ -743,27 +743,16 @@ print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x 
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import beats, store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import LABELS, final_cells, plot_cell  # noqa: E402
+from k3lite.bakeoff.plots import LABELS, cell_metrics, final_cells, plot_cell, rule_verdict  # noqa: E402
+from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
 BAKEOFF_TASKS = ("rebind", "switch", "mqar128", "twoscale")
 
 
-def accuracies(task, mixer, d_model=64):
-    return [run["metric"] for run in bakeoff_cells.get((task, d_model, mixer), [])]
-
-
-def verdict(task, a, b, d_model=64):
-    """The stated rule applied to two stored cells, in words."""
-    runs_a, runs_b = accuracies(task, a, d_model), accuracies(task, b, d_model)
-    if min(len(runs_a), len(runs_b)) < 2:
-        return f"no call: {min(len(runs_a), len(runs_b))} seed, no spread to compare"
-    if beats(runs_a, runs_b):
-        return f"{LABELS[a]} beats {LABELS[b]}"
-    if beats(runs_b, runs_a):
-        return f"{LABELS[b]} beats {LABELS[a]}"
-    return "no call: the means are within two standard errors"
+accuracies = partial(cell_metrics, bakeoff_cells)   # (task, mixer, d_model=64) -> the stored seeds' accuracies
+verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -> the rule's call, in words
 
 
 def shown(task, mixer):

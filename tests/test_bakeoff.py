@@ -258,3 +258,15 @@ def test_final_cells_prefers_more_seeds_then_the_better_mean():
     assert final_cells(one_seed_each)[("rebind", 64, "kda")][0]["lr"] == 3e-3
     more_seeds = dict(one_seed_each, d=record(1e-2, 1, 0.4))
     assert final_cells(more_seeds)[("rebind", 64, "kda")][0]["lr"] == 1e-2
+
+
+def test_rule_verdict_names_the_winner_or_says_why_there_is_no_call():
+    from k3lite.bakeoff.plots import rule_verdict
+
+    cells = {("rebind", 64, "kda"): [{"metric": m} for m in (0.90, 0.92, 0.94)],
+             ("rebind", 64, "linear_attention"): [{"metric": m} for m in (0.02, 0.05, 0.08)],
+             ("rebind", 64, "k3_hybrid"): [{"metric": m} for m in (0.88, 0.95, 0.99)],
+             ("rebind", 64, "gated_delta_rule"): [{"metric": 0.5}]}
+    assert rule_verdict(cells, "rebind", "linear_attention", "kda").endswith("beats linear attention")
+    assert rule_verdict(cells, "rebind", "kda", "k3_hybrid").startswith("no call: the means")
+    assert rule_verdict(cells, "rebind", "kda", "gated_delta_rule").startswith("no call: 1 seed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from k3lite.bakeoff import store
+from k3lite.bakeoff.stats import beats
 from k3lite.bakeoff.models import BUILTIN
 from k3lite.bakeoff.stats import summarize
 from k3lite.bakeoff.tasks import family
@@ -35,6 +36,24 @@ def final_cells(runs: dict) -> dict[tuple, list[dict]]:
         by_lr.setdefault((record["task"], record["d_model"], record["mixer"]), {}).setdefault(
             record["lr"], []).append(record)
     return {cell: max(lrs.values(), key=_seeds_then_mean) for cell, lrs in by_lr.items()}
+
+
+def cell_metrics(cells: dict, task: str, mixer: str, d_model: int = 64) -> list[float]:
+    """The metric of every stored seed of one cell of ``final_cells`` (empty when the cell has no run)."""
+    return [run["metric"] for run in cells.get((task, d_model, mixer), [])]
+
+
+def rule_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> str:
+    """The stated rule (``stats.beats``: means apart by more than two standard errors) applied to two
+    stored cells, in words."""
+    runs_a, runs_b = cell_metrics(cells, task, a, d_model), cell_metrics(cells, task, b, d_model)
+    if min(len(runs_a), len(runs_b)) < 2:
+        return f"no call: {min(len(runs_a), len(runs_b))} seed, no spread to compare"
+    if beats(runs_a, runs_b):
+        return f"{LABELS[a]} beats {LABELS[b]}"
+    if beats(runs_b, runs_a):
+        return f"{LABELS[b]} beats {LABELS[a]}"
+    return "no call: the means are within two standard errors"
 
 
 def _seeds_then_mean(records: list[dict]) -> tuple[int, float]:
