@@ -284,7 +284,7 @@ plt.show()
 # the fast writes only the last segment survives. A scalar gate would have to draw each column of the
 # left picture in one colour.
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 5. Chunking KDA: the WY/UT form with a decay per channel
 #
 # Chapter 04 turned the delta rule into matrix products over chunks of $C$ tokens, and chapter 05
@@ -429,7 +429,7 @@ for name, g_long in strong_gates.items():
 # program, and the six blocks below them are tensor-core products through an anchor row.
 
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 6. The KDA layer as built
 #
 # The recurrence is the core of a layer; around it sit projections, gates and a normalisation. In

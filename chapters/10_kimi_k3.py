@@ -186,7 +186,7 @@ for label, num_layers in [("seeds: 92 layers", 92), ("published: 93", k3.num_lay
 # Either way "8 AttnRes blocks" comes out: 93 / 12 = 7.75, so seven full blocks and a last one of
 # nine layers. The final read (before the output norm) mixes 8 stored sources and the partial block.
 
-# %% [markdown] slideshow={"slide_type": "slide"}
+# %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 3. How many parameters?
 #
 # `k3lite.accounting.k3_param_counts` counts every weight matrix from the configuration. "Active" means
