@@ -6,7 +6,7 @@
 # $$S_t = \big(I - \beta_t k_t k_t^\top\big)\,\alpha_t S_{t-1} + \beta_t k_t v_t^\top, \qquad \alpha_t \in (0, 1].$$
 #
 # At a context switch that wiped everything: in chapter 05 the gated rule's recall of the old set fell
-# to 0.02.
+# to almost nothing.
 # Often that is too much. A conversation switches topic but the instructions at its start still
 # hold; a program enters a new function but the imports still apply. Some of the memory should be
 # refreshed often, some should last. With one scalar per head, the model must pick a single pace
