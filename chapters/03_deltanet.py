@@ -371,7 +371,10 @@ for name, errors in position_error.items():
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import beats, store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import LABELS, cell_metrics, final_cells, plot_cell, rule_verdict  # noqa: E402
+from k3lite.bakeoff.plots import (  # noqa: E402
+    LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
+    print_cell_table, rule_verdict, run_setup,
+)
 from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
@@ -384,18 +387,11 @@ verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -
 
 REBIND_MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 setup = bakeoff_cells["rebind", 64, "softmax"][0]
-print(f"rebind: d_model {setup['d_model']}, {setup['num_layers']} layers, {setup['num_heads']} heads, "
-      f"vocab {setup['vocab_size']}, T {setup['seq_len']}, batch {setup['batch_size']}, {setup['steps']} steps, "
-      f"lr {setup['lr']:g}; {setup['provenance']['device_name']}, {setup['backend']} backend")
-print(f"{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+print(run_setup(setup))
+print_cell_table(bakeoff_cells, ["rebind"], REBIND_MIXERS)
 for mixer in REBIND_MIXERS:
-    runs = accuracies("rebind", mixer)
-    if not runs:
-        print(f"{LABELS[mixer]:<27}{0:>6}  no stored run at this size")
-        continue
-    stats = summarize(runs)
-    print(f"{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
-    glue(f"ch03_rebind_{mixer}", f"{stats.mean:.3f} ± {stats.std:.3f}", display=False)
+    if accuracies("rebind", mixer):
+        glue(f"ch03_rebind_{mixer}", cell_summary(bakeoff_cells, "rebind", mixer), display=False)
 for a, b in (("linear_attention", "kda"), ("linear_attention", "k3_hybrid"), ("kda", "softmax")):
     print(f"{LABELS[a]} vs {LABELS[b]}: {verdict('rebind', a, b)}")
 glue("ch03_rebind_seeds", str(len(accuracies("rebind", "kda"))), display=False)

@@ -544,7 +544,10 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import beats, store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import COLORS, LABELS, cell_metrics, final_cells, plot_cell, rule_verdict  # noqa: E402
+from k3lite.bakeoff.plots import (  # noqa: E402
+    COLORS, LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
+    print_cell_table, rule_verdict, run_setup,
+)
 from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
@@ -558,18 +561,12 @@ verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -
 
 
 setup = bakeoff_cells["switch", 64, "softmax"][0]
-print(f"d_model {setup['d_model']}, {setup['num_layers']} layers, {setup['num_heads']} heads, vocab {setup['vocab_size']}, "
-      f"T {setup['seq_len']}, batch {setup['batch_size']}, {setup['steps']} steps, lr {setup['lr']:g}; "
-      f"{setup['provenance']['device_name']}, {setup['backend']} backend")
-print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+print(run_setup(setup))
+print_cell_table(bakeoff_cells, ("switch", "rebind", "mqar128", "twoscale"), MIXERS)
 for task in ("switch", "rebind", "mqar128", "twoscale"):
     for mixer in MIXERS:
-        runs = accuracies(task, mixer)
-        if runs:
-            stats = summarize(runs)
-            print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
-            glue(f"ch05_{task}_{mixer}", f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)"),
-                 display=False)
+        if accuracies(task, mixer):
+            glue(f"ch05_{task}_{mixer}", cell_summary(bakeoff_cells, task, mixer), display=False)
 for task, a, b in (("switch", "linear_attention", "gated_delta_rule"), ("switch", "gated_delta_rule", "kda"),
                    ("switch", "gated_delta_rule", "softmax"), ("switch", "kda", "softmax"),
                    ("rebind", "gated_delta_rule", "kda")):

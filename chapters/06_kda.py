@@ -622,7 +622,10 @@ plt.show()
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import beats, store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import LABELS, cell_metrics, final_cells, plot_cell, rule_verdict  # noqa: E402
+from k3lite.bakeoff.plots import (  # noqa: E402
+    LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
+    print_cell_table, rule_verdict, run_setup,
+)
 from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
@@ -635,18 +638,12 @@ verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -
 
 
 setup = bakeoff_cells["rebind", 64, "kda"][0]
-print(f"d_model {setup['d_model']}, {setup['num_layers']} layers, {setup['num_heads']} heads, vocab {setup['vocab_size']}, "
-      f"T {setup['seq_len']}, batch {setup['batch_size']}, {setup['steps']} steps, lr {setup['lr']:g}; "
-      f"{setup['provenance']['device_name']}, {setup['backend']} backend")
-print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+print(run_setup(setup))
+print_cell_table(bakeoff_cells, ("mqar128", "rebind", "twoscale", "switch"), MIXERS)
 for task in ("mqar128", "rebind", "twoscale", "switch"):
     for mixer in MIXERS:
-        runs = accuracies(task, mixer)
-        if runs:
-            stats = summarize(runs)
-            print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
-            glue(f"ch06_{task}_{mixer}", f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)"),
-                 display=False)
+        if accuracies(task, mixer):
+            glue(f"ch06_{task}_{mixer}", cell_summary(bakeoff_cells, task, mixer), display=False)
 for task, a, b in (("rebind", "gated_delta_rule", "kda"), ("rebind", "kda", "softmax"), ("rebind", "linear_attention", "kda"),
                    ("twoscale", "gated_delta_rule", "kda"), ("switch", "gated_delta_rule", "kda"),
                    ("mqar128", "linear_attention", "kda")):

@@ -743,7 +743,10 @@ print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x 
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import beats, store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import LABELS, cell_metrics, final_cells, plot_cell, rule_verdict  # noqa: E402
+from k3lite.bakeoff.plots import (  # noqa: E402
+    LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
+    print_cell_table, rule_verdict, run_setup,
+)
 from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
@@ -753,23 +756,15 @@ BAKEOFF_TASKS = ("rebind", "switch", "mqar128", "twoscale")
 
 accuracies = partial(cell_metrics, bakeoff_cells)   # (task, mixer, d_model=64) -> the stored seeds' accuracies
 verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -> the rule's call, in words
-
-
-def shown(task, mixer):
-    stats = summarize(accuracies(task, mixer))
-    return f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)")
+shown = partial(cell_summary, bakeoff_cells)        # (task, mixer, d_model=64) -> "mean ± std" as the prose quotes it
 
 
 setup = bakeoff_cells["rebind", 64, "k3_hybrid"][0]
-print(f"d_model {setup['d_model']}, {setup['num_layers']} layers, {setup['num_heads']} heads, vocab {setup['vocab_size']}, "
-      f"T {setup['seq_len']}, batch {setup['batch_size']}, {setup['steps']} steps, lr {setup['lr']:g}; "
-      f"{setup['provenance']['device_name']}, {setup['backend']} backend")
-print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+print(run_setup(setup))
+print_cell_table(bakeoff_cells, BAKEOFF_TASKS, ("softmax", "kda", "k3_hybrid"))
 for task in BAKEOFF_TASKS:
     for mixer in ("softmax", "kda", "k3_hybrid"):
-        stats = summarize(accuracies(task, mixer))
-        print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
-        glue(f"ch10_{task}_{mixer}", shown(task, mixer), display=False)
+        glue(f"ch10_{task}_{mixer}", cell_summary(bakeoff_cells, task, mixer), display=False)
 for task in BAKEOFF_TASKS:
     print(f"{task}: {verdict(task, 'k3_hybrid', 'softmax')};  {verdict(task, 'kda', 'softmax')};  "
           f"{verdict(task, 'kda', 'k3_hybrid')}")

@@ -270,3 +270,15 @@ def test_rule_verdict_names_the_winner_or_says_why_there_is_no_call():
     assert rule_verdict(cells, "rebind", "linear_attention", "kda").endswith("beats linear attention")
     assert rule_verdict(cells, "rebind", "kda", "k3_hybrid").startswith("no call: the means")
     assert rule_verdict(cells, "rebind", "kda", "gated_delta_rule").startswith("no call: 1 seed")
+
+
+def test_cell_summary_and_table_say_how_many_seeds(capsys):
+    from k3lite.bakeoff.plots import cell_summary, print_cell_table
+
+    cells = {("rebind", 64, "kda"): [{"metric": m} for m in (0.90, 0.94)],
+             ("rebind", 64, "softmax"): [{"metric": 0.99}]}
+    assert cell_summary(cells, "rebind", "kda").startswith("0.920 ± ")
+    assert cell_summary(cells, "rebind", "softmax") == "0.990 (one seed)"
+    print_cell_table(cells, ["rebind"], ["softmax", "kda", "delta_rule"])
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 4 and "no stored run" in rows[3] and rows[2].split()[-3] == "2"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from k3lite.bakeoff import store
-from k3lite.bakeoff.stats import beats
+from k3lite.bakeoff.stats import beats, summarize
 from k3lite.bakeoff.models import BUILTIN
 from k3lite.bakeoff.stats import summarize
 from k3lite.bakeoff.tasks import family
@@ -54,6 +54,33 @@ def rule_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> s
     if beats(runs_b, runs_a):
         return f"{LABELS[b]} beats {LABELS[a]}"
     return "no call: the means are within two standard errors"
+
+
+def cell_summary(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
+    """``"0.943 ± 0.039"`` over a cell's seeds, or ``"0.977 (one seed)"``: how the chapters quote a cell."""
+    stats = summarize(cell_metrics(cells, task, mixer, d_model))
+    return f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)")
+
+
+def run_setup(record: dict) -> str:
+    """A stored run's training set-up and the machine it ran on, in one line."""
+    return (f"d_model {record['d_model']}, {record['num_layers']} layers, {record['num_heads']} heads, "
+            f"vocab {record['vocab_size']}, T {record['seq_len']}, batch {record['batch_size']}, "
+            f"{record['steps']} steps, lr {record['lr']:g}; {record['provenance']['device_name']}, "
+            f"{record['backend']} backend")
+
+
+def print_cell_table(cells: dict, tasks, mixers, d_model: int = 64) -> None:
+    """One row per (task, mixer): seeds, mean and std of the metric; a cell with no stored run says so."""
+    print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+    for task in tasks:
+        for mixer in mixers:
+            runs = cell_metrics(cells, task, mixer, d_model)
+            if not runs:
+                print(f"{task:<10}{LABELS[mixer]:<27}{0:>6}  no stored run at this size")
+                continue
+            stats = summarize(runs)
+            print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
 
 
 def _seeds_then_mean(records: list[dict]) -> tuple[int, float]:
