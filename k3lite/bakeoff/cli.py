@@ -1,7 +1,7 @@
 """``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge.
 
 Grid: every task of ``--tasks`` x every mixer of ``--mixers``; MQAR tasks at every ``--d-models`` width, the
-others at the largest. Phases (``--phase all`` runs the three, each run starting as soon as it can):
+others at the largest or at ``--width-of``. Phases (``--phase all`` runs the three, each run starting as soon as it can):
 
 * ``lr``: seed 0 at every learning rate of ``--lrs`` (``--lm-lrs`` for lm) on the cells that set a learning
   rate: each task for itself, every MQAR task from ``--mqar-lr-task``;
@@ -74,10 +74,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=DEFAULT_TASKS)
     p.add_argument("--mixers", default=",".join(BUILTIN), help="built-in names or module:function")
     p.add_argument("--d-models", default="64,128", help="MQAR widths; the other tasks use the largest")
+    p.add_argument("--width-of", default="",
+                   help="the width of a non-MQAR family, e.g. rebind=64,lm=128 (default: the largest of --d-models)")
     p.add_argument("--lrs", default="1e-3,3e-3,1e-2", help="learning rates of the sweep (seed 0)")
     p.add_argument("--lm-lrs", default="1e-3,3e-3,6e-3")
     p.add_argument("--mqar-lr-task", default=None,
                    help="the MQAR task whose sweep sets every MQAR lr (default mqar64 if listed, else the largest)")
+    p.add_argument("--lr-task", default=None,
+                   help="take every non-lm cell's learning rate from this task's sweep at the same width "
+                        "(default: each task its own sweep; MQAR tasks from --mqar-lr-task)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--close-seeds", type=int, default=5,
                    help="seeds for both cells of a story pair the beats rule cannot call with --seeds (<= --seeds: off)")
@@ -124,7 +129,9 @@ def check_args(args) -> None:
     mqar = [t for t in args.task_list if family(t) == "mqar"]
     if args.mqar_lr_task is None:
         args.mqar_lr_task = "mqar64" if "mqar64" in mqar else max(mqar, key=lambda t: int(t[4:]), default="mqar64")
-    for task in args.task_list + ([args.mqar_lr_task] if mqar else []):
+    if args.lr_task is not None and family(args.lr_task) == "lm":
+        raise ValueError(f"--lr-task must be a synthetic task (lm has --lm-lrs), got {args.lr_task!r}")
+    for task in args.task_list + ([args.mqar_lr_task] if mqar else []) + [t for t in [args.lr_task] if t]:
         make_task(task, vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
     args.mixer_list = [m for m in args.mixers.split(",") if m]
     if not args.mixer_list:
@@ -139,7 +146,12 @@ def check_args(args) -> None:
         raise ValueError(f"--d-models must be positive multiples of --num-heads={args.num_heads}, got {args.d_models!r}")
     args.lr_list, args.lm_lr_list = _floats(args.lrs, "--lrs"), _floats(args.lm_lrs, "--lm-lrs")
     args.steps_of, args.batch_of = per_family(args.steps, "--steps"), per_family(args.batch_size, "--batch-size")
-    for task in args.task_list + ([args.mqar_lr_task] if mqar else []):
+    args.width_of = per_family(args.width_of, "--width-of") if args.width_of else {}
+    if "mqar" in args.width_of:
+        raise ValueError("--width-of sets the non-MQAR families; MQAR widths are --d-models")
+    if any(d % args.num_heads for d in args.width_of.values()):
+        raise ValueError(f"--width-of widths must be multiples of --num-heads={args.num_heads}, got {args.width_of}")
+    for task in args.task_list + ([args.mqar_lr_task] if mqar else []) + [t for t in [args.lr_task] if t]:
         for table, name in ((args.steps_of, "--steps"), (args.batch_of, "--batch-size")):
             if family(task) not in table:
                 raise ValueError(f"{name} gives no value for task family {family(task)!r}")
@@ -148,7 +160,7 @@ def check_args(args) -> None:
 def cell_specs(args, lr: float, seed: int, phase: str) -> list[RunSpec]:
     specs = []
     for task in args.task_list:
-        widths = args.d_list if family(task) == "mqar" else [max(args.d_list)]
+        widths = args.d_list if family(task) == "mqar" else [args.width_of.get(family(task), max(args.d_list))]
         for d in widths:
             for mixer in args.mixer_list:
                 specs.append(_spec(args, task, mixer, d, lr, seed, phase))
@@ -164,6 +176,9 @@ def _spec(args, task, mixer, d, lr, seed, phase) -> RunSpec:
 
 
 def lr_source(args, spec: RunSpec) -> str:
+    """The task whose sweep sets ``spec``'s learning rate."""
+    if spec.task != "lm" and args.lr_task is not None:
+        return args.lr_task
     return args.mqar_lr_task if family(spec.task) == "mqar" else spec.task
 
 
@@ -180,7 +195,11 @@ def sweep_specs(args) -> list[RunSpec]:
 
 
 def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
-    """The sweep's best learning rate for ``spec``'s cell (NaN runs lose); None when the sweep is missing."""
+    """The sweep's best learning rate for ``spec``'s cell; None when the sweep is missing.
+
+    Best metric wins (NaN loses); a tie (MQAR at 1.000 for several rates) goes to the lower final training
+    loss, so a saturated task still picks the rate that learned it best.
+    """
     scored = []
     for source in sweep_specs_for(args, spec):
         record = runs.get(source.key())
@@ -189,8 +208,11 @@ def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
         value = record["metric"]
         if value is None or math.isnan(value):
             value = -math.inf if record["higher_is_better"] else math.inf
-        scored.append((value if record["higher_is_better"] else -value, source.lr))
-    return max(scored)[1]
+        loss = record.get("final_loss")
+        loss = math.inf if loss is None or math.isnan(loss) else loss
+        value = round(value, 3) if math.isfinite(value) else value    # the metric's resolution: 1 in 1000
+        scored.append((value if record["higher_is_better"] else -value, -loss, source.lr))
+    return max(scored)[2]
 
 
 def sweep_specs_for(args, spec: RunSpec) -> list[RunSpec]:
@@ -249,10 +271,9 @@ def close_specs(args, runs: dict) -> list[RunSpec]:
 def _worker(device: str, jobs, results) -> None:
     import torch
 
+    torch.set_num_threads(1)   # workers share the cores: one each (on CUDA a worker's CPU work is launching)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    else:
-        torch.set_num_threads(1)
     while True:
         item = jobs.get()
         if item is None:
