@@ -226,13 +226,16 @@ def test_close_pairs_get_more_seeds_and_clear_pairs_do_not():
                        cli.cell_specs(args, 0.0, 1, "seeds")[0]) == 1e-2
 
 
-def test_sweep_ties_go_to_the_lower_training_loss_and_lr_task_shares_a_sweep():
+def test_sweep_ties_go_to_the_smaller_rate_and_lr_task_shares_a_sweep():
     args = _args("--lr-task", "mqar4")
     runs = _fake_store(args, {"kda": [1.0] * 3, "k3_hybrid": [1.0] * 3})
     spec = cli.cell_specs(args, 0.0, 1, "seeds")[0]
-    for source in cli.sweep_specs_for(args, spec):
-        runs[source.key()] = {"metric": 1.0, "higher_is_better": True, "final_loss": 0.1 if source.lr == 1e-3 else 0.2}
+    sources = cli.sweep_specs_for(args, spec)
+    for source, metric in zip(sources, (0.9995, 1.0)):
+        runs[source.key()] = {"metric": metric, "higher_is_better": True}
     assert cli.best_lr(args, runs, spec) == 1e-3
+    runs[sources[0].key()]["metric"] = 0.99
+    assert cli.best_lr(args, runs, spec) == 1e-2
     args = cli.parser().parse_args(TOY_ARGS + ["--tasks", "rebind", "--mixers", "kda", "--lrs", "1e-3,1e-2",
                                                "--lr-task", "mqar4"])
     cli.check_args(args)

@@ -40,6 +40,7 @@ DEFAULT_TASKS = "mqar16,mqar32,mqar64,mqar128,rebind,switch,twoscale,lm"
 DEFAULT_STEPS = "mqar=2000,rebind=2000,switch=2000,twoscale=2000,lm=1000"
 DEFAULT_BATCH = "mqar=64,rebind=64,switch=64,twoscale=64,lm=8"
 PHASES = ("lr", "seeds", "close", "all")
+SWEEP_TIE = 1e-3   # sweep metrics closer than this are a tie: the smaller learning rate wins
 # The steps of the story: each pair is (the earlier mechanism, the one meant to fix its failure).
 STORY_PAIRS = (("linear_attention", "delta_rule"), ("delta_rule", "gated_delta_rule"), ("gated_delta_rule", "kda"),
                ("kda", "k3_hybrid"), ("softmax", "k3_hybrid"))
@@ -197,8 +198,9 @@ def sweep_specs(args) -> list[RunSpec]:
 def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
     """The sweep's best learning rate for ``spec``'s cell; None when the sweep is missing.
 
-    Best metric wins (NaN loses); a tie (MQAR at 1.000 for several rates) goes to the lower final training
-    loss, so a saturated task still picks the rate that learned it best.
+    Best metric wins (NaN loses). Metrics within 1e-3 of each other are a tie (a saturated MQAR sweep gives
+    1.000 at several rates), and a tie goes to the smaller rate: the larger one is nearer divergence on the
+    tasks that borrow it (softmax at 1e-2 learns mqar128 at d 64 and fails it at d 128).
     """
     scored = []
     for source in sweep_specs_for(args, spec):
@@ -208,11 +210,9 @@ def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
         value = record["metric"]
         if value is None or math.isnan(value):
             value = -math.inf if record["higher_is_better"] else math.inf
-        loss = record.get("final_loss")
-        loss = math.inf if loss is None or math.isnan(loss) else loss
-        value = round(value, 3) if math.isfinite(value) else value    # the metric's resolution: 1 in 1000
-        scored.append((value if record["higher_is_better"] else -value, -loss, source.lr))
-    return max(scored)[2]
+        scored.append((value if record["higher_is_better"] else -value, source.lr))
+    best = max(value for value, _ in scored)
+    return min(lr for value, lr in scored if value >= best - SWEEP_TIE)
 
 
 def sweep_specs_for(args, spec: RunSpec) -> list[RunSpec]:
