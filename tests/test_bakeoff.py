@@ -107,6 +107,22 @@ def test_parameter_counts_are_matched():
     assert max(counts.values()) / min(counts.values()) < 1.01, counts
 
 
+def test_gated_delta_rule_in_kda_layer_is_the_gdn_recurrence_on_one_channel():
+    from k3lite.bakeoff.variants import gated_delta_rule_in_kda_layer
+    from k3lite.ops import gated_delta_rule
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 9, 2, 4, generator=gen) for _ in range(3))
+    g, beta = -torch.rand(1, 9, 2, 4, generator=gen), torch.rand(1, 9, 2, generator=gen)
+    o, state = gated_delta_rule_in_kda_layer(q, k, v, g, beta, chunk_size=4)
+    o_ref, state_ref = gated_delta_rule.recurrent(q, k, v, g[..., 0], beta)
+    torch.testing.assert_close(o, o_ref)
+    torch.testing.assert_close(state, state_ref)
+    model = build_model("k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer", vocab_size=40, d_model=16,
+                        num_layers=2)
+    assert model(torch.randint(0, 40, (1, 8))).shape == (1, 8, 40)
+
+
 def test_custom_mixer_loader_gets_the_same_table():
     spec = "k3lite.ops.kda:chunked"
     assert load_custom(spec).__name__ == "chunked"
