@@ -1,6 +1,9 @@
 """The K3 layers: KDA layer, MLA (expanded vs absorbed), MoE (grouped vs per token), norms."""
 
+import ast
+import inspect
 import math
+import textwrap
 
 import pytest
 import torch
@@ -8,7 +11,7 @@ import torch.nn.functional as F
 
 from k3lite.layers.kda_layer import KDALayer, ShortConv
 from k3lite.layers.mla import MLA
-from k3lite.layers.moe import MoE, SigmoidRouter, gated_activation
+from k3lite.layers.moe import MoE, RoutedExperts, SigmoidRouter, gated_activation
 from k3lite.layers.norms import GatedRMSNorm, RMSNorm
 
 
@@ -301,3 +304,99 @@ def test_moe_rejects_bad_configuration_and_input():
         MoE(16, 4, 2, 8, num_shared_experts=-1)
     with pytest.raises(ValueError, match="hidden_size=16"):
         MoE(16, 4, 2, 8)(torch.randn(2, 3, 15))
+
+
+# ----- MoE without host synchronisation -----------------------------------------------------------
+
+def _experts_and_routing(num_tokens, num_experts, top_k, activation, seed=0, size=10, width=12):
+    torch.manual_seed(seed)
+    experts = _randomise(RoutedExperts(num_experts, size, width, activation=activation), seed=seed)
+    router = SigmoidRouter(size, num_experts, top_k, routed_scaling=1.5)
+    x = torch.randn(num_tokens, size, requires_grad=True)
+    weights, indices, _ = router(x)
+    return experts, router, x, weights, indices
+
+
+def _output_and_gradients(method, experts, router, x, weights, indices):
+    """The routed output, the load, and the gradients w.r.t. x, the router and every expert weight."""
+    for tensor in [x, *experts.parameters(), *router.parameters()]:
+        tensor.grad = None
+    mixed, load = method(x, weights, indices)
+    probe = torch.randn(mixed.shape, generator=torch.Generator().manual_seed(7))  # not a plain sum
+    (mixed * probe).sum().backward(retain_graph=True)
+    grads = [t.grad.clone() for t in [x, router.weight, experts.gate_proj, experts.up_proj, experts.down_proj]]
+    return mixed, load, grads
+
+
+@pytest.mark.parametrize("num_tokens, num_experts, top_k, activation", [
+    (7, 6, 2, "situ"), (1, 8, 1, "silu"), (13, 5, 3, "situ"), (3, 16, 4, "silu"), (9, 4, 4, "situ")])
+def test_all_experts_masked_equals_grouped_loop_with_gradients(num_tokens, num_experts, top_k, activation):
+    experts, router, x, weights, indices = _experts_and_routing(num_tokens, num_experts, top_k, activation)
+    grouped = _output_and_gradients(experts.forward_grouped, experts, router, x, weights, indices)
+    masked = _output_and_gradients(experts.forward_all_experts, experts, router, x, weights, indices)
+    torch.testing.assert_close(masked[0], grouped[0])
+    assert masked[1].dtype == grouped[1].dtype and torch.equal(masked[1], grouped[1])
+    for got, expected in zip(masked[2], grouped[2]):
+        torch.testing.assert_close(got, expected)
+    if num_tokens * top_k < num_experts:   # some experts received no token: their gradient is exactly zero
+        idle = grouped[1] == 0
+        assert idle.any() and (masked[2][2][idle] == 0).all() and (masked[2][4][idle] == 0).all()
+
+
+def test_all_experts_masked_handles_no_tokens_repeats_and_overflow_of_unchosen_experts():
+    experts, _, _, _, _ = _experts_and_routing(1, 4, 2, "silu")
+    empty = torch.zeros(0, 10)
+    mixed, load = experts.forward_all_experts(empty, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.long))
+    assert mixed.shape == (0, 10) and torch.equal(load, torch.zeros(4, dtype=torch.long))
+    x = torch.randn(3, 10)
+    repeated = torch.tensor([[1, 1], [0, 2], [3, 0]])       # an index tensor may name one expert twice
+    weights = torch.rand(3, 2)
+    for got, expected in zip(experts.forward_all_experts(x, weights, repeated),
+                             experts.forward_grouped(x, weights, repeated)):
+        torch.testing.assert_close(got, expected)
+    with torch.no_grad():
+        experts.gate_proj[3].fill_(1e30)                    # expert 3 overflows to inf on every token ...
+        experts.up_proj[3].fill_(1e30)
+    chosen = torch.tensor([[0, 1], [1, 2], [2, 0]])          # ... but no token chose it
+    torch.testing.assert_close(experts.forward_all_experts(x, weights, chosen)[0],
+                               experts.forward_grouped(x, weights, chosen)[0])
+
+
+def test_moe_on_the_sync_free_path_equals_per_token_loop(monkeypatch):
+    # The whole MoE (latent space, shared experts, selection bias) with the CUDA path forced on a CPU.
+    monkeypatch.setattr(RoutedExperts, "forward", RoutedExperts.forward_all_experts)
+    torch.manual_seed(3)
+    moe = _randomise(MoE(16, 6, 2, 12, num_shared_experts=2, latent_size=8, routed_scaling=1.5))
+    with torch.no_grad():
+        moe.router.selection_bias.copy_(torch.randn(6))
+    x = torch.randn(3, 7, 16)
+    y, load = moe(x)
+    torch.testing.assert_close(y, _per_token_reference(moe, x))
+    assert int(load.sum()) == 3 * 7 * 2
+
+
+def test_sync_free_path_has_no_data_dependent_shapes():
+    # FakeTensorMode runs the ops on shapes alone and raises on any op whose output shape (or a Python
+    # value) depends on the data: exactly the ops that would make the host wait for a GPU.
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
+
+    with FakeTensorMode():
+        experts = RoutedExperts(6, 10, 12)
+        x, weights, indices = torch.randn(7, 10), torch.rand(7, 2), torch.randint(0, 6, (7, 2))
+        mixed, load = experts.forward_all_experts(x, weights, indices)
+        assert mixed.shape == (7, 10) and load.shape == (6,)
+        with pytest.raises((DynamicOutputShapeException, DataDependentOutputException)):  # the check can fail
+            experts.forward_grouped(x, weights, indices)
+    function = ast.parse(textwrap.dedent(inspect.getsource(RoutedExperts.forward_all_experts))).body[0]
+    function.body = function.body[1:]                     # the docstring names the ops it avoids
+    code = ast.unparse(function)                          # comments dropped too
+    for sync in (".item(", ".tolist(", "nonzero", "bincount", "int(", ".cpu(", "unique"):
+        assert sync not in code, sync
+
+
+def test_routed_experts_pick_the_sync_free_path_off_the_cpu():
+    # On the meta device (no data at all, like CUDA it is not "cpu") the forward must still run.
+    experts = RoutedExperts(6, 10, 12).to("meta")
+    mixed, load = experts(torch.empty(5, 10, device="meta"), torch.empty(5, 2, device="meta"),
+                          torch.empty(5, 2, dtype=torch.long, device="meta"))
+    assert mixed.shape == (5, 10) and load.shape == (6,)

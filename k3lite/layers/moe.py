@@ -8,8 +8,16 @@ the selected sigmoid scores renormalised to sum to one. Shared experts see every
 In the *latent* variant the routed experts live in a smaller space: ``z = W_down x``,
 ``y = W_up(RMSNorm(sum_e w_e E_e(z))) + Shared(x)``. Routing still looks at the full ``x``.
 
-Experts are computed grouped by expert: the (token, slot) pairs are sorted by expert id and each
-expert that received tokens runs one matrix multiply over its contiguous slice.
+Two ways to compute the routed experts, equal up to rounding:
+
+* on a CPU, grouped by expert (:meth:`RoutedExperts.forward_grouped`): the (token, slot) pairs are sorted
+  by expert id and each expert that received tokens runs one matrix multiply over its contiguous slice.
+  Only the chosen (token, expert) pairs are computed, but slicing needs the loads *on the host*;
+* elsewhere (CUDA), every expert over every token with the unchosen pairs masked out
+  (:meth:`RoutedExperts.forward_all_experts`): shapes depend only on the input's shape, so nothing waits
+  for the GPU. Reading the loads back (``.tolist()``) would stop the host in every MoE layer of every
+  step until the GPU caught up. The price is ``num_experts / top_k`` times the expert FLOPs, fine at
+  this course's sizes; at K3's 896 experts a grouped GEMM with device-side offsets is the tool.
 """
 
 from __future__ import annotations
@@ -117,7 +125,20 @@ class RoutedExperts(nn.Module):
         return gated_activation(gate, up, self.activation, self.situ_betas) @ self.down_proj[index].T
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor):
-        """``x [N, size]``, ``weights/indices [N, k]`` -> ``(sum_j weights[:, j] * E_indices[:, j](x), load [E])``."""
+        """``x [N, size]``, ``weights/indices [N, k]`` -> ``(sum_j weights[:, j] * E_indices[:, j](x), load [E])``.
+
+        On a CPU the grouped loop (it computes only the chosen pairs); on any other device the
+        masked form, which never synchronises the host with the device.
+        """
+        if x.device.type == "cpu":
+            return self.forward_grouped(x, weights, indices)
+        return self.forward_all_experts(x, weights, indices)
+
+    def forward_grouped(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor):
+        """Sort the (token, slot) pairs by expert; one matmul per expert that received tokens.
+
+        Reads the loads on the host (``.tolist()``) to slice: cheap on a CPU, a full stop on a GPU.
+        """
         num_tokens, top_k = indices.shape
         flat_experts = indices.reshape(-1)
         order = torch.argsort(flat_experts, stable=True)
@@ -134,6 +155,32 @@ class RoutedExperts(nn.Module):
             return torch.zeros_like(x), load
         sorted_outputs = torch.cat(outputs) * weights.reshape(-1)[order, None].to(x.dtype)
         mixed = torch.zeros_like(x).index_add(0, token_of_slot, sorted_outputs)
+        return mixed, load
+
+    def forward_all_experts(self, x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor):
+        """Every expert over every token, the pairs the router did not choose masked to zero.
+
+        No ``.item()``, ``.tolist()``, ``nonzero`` or boolean indexing: every shape follows from the
+        shapes of the inputs, so on a GPU the host queues the whole layer without waiting.
+        """
+        num_tokens = x.shape[0]
+        # times_chosen[n, e]: how often token n picked expert e (0 or 1 from a router; a count for any
+        # index tensor), and mixing[n, e] its summed mixing weight: scatter_add, so repeats add up as
+        # they do in the grouped loop.
+        times_chosen = torch.zeros(num_tokens, self.num_experts, dtype=torch.long, device=x.device)
+        times_chosen.scatter_add_(1, indices, torch.ones_like(indices))
+        mixing = torch.zeros(num_tokens, self.num_experts, dtype=weights.dtype, device=x.device)
+        mixing = mixing.scatter_add(1, indices, weights)
+        load = times_chosen.sum(0)
+        # [N, size] @ [E, size, width] broadcasts to [E, N, width]: one batched matmul per projection.
+        gate = x @ self.gate_proj.transpose(1, 2)
+        up = x @ self.up_proj.transpose(1, 2)
+        expert_outputs = gated_activation(gate, up, self.activation, self.situ_betas) @ self.down_proj.transpose(1, 2)
+        weighted = expert_outputs * mixing.T[..., None].to(x.dtype)                       # [E, N, size]
+        # where, not just the zero weight: an unchosen pair whose output overflowed (inf * 0 = nan)
+        # must not reach the sum, nor send gradient back.
+        chosen = (times_chosen > 0).T[..., None]
+        mixed = torch.where(chosen, weighted, torch.zeros((), dtype=x.dtype, device=x.device)).sum(0)
         return mixed, load
 
 
