@@ -9,7 +9,7 @@
 #   LIMIT_S  wall-clock seconds for this whole call (e.g. 540 for a 9-minute device call)
 #   MODE     both (default): measure, then sweep | measure: only (a) | sweep: only (b)
 #   flags    shrink the grid, e.g. --tasks mqar32,mqar64,rebind --d-models 128 --seeds 3 --steps mqar=1500
-# Environment: WORKERS_PER_GPU (default min(6, cores per GPU - 2)), GPUS (default: all visible), MARGIN_S (default 120: no run
+# Environment: WORKERS_PER_GPU (default min(3, cores per GPU - 2)), GPUS (default: all visible), MARGIN_S (default 120: no run
 # starts later than LIMIT_S - MARGIN_S; runs in flight finish unless the hard limit hits first),
 # BAKEOFF_COMMIT (the commit recorded in every run when the copy on the device has no .git).
 set -o pipefail
@@ -20,8 +20,11 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bakeoff_out}; mkdir -p "$OUT"
 gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
 cores_per_gpu=$(( $(nproc) / gpus ))
-wpg_auto=$(( cores_per_gpu - 2 )); [ $wpg_auto -gt 6 ] && wpg_auto=6; [ $wpg_auto -lt 1 ] && wpg_auto=1
-wpg=${WORKERS_PER_GPU:-$wpg_auto}   # the small models are bound by Python launching kernels: ~one core each
+wpg_auto=$(( cores_per_gpu - 2 )); [ $wpg_auto -gt 3 ] && wpg_auto=3; [ $wpg_auto -lt 1 ] && wpg_auto=1
+# Three workers, not more: processes time-share one GPU, and more of them only add switching. Measured on one
+# H200 (2026-12-01): 12 workers ran a d 64 gated run in ~280 s (~23 GPU-s each); 3 workers ran 3 such runs
+# in 48 s including compilation (~16 GPU-s each).
+wpg=${WORKERS_PER_GPU:-$wpg_auto}
 margin=${MARGIN_S:-120}
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpu_info.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu_info.txt"

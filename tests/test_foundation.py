@@ -57,6 +57,17 @@ def test_byte_tokenizer_round_trip():
     assert data.decode([0xFF]) == "\ufffd"
 
 
+def test_library_corpus_holds_out_whole_files_and_is_large():
+    train, val, fingerprint = data.library_corpus()
+    assert train.dtype == torch.long and 0 <= int(train.min()) and int(train.max()) < 256
+    assert len(train) > 5_000_000 and len(train) > 5 * len(val) > 0
+    again = data.library_corpus()
+    assert fingerprint == again[2] and torch.equal(val, again[1])
+    assert data.library_corpus(val_every=7)[1].numel() > val.numel()
+    with pytest.raises(ValueError, match="val_every"):
+        data.library_corpus(val_every=1)
+
+
 def test_corpus_is_deterministic_and_cut_to_size():
     full = data.corpus_text()
     assert len(full) > 100_000

@@ -10,8 +10,8 @@ others at the largest or at ``--width-of``. Phases (``--phase all`` runs the thr
   ``k3lite.bakeoff.stats.beats`` cannot call with ``--seeds``.
 
 Examples:
-    python -m k3lite.bakeoff --measure --gpus 1 --workers-per-gpu 6        # seconds per step, grid estimate
-    python -m k3lite.bakeoff --gpus 8 --workers-per-gpu 6 --deadline-s 400  # the sweep, resumable
+    python -m k3lite.bakeoff --measure --gpus 1 --workers-per-gpu 3        # seconds per step, grid estimate
+    python -m k3lite.bakeoff --gpus 8 --workers-per-gpu 3 --deadline-s 400  # the sweep, resumable
     python -m k3lite.bakeoff --tasks mqar32,mqar64 --d-models 128 --mixers kda,my_pkg.my_mixer:chunked
     python -m k3lite.bakeoff --table                                        # results and story pairs
     python -m k3lite.bakeoff --merge a.json b.json --out figures/bakeoff.json
@@ -100,7 +100,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="figures/bakeoff.json")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--gpus", type=int, default=1)
-    p.add_argument("--workers-per-gpu", type=int, default=4,
+    p.add_argument("--workers-per-gpu", type=int, default=3,
                    help="worker processes per GPU (on the CPU: processes in all; 1 runs in this process)")
     p.add_argument("--deadline-s", type=float, default=0.0, help="start no run after this many seconds (0: none)")
     p.add_argument("--measure", action="store_true", help="time a short run per mixer and task, size the grid")

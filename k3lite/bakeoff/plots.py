@@ -11,15 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from k3lite.bakeoff import store
-from k3lite.bakeoff.stats import beats, summarize
 from k3lite.bakeoff.models import BUILTIN
-from k3lite.bakeoff.stats import summarize
-from k3lite.bakeoff.tasks import family
+from k3lite.bakeoff.stats import beats, summarize
+from k3lite.bakeoff.tasks import PROBE_ALPHABET, family
+
+GDN_IN_KDA_LAYER = "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"
 
 COLORS = {"softmax": "#555555", "linear_attention": "#1f77b4", "delta_rule": "#2ca02c",
-          "gated_delta_rule": "#d62728", "kda": "#9467bd", "k3_hybrid": "#ff7f0e"}
+          "gated_delta_rule": "#d62728", "kda": "#9467bd", "k3_hybrid": "#ff7f0e", GDN_IN_KDA_LAYER: "#e377c2"}
 LABELS = {"softmax": "softmax (SDPA)", "linear_attention": "linear attention", "delta_rule": "DeltaNet",
-          "gated_delta_rule": "Gated DeltaNet", "kda": "KDA", "k3_hybrid": "K3 hybrid (3 KDA : 1 MLA)"}
+          "gated_delta_rule": "Gated DeltaNet", "kda": "KDA", "k3_hybrid": "K3 hybrid (3 KDA : 1 MLA)",
+          GDN_IN_KDA_LAYER: "GDN recurrence in KDA's layer"}
 TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
                "switch": "Context switch: forget what came before the reset",
                "twoscale": "Two timescales: recall early facts through a fast stream",
@@ -49,9 +51,10 @@ def rule_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> s
     runs_a, runs_b = cell_metrics(cells, task, a, d_model), cell_metrics(cells, task, b, d_model)
     if min(len(runs_a), len(runs_b)) < 2:
         return f"no call: {min(len(runs_a), len(runs_b))} seed, no spread to compare"
-    if beats(runs_a, runs_b):
+    higher = cells[task, d_model, a][0].get("higher_is_better", True)
+    if beats(runs_a, runs_b, higher_is_better=higher):
         return f"{LABELS[a]} beats {LABELS[b]}"
-    if beats(runs_b, runs_a):
+    if beats(runs_b, runs_a, higher_is_better=higher):
         return f"{LABELS[b]} beats {LABELS[a]}"
     return "no call: the means are within two standard errors"
 
@@ -103,9 +106,10 @@ def _metric(record, name):
     return record["metric"] if name is None else record["metrics"][name]
 
 
-def plot_cell(task: str, d_model: int | None = None, path="figures/bakeoff.json", ax=None, metric: str | None = None):
+def plot_cell(task: str, d_model: int | None = None, path="figures/bakeoff.json", ax=None, metric: str | None = None,
+              mixers=None):
     """One stored cell: ``task="mqar"`` draws recall against the number of pairs (one line per mixer),
-    any other task one bar per mixer. Returns the matplotlib axes."""
+    any other task one bar per mixer (``mixers``: only these). Returns the matplotlib axes."""
     import matplotlib.pyplot as plt
 
     cells = final_cells(store.load(path))
@@ -118,7 +122,7 @@ def plot_cell(task: str, d_model: int | None = None, path="figures/bakeoff.json"
         d_model = widths[-1] if d_model is None else d_model
         _mqar_lines(ax, cells, d_model)
     else:
-        _bars(ax, cells, task, d_model, metric)
+        _bars(ax, cells, task, d_model, metric, mixers)
     return ax
 
 
@@ -142,8 +146,9 @@ def _mqar_lines(ax, cells, d_model):
     ax.legend(fontsize=8)
 
 
-def _bars(ax, cells, task, d_model, metric):
-    matching = {m: recs for (t, d, m), recs in cells.items() if t == task and (d_model is None or d == d_model)}
+def _bars(ax, cells, task, d_model, metric, only=None):
+    matching = {m: recs for (t, d, m), recs in cells.items()
+                if t == task and (d_model is None or d == d_model) and (only is None or m in only)}
     if not matching:
         raise ValueError(f"task {task!r} has no stored runs" + (f" at d_model={d_model}" if d_model else ""))
     mixers = _order(matching)
@@ -154,6 +159,9 @@ def _bars(ax, cells, task, d_model, metric):
         ax.bar(i, s.mean, yerr=s.std, capsize=4, color=COLORS.get(mixer, "#8c564b"), alpha=0.8)
         ax.scatter([i] * len(values), values, color="black", s=10, zorder=3)
         ax.annotate(f"n={s.n}", (i, 0), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    if name == "probe_recall":
+        ax.axhline(1 / len(PROBE_ALPHABET), color="black", lw=0.8, ls="--", label="chance (one guess in 36)")
+        ax.legend(fontsize=7)
     ax.set_xticks(range(len(mixers)), [LABELS.get(m, m) for m in mixers], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel({"accuracy": "accuracy on the scored positions", "val_bpb": "validation bits per byte",
                    "probe_recall": "accuracy on the planted code"}.get(name, name))

@@ -11,7 +11,8 @@ of the recall tasks: 0 blank, 1 reset marker, 2 "none" answer, 3 unused, then th
               must answer "none" (forgetting on demand vs no gate).
 * ``twoscale`` facts at the start must survive a long stream of fast pairs that are asked back at
               once and never again; the metric is recall of the facts (per-channel vs scalar decay).
-* ``lm``      byte-level language modelling on the offline corpus at T = 2048, with a code planted
+* ``lm``      byte-level language modelling on the standard library's ``.py`` files (``k3lite.data.library_corpus``,
+              about 30 MB, so a run of 16 M bytes does not repeat it) at T = 2048, with a code planted
               early and asked for late in every window (``probe_recall``); metric: validation bits/byte.
 """
 
@@ -184,13 +185,12 @@ _CORPUS = {}
 
 
 def _corpus(device) -> tuple[torch.Tensor, torch.Tensor, str]:
-    from k3lite.data import corpus_fingerprint, corpus_text, encode, train_val_split
+    from k3lite.data import library_corpus
 
     key = str(device)
     if key not in _CORPUS:
-        text = corpus_text()
-        train_ids, val_ids = train_val_split(encode(text), 0.1)
-        _CORPUS[key] = (train_ids.to(device), val_ids.to(device), corpus_fingerprint(text))
+        train_ids, val_ids, fingerprint = library_corpus()
+        _CORPUS[key] = (train_ids.to(device), val_ids.to(device), fingerprint)
     return _CORPUS[key]
 
 
