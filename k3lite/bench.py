@@ -11,6 +11,11 @@ argument checks); the reference library is timed before and after them, and its 
 On a CPU the same table runs at toy sizes (the Triton kernels go through the interpreter), which only
 shows that the code runs, not how fast anything is.
 
+``--sections model_decode`` (only when named) times whole-model decoding instead: a K3-shaped model
+(KDA:MLA 3:1) against a GPT-2-shaped one of the same width and depth, each continuing its own cache of
+L tokens (4096, 32768, 131072 on a GPU), tokens/s and the K3/GPT-2 ratio per L, and the cache bytes per
+sequence (see ``bench_model_decode``).
+
 Results are printed as a table and written as JSON (with the command, date, device and versions).
 """
 
@@ -344,6 +349,180 @@ def bench_situ(rows, cols, device, measure, results, save):
     save()
 
 
+# ----- model decode: a K3-shaped model against a GPT-2-shaped one, both with their caches -------------
+
+MODEL_DECODE_NOTE = (
+    "tokens/s = batch x timed steps / wall time of the steps (CUDA events around the loop on a GPU); each "
+    "step is one call of the model's own cached decode path, the one generate uses (K3.run(token, cache) "
+    "with every KDA layer updating its state in place, through the Triton step on CUDA; GPT2(token, "
+    "cache)), fed fixed token ids (no sampling, no .item() in the loop). cache_fill 'prefill': the cache of "
+    "context L comes from a forward pass over L random tokens; 'random': random keys/values (GPT-2) and "
+    "MLA latents (K3) of the shapes and dtypes a prefill gives, and a K3 cache whose KDA states come from "
+    "a short prefill (a state's size does not grow with L) -- decode time depends on the cache's size, "
+    "not its values, and a full prefill at long L is too slow or too big. GPT-2's KVCache grows by "
+    "torch.cat, so each of its steps also copies its whole cache (the model's own path, measured as is); "
+    "its position table is widened to the longest context. Cache bytes are per sequence at context L.")
+
+
+def decode_model_configs(gpu: bool, vocab_size: int):
+    """A K3 and a GPT-2 of one width and depth: on a GPU width 1024 and 8 layers (K3: 6 KDA + 2 MLA,
+    3:1 as in K3, MLA caching K3's 512 + 64 numbers per token), on a CPU width 64 and 4 layers."""
+    from k3lite.gpt2 import GPT2Config
+    from k3lite.k3 import K3Config
+
+    if gpu:
+        width, depth, heads = 1024, 8, 16
+        k3 = K3Config(vocab_size=vocab_size, hidden_size=width, num_layers=depth, layers_per_cycle=4,
+                      num_heads=8, head_dim=128, mla_num_heads=16, q_lora_rank=512, kv_lora_rank=512,
+                      nope_dim=128, rope_dim=64, v_dim=128, dense_width=4 * width, num_experts=16, top_k=2,
+                      num_shared_experts=1, expert_width=1024, latent_size=512, attnres_block_size=2,
+                      tie_embeddings=True, chunk_size=64, backend="triton")
+    else:
+        width, depth, heads = 64, 4, 4
+        k3 = K3Config(vocab_size=vocab_size, hidden_size=width, num_layers=depth, layers_per_cycle=4,
+                      tie_embeddings=True, backend="torch")
+    gpt2 = GPT2Config(vocab_size=vocab_size, n_layer=depth, n_head=heads, n_embd=width)
+    return k3, gpt2
+
+
+def _k3_in_place(model, on: bool):
+    """Let every KDA layer overwrite its cached state (as K3.generate does): no state allocated per step."""
+    from k3lite.layers.kda_layer import KDALayer
+
+    for layer in model.layers:
+        if isinstance(layer.mixer, KDALayer):
+            layer.mixer.update_state_in_place = on
+
+
+def _random_like(template: torch.Tensor, length: int, batch: int, gen) -> torch.Tensor:
+    """Random values of ``template``'s dtype with its time axis (dim 1) stretched to ``length``."""
+    shape = (batch, length, *template.shape[2:])
+    return torch.randn(shape, device=template.device, generator=gen, dtype=template.dtype)
+
+
+def fill_k3_cache(model, prompt, length, fill, gen):
+    from k3lite.k3 import K3Cache
+    from k3lite.layers.mla import MLACache
+
+    if fill == "prefill":
+        return model.run(prompt[:, :length]).cache
+    short = model.run(prompt[:, :8]).cache   # shapes, dtypes and real KDA states from a short prefill
+    layers = [MLACache(*(_random_like(t, length, prompt.shape[0], gen) for t in c)) if isinstance(c, MLACache)
+              else c for c in short.layers]
+    return K3Cache(layers, length)
+
+
+def fill_gpt2_cache(model, prompt, length, fill, gen):
+    cache = model.new_cache()
+    if fill == "prefill":
+        model(prompt[:, :length], cache)
+        return cache
+    model(prompt[:, :1], cache)              # shapes and dtypes of one layer's keys and values
+    for layer in range(len(cache.keys)):
+        cache.keys[layer] = _random_like(cache.keys[layer], length, prompt.shape[0], gen)
+        cache.values[layer] = _random_like(cache.values[layer], length, prompt.shape[0], gen)
+    return cache
+
+
+def time_decode(step, tokens, gpu: bool, warmup: int, repeats: int) -> float:
+    """Median seconds of the decode steps over ``tokens[warmup:]``, after ``tokens[:warmup]`` untimed
+    (compilation, the allocator's first requests).
+    Only the region is synchronised: nothing in the loop reads a number back to the host."""
+    for token in tokens[:warmup]:
+        step(token)
+    timed = tokens[warmup:]
+    times = []
+    for _ in range(repeats):
+        if gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for token in timed:
+                step(token)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            start_s = time.perf_counter()
+            for token in timed:
+                step(token)
+            times.append(time.perf_counter() - start_s)
+    return statistics.median(times)
+
+
+def bench_model_decode(contexts, batch, steps, prefill_max, device, results, save, *, vocab_size=8192,
+                       warmup=2, repeats=3):
+    """Tokens/s of single-token decode, K3-shaped against GPT-2-shaped, at each context length."""
+    from k3lite.gpt2 import GPT2, GPT2Config
+    from k3lite.k3 import K3
+
+    gpu = device == "cuda"
+    dtype = torch.bfloat16 if gpu else torch.float32
+    k3_config, gpt2_config = decode_model_configs(gpu, vocab_size)
+    longest = max(contexts) + warmup + repeats * steps + 8   # the caches grow during the timing
+    gpt2_config = GPT2Config(**{**gpt2_config.__dict__, "n_ctx": longest})
+    torch.manual_seed(3)
+    k3 = K3(k3_config).to(device=device, dtype=dtype).eval()
+    gpt2 = GPT2(gpt2_config).to(device=device, dtype=dtype).eval()
+    count = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731  (tied weights once)
+    out = {"batch": batch, "timed_steps": steps, "warmup_steps": warmup, "repeats": repeats, "dtype": str(dtype),
+           "k3_params": count(k3), "gpt2_params": count(gpt2), "gpt2_position_table_params": gpt2.wpe.weight.numel(),
+           "k3_layers": list(k3_config.layer_types), "width": k3_config.hidden_size,
+           "depth": k3_config.num_layers, "vocab_size": vocab_size, "prefill_max": prefill_max,
+           "k3_config": {k: v for k, v in k3_config.__dict__.items()}, "gpt2_config": dict(gpt2_config.__dict__),
+           "note": MODEL_DECODE_NOTE, "rows": []}
+    results["model_decode"] = out
+    results["meta"]["model_decode"] = MODEL_DECODE_NOTE
+    print(f"model decode: K3 {out['k3_params']:,} parameters ({' '.join(out['k3_layers'])}), GPT-2 "
+          f"{out['gpt2_params']:,} ({out['gpt2_position_table_params']:,} of them the position table for "
+          f"{longest} positions); width {out['width']}, depth {out['depth']}, batch {batch}, {dtype}", flush=True)
+    print(f"{'context':>8} {'fill':>7} | {'K3 tok/s':>10} {'GPT-2 tok/s':>11} {'K3/GPT-2':>8} | "
+          f"{'K3 cache/seq':>12} {'GPT-2 cache/seq':>15}", flush=True)
+    gen = torch.Generator(device=device).manual_seed(4)
+    for length in contexts:
+        fill = "prefill" if length <= prefill_max else "random"
+        prompt = torch.randint(0, vocab_size, (batch, length if fill == "prefill" else 8), device=device, generator=gen)
+        tokens = torch.randint(0, vocab_size, (warmup + steps, batch, 1), device=device, generator=gen)
+        row = {"context": length, "cache_fill": fill}
+        with torch.no_grad():
+            cache = fill_k3_cache(k3, prompt, length, fill, gen)
+            row["k3_cache_bytes_per_seq"] = cache.nbytes() / batch
+            row["k3_kda_state_bytes_per_seq"] = cache.nbytes("kda") / batch
+            row["k3_mla_bytes_per_seq"] = cache.nbytes("mla") / batch
+            k3_cache = [cache]
+
+            def k3_step(token):
+                k3_cache[0] = k3.run(token, k3_cache[0]).cache
+
+            _k3_in_place(k3, True)
+            try:
+                k3_s = time_decode(k3_step, tokens, gpu, warmup, repeats)
+            finally:
+                _k3_in_place(k3, False)
+            del cache, k3_cache
+            torch.cuda.empty_cache() if gpu else None
+            kv = fill_gpt2_cache(gpt2, prompt, length, fill, gen)
+            row["gpt2_cache_bytes_per_seq"] = kv.nbytes() / batch
+            gpt2_s = time_decode(lambda token: gpt2(token, kv), tokens, gpu, warmup, repeats)
+            del kv
+            torch.cuda.empty_cache() if gpu else None
+        row["k3_ms_per_step"] = k3_s / steps * 1e3
+        row["gpt2_ms_per_step"] = gpt2_s / steps * 1e3
+        row["k3_tokens_per_s"] = batch * steps / k3_s
+        row["gpt2_tokens_per_s"] = batch * steps / gpt2_s
+        row["k3_over_gpt2"] = row["k3_tokens_per_s"] / row["gpt2_tokens_per_s"]
+        row["gpt2_over_k3_cache_bytes"] = row["gpt2_cache_bytes_per_seq"] / row["k3_cache_bytes_per_seq"]
+        row["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
+        out["rows"].append(row)
+        print(f"{length:>8} {fill:>7} | {row['k3_tokens_per_s']:>10.1f} {row['gpt2_tokens_per_s']:>11.1f} "
+              f"{row['k3_over_gpt2']:>7.2f}x | {row['k3_cache_bytes_per_seq'] / 2**20:>9.2f} MiB "
+              f"{row['gpt2_cache_bytes_per_seq'] / 2**20:>12.2f} MiB", flush=True)
+        save()
+    if any(r["cache_fill"] == "random" for r in out["rows"]):
+        print("fill 'random': the caches hold random keys/values (GPT-2) and MLA latents (K3) of a prefill's shapes "
+              "and dtypes, no prefill run (decode time depends on the cache's size, not its values)", flush=True)
+
+
 def plot(results, path):
     import matplotlib
 
@@ -429,8 +608,16 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, help="JSON path (default figures/bench_<device>.json)")
     parser.add_argument("--plot", type=Path, help="PNG path for the ratio plot (GPU runs)")
     parser.add_argument("--quick", action="store_true", help="one shape per section")
-    parser.add_argument("--sections", default="situ,decode,profile,fwd,fwd+bwd", help="comma-separated subset")
+    parser.add_argument("--sections", default="situ,decode,profile,fwd,fwd+bwd",
+                        help="comma-separated subset of situ, decode, profile, fwd, fwd+bwd, model_decode "
+                             "(model_decode, a K3-shaped against a GPT-2-shaped model, only when named)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated mechanisms for fwd, fwd+bwd")
+    parser.add_argument("--decode-contexts", help="model_decode: comma-separated context lengths (default "
+                        "4096,32768,131072 on a GPU, 64,256,1024 on a CPU; --quick: 4096 / 64,256)")
+    parser.add_argument("--decode-batch", type=int, help="model_decode: sequences per step (default 8 GPU, 2 CPU)")
+    parser.add_argument("--decode-steps", type=int, help="model_decode: timed steps (default 32 GPU, 4 CPU)")
+    parser.add_argument("--decode-prefill-max", type=int, help="model_decode: longest context filled by a "
+                        "prefill, longer ones with random keys/values (default 4096 GPU, every context on a CPU)")
     parser.add_argument("--merge", type=Path, nargs="+", help="join the JSON files of runs that split the work "
                         "(e.g. one per GPU of a machine) into --out, and plot; measures nothing")
     args = parser.parse_args(argv)
@@ -489,6 +676,22 @@ def main(argv=None):
             profile_stages(device, results, save)
         except Exception as err:  # the profiler is optional
             print(f"profile skipped: {err!r}")
+    if "model_decode" in sections:   # last: on a shared GPU run it must not take time from the kernel rows
+        if args.decode_contexts:
+            contexts = [int(c) for c in args.decode_contexts.split(",")]
+        elif gpu:
+            contexts = [4096] if args.quick else [4096, 32768, 131072]
+        else:
+            contexts = [64, 256] if args.quick else [64, 256, 1024]
+        prefill_max = args.decode_prefill_max if args.decode_prefill_max is not None else (4096 if gpu else max(contexts))
+        try:
+            bench_model_decode(contexts, args.decode_batch or (8 if gpu else 2), args.decode_steps or (32 if gpu else 4),
+                               prefill_max, device, results, save)
+        except Exception as err:  # e.g. out of memory at the longest context: keep the rows measured so far
+            results.setdefault("model_decode", {})["error"] = repr(err)[:300]
+            print(f"model_decode stopped: {err!r}", flush=True)
+            if not gpu:
+                raise
     save()
     if args.plot:
         plot(results, args.plot)

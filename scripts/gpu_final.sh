@@ -4,14 +4,18 @@
 # runs under Triton 3.7.1, the version fla needs for its gated backward on Hopper (issue #640). Each row is
 # timed through the public ops API and through the kernels alone, with fla before and after, in one process.
 #   GPU 0: benchmark of KDA (fwd, fwd+bwd)
-#   GPU 1: benchmark of linear attention, then SiTU, decode (ops.kda.step, in place, the kernel alone) and
-#          the per-kernel profile
+#   GPU 1: benchmark of linear attention, then SiTU, decode (ops.kda.step, in place, the kernel alone),
+#          the per-kernel profile, and last model_decode: a K3-shaped model (KDA:MLA 3:1) against a
+#          GPT-2-shaped one with a KV cache, tokens/s at 4k, 32k and 128k context (the "up to 6x decode")
 #   GPU 2: the GPU tests (under 3.7.1, and the gated kinds' and the new boundary / layer / K3 tests under
-#          the device's own Triton too)
+#          the device's own Triton too; tests/test_moe_gpu.py: the MoE never synchronises the host)
 #   GPU 3: benchmark of Gated DeltaNet and DeltaNet
 # --merge joins the three benchmark files. Results under $OUT: tests.log, bench_gpu{0,1,3}.json and .log,
 # bench_h200.json and .png.
 # Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S]
+# Only model_decode, on a single GPU (kind nvidia-h200; needs neither fla nor Triton 3.7.1; not yet run on a GPU):
+#   PYTHONPATH=$PWD python3 -m k3lite.bench --sections model_decode --out $OUT/model_decode.json \
+#     > $OUT/model_decode.log 2>&1; grep -v Warn $OUT/model_decode.log | tail -8
 # Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
 #     flash-linear-attention==0.6.0 fla-core==0.6.0 && echo /.whl/ >> .git/info/exclude
@@ -31,7 +35,7 @@ bench() {  # GPU, name, options...
     > $OUT/$name.log 2>&1
 }
 bench 0 bench_gpu0 --kinds kda --sections fwd,fwd+bwd &
-bench 1 bench_gpu1 --kinds linear_attention &
+bench 1 bench_gpu1 --kinds linear_attention --sections situ,decode,profile,fwd,fwd+bwd,model_decode &
 bench 3 bench_gpu3 --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd &
 (
   export CUDA_VISIBLE_DEVICES=2
@@ -41,6 +45,8 @@ bench 3 bench_gpu3 --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd &
   PYTHONPATH=$P_371 timeout $test_s $tests -k "not chunked" > /tmp/L/test_other_371.log 2>&1 &
   PYTHONPATH=$P_DEVICE timeout $test_s $tests -k "gated_delta_rule or spike or mixed or layer or k3 or synchron or bad_gate" \
     > /tmp/L/test_device.log 2>&1 &
+  PYTHONPATH=$P_DEVICE timeout $test_s python3 -m pytest -q -p no:cacheprovider -rf tests/test_moe_gpu.py \
+    > /tmp/L/test_moe_device.log 2>&1 &
   wait
 ) &
 wait

@@ -55,3 +55,31 @@ def test_cpu_run_times_the_ops_api_and_the_kernels_alone(tmp_path):
     (decode,) = data["decode"]
     assert decode["ops_step_triton_ms"] > 0 and decode["ops_step_triton_inplace_ms"] > 0
     assert "k3lite.kernels.run_chunked" in data["meta"]["rows"]
+
+
+def test_cpu_model_decode_section_reports_rates_ratios_and_cache_sizes(tmp_path):
+    # Toy sizes on a CPU: the rows are filled and the cache sizes follow the models' shapes; no speed is asserted.
+    import math
+
+    out = tmp_path / "decode.json"
+    bench.main(["--sections", "model_decode", "--quick", "--decode-prefill-max", "64", "--out", str(out)])
+    section = json.loads(out.read_text())["model_decode"]
+    assert section["k3_params"] > 0 and section["gpt2_params"] > section["gpt2_position_table_params"] > 0
+    assert section["k3_layers"] == ["kda", "kda", "kda", "mla"] and "random" in section["note"]
+    assert json.loads(out.read_text())["meta"]["model_decode"] == section["note"]
+    k3, gpt2 = section["k3_config"], section["gpt2_config"]
+    assert k3["hidden_size"] == gpt2["n_embd"] and k3["num_layers"] == gpt2["n_layer"]
+    rows = section["rows"]
+    assert [(r["context"], r["cache_fill"]) for r in rows] == [(64, "prefill"), (256, "random")]
+    for r in rows:
+        for key in ("k3_tokens_per_s", "gpt2_tokens_per_s", "k3_over_gpt2", "k3_ms_per_step", "gpt2_ms_per_step"):
+            assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert r["k3_over_gpt2"] == r["k3_tokens_per_s"] / r["gpt2_tokens_per_s"]
+        bytes_per_number = 4   # float32 on a CPU
+        assert r["gpt2_cache_bytes_per_seq"] == 2 * gpt2["n_layer"] * r["context"] * gpt2["n_embd"] * bytes_per_number
+        mla_per_token = k3["kv_lora_rank"] + k3["rope_dim"]
+        assert r["k3_mla_bytes_per_seq"] == r["context"] * mla_per_token * bytes_per_number   # one MLA layer
+        assert r["k3_cache_bytes_per_seq"] == r["k3_mla_bytes_per_seq"] + r["k3_kda_state_bytes_per_seq"]
+    # A KDA state does not grow with the context; attention caches do.
+    assert rows[0]["k3_kda_state_bytes_per_seq"] == rows[1]["k3_kda_state_bytes_per_seq"] > 0
+    assert rows[1]["gpt2_over_k3_cache_bytes"] > rows[0]["gpt2_over_k3_cache_bytes"] > 1
