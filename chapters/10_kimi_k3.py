@@ -22,7 +22,7 @@
 # %% [markdown] tags=["notes"]
 # The closing lecture: assemble the parts, count them, train a toy K3 next to a toy GPT-2, and hold the
 # seed articles' claims against numbers. The trained bake-off answers two ledger rows: whether the hybrid or
-# Kimi Linear beats full attention here (it does not), and whether the hybrid beats pure KDA (no call).
+# Kimi Linear beats full attention here (it does not), and whether the hybrid beats pure KDA (on one task).
 
 # %%
 import json
@@ -776,11 +776,21 @@ softmax_best_or_tied = all(
              and beats([r["metric"] for r in runs], [r["metric"] for r in bakeoff_cells[task, d, "softmax"]]))
     for (task, d, mixer), runs in bakeoff_cells.items() if (task, d, "softmax") in bakeoff_cells)
 print(f"softmax attention best or tied on every stored (task, width): {softmax_best_or_tied}")
-glue("ch10_rebind_seeds", str(min(len(accuracies("rebind", m)) for m in ("kda", "k3_hybrid"))), display=False)
-hybrid_vs_kda_rebind = verdict("rebind", "kda", "k3_hybrid")
+bakeoff_seeds = min(len(accuracies(t, m)) for t in BAKEOFF_TASKS for m in ("softmax", "kda", "k3_hybrid"))
+glue("ch10_bakeoff_seeds", str(bakeoff_seeds), display=False)
+hybrid_vs_kda = {task: verdict(task, "kda", "k3_hybrid") for task in BAKEOFF_TASKS}
+for task, said in hybrid_vs_kda.items():
+    glue(f"ch10_hybrid_vs_kda_{task}", said, display=False)
 softmax_vs_kda_rebind = verdict("rebind", "kda", "softmax")
 softmax_vs_hybrid_rebind = verdict("rebind", "k3_hybrid", "softmax")
-rebind_seeds = min(len(accuracies("rebind", m)) for m in ("softmax", "kda", "k3_hybrid"))
+glue("ch10_softmax_vs_hybrid_rebind", softmax_vs_hybrid_rebind, display=False)
+hybrid_wins = [task for task, said in hybrid_vs_kda.items() if said.startswith(LABELS["k3_hybrid"])]
+kda_wins = [task for task, said in hybrid_vs_kda.items() if said.startswith(LABELS["kda"])]
+print(f"the hybrid beats pure KDA on: {hybrid_wins or 'no task'}; pure KDA beats the hybrid on: {kda_wins or 'no task'}")
+expect("every cell quoted here has at least 3 seeds", bakeoff_seeds >= 3)
+expect("softmax attention is best or tied on every stored (task, width)", softmax_best_or_tied)
+expect("the hybrid beats pure KDA on two time scales and on no other task; KDA never beats the hybrid",
+       hybrid_wins == ["twoscale"] and not kda_wins)
 
 # %% tags=["plumbing"]
 fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
@@ -792,17 +802,32 @@ plt.show()
 # %% [markdown]
 # What the data says:
 #
-# * **Full attention is best or tied on every task here.** Softmax attention reaches {glue:text}`ch10_rebind_softmax`
-#   on rebinding, where it beats pure KDA ({glue:text}`ch10_rebind_kda`) by the rule; against the hybrid
-#   ({glue:text}`ch10_rebind_k3_hybrid`) the difference is within two standard errors (no call, but the hybrid is not
-#   ahead). On the switch, MQAR and two-timescale tasks softmax attention is at or near 1 and no mixer's mean is
-#   above it. Nothing here supports "beats full attention"; nothing here can refute it at scale either, where the
-#   published comparisons were made with far larger models, longer training and long contexts.
-# * **Hybrid against pure KDA**: on rebinding ({glue:text}`ch10_rebind_seeds` seeds each) the difference is within two standard errors:
-#   no call. On the two-timescale task the hybrid reaches {glue:text}`ch10_twoscale_k3_hybrid` and pure KDA
-#   {glue:text}`ch10_twoscale_kda`, **one seed each**: suggestive (the MLA layer is the only softmax attention in
-#   the hybrid, and softmax solves this task), not evidence. Seeds for that cell are the first thing to run
-#   next.
+# * **Full attention is best or tied on every task here** ({glue:text}`ch10_bakeoff_seeds` seeds or more per cell).
+#   Softmax attention reaches {glue:text}`ch10_rebind_softmax` on rebinding, where it beats pure KDA
+#   ({glue:text}`ch10_rebind_kda`) by the rule; against the hybrid ({glue:text}`ch10_rebind_k3_hybrid`):
+#   *{glue:text}`ch10_softmax_vs_hybrid_rebind`*. On the switch, MQAR and two-timescale tasks softmax attention is
+#   at or near 1 and no mixer's mean is above it. Nothing here supports "beats full attention"; nothing here can
+#   refute it at scale either, where the published comparisons were made with far larger models, longer
+#   training and long contexts.
+# * **Hybrid against pure KDA**: on the two-timescale task the hybrid reaches {glue:text}`ch10_twoscale_k3_hybrid`
+#   and pure KDA {glue:text}`ch10_twoscale_kda`: *{glue:text}`ch10_hybrid_vs_kda_twoscale`*. There the one MLA
+#   layer in four does what softmax attention does alone (recall the early facts exactly), and the hybrid learns
+#   the task on every seed where pure KDA does on one in three (chapter 06). On rebinding
+#   (*{glue:text}`ch10_hybrid_vs_kda_rebind`*), MQAR with 128 pairs (*{glue:text}`ch10_hybrid_vs_kda_mqar128`*) and the
+#   switch task (*{glue:text}`ch10_hybrid_vs_kda_switch`*) the two are not separated. So at toy scale the claim
+#   holds where exact recall across a long, busy stretch is the whole task, and only there.
+# * **The language-model row is still open.** The first LM runs (T = 2048, a code planted early and asked for
+#   late) were withdrawn: they trained on a 0.37 MB corpus that 1000 steps repeat dozens of times, and the
+#   models memorised it (cell below). The task now draws on the whole standard library; its runs are next.
+
+# %% tags=["plumbing"]
+withdrawn = list(store.load(viz.FIGURES_DIR / "bakeoff_lm_small_corpus.json").values())
+train_bits = summarize([run["curve"]["loss"][-1] / math.log(2) for run in withdrawn])
+val_bits = summarize([run["metric"] for run in withdrawn])
+print(f"withdrawn LM runs ({len(withdrawn)}): last logged training loss {train_bits.mean:.2f} ± {train_bits.std:.2f} "
+      f"bits/byte, validation {val_bits.mean:.2f} ± {val_bits.std:.2f} bits/byte")
+expect("the withdrawn LM runs fit their training text far better than held-out text (> 1 bit/byte apart)",
+       val_bits.mean - train_bits.mean > 1.0)
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### The ledger
@@ -918,9 +943,9 @@ ledger = [
       "at the published scale not checkable here")
      if softmax_best_or_tied else "holds with a nuance: some mixer beats softmax attention on a bake-off task"),
     ("the MLA layers of a 3 KDA : 1 MLA hybrid recover what pure KDA loses", "(Kimi Linear paper)", bakeoff_twoscale,
-     f"{HERE} §6 (bake-off)",
-     f"not checkable here with these seeds: rebinding, {hybrid_vs_kda_rebind} ({rebind_seeds} seeds each); the two-timescale gap is one seed each, "
-     "suggestive, not evidence"),
+     f"{HERE} §6 (bake-off); ch 06",
+     f"holds at toy scale on one task of four: two timescales, {hybrid_vs_kda['twoscale']} ({bakeoff_seeds}+ seeds); "
+     "rebinding, MQAR-128 and switch: no call"),
     ("K3's design works better than a same-size transformer", "(implied)",
      f"toy run: final losses within {GAP} nats: {abs(loss_gap) < GAP}", f"{HERE} §4",
      "not checkable here: needs a trained 2.8T model"),
@@ -988,8 +1013,10 @@ else:
 # carefully (halving comes from the latent, not from SiTU; the decay product has $t$ factors), except the
 # per-step O(N²) framing, which the worklog itself corrects: with a cache a step grows linearly in $N$. The
 # performance claims (latency, compute advantage, throughput, quality) are measurements of real systems
-# at scale: this notebook can bound them with arithmetic, not confirm them. The one quality claim the trained
-# bake-off can speak to, at toy scale, it does not support: there softmax attention is best or tied everywhere.
+# at scale: this notebook can bound them with arithmetic, not confirm them. Of the two quality claims the
+# trained bake-off can speak to at toy scale, "beats full attention" finds no support (softmax attention is
+# best or tied everywhere), and "the MLA layers recover what KDA loses" holds on the one task that needs
+# exact recall across a long, busy stretch.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -1090,9 +1117,9 @@ print(f"K3: {len(k3_reads)} reads, {sum(k3_reads):,d} sources in all; same as se
 #   GPT-2 small; caches reproduce recomputation exactly on the small model.
 # - At toy scale K3 and GPT-2 train alike; whether the design wins is a question of scale and context
 #   length that a CPU notebook cannot settle, and the ledger says so claim by claim.
-# - The trained bake-off (GPU, small models, the two-standard-error rule): softmax attention is best or tied on
-#   every task; the hybrid and pure KDA are not separated on rebinding; the hybrid's lead on two time scales
-#   rests on one seed each.
+# - The trained bake-off (GPU, small models, three seeds, the two-standard-error rule): softmax attention is best
+#   or tied on every task; the hybrid beats pure KDA on the two-timescale task and is not separated from it on
+#   the others.
 #
 # The course ends where the worklog does: a fixed-size memory needs a way to forget (gates, decay), and
 # a way to look things up exactly (attention over tokens, over depth). K3 is one careful answer to both.
