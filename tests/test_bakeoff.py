@@ -274,11 +274,23 @@ def test_triton_path_is_counted_through_the_real_kernels():
     assert _check_triton_path(model, counts, "gated_delta_rule")["expected"] == 2
 
 
-def test_live_demo_returns_a_metric_per_mixer():
-    results = live_demo("switch", ("delta_rule", "gated_delta_rule"), steps=2)
-    assert set(results) == {"delta_rule", "gated_delta_rule"} and all(0.0 <= v <= 1.0 for v in results.values())
+def test_live_demo_returns_a_metric_per_mixer_and_seed():
+    results = live_demo("rebind4", ("delta_rule", "gated_delta_rule"), steps=2, seeds=(0, 1))
+    assert set(results) == {"delta_rule", "gated_delta_rule"}
+    assert all(len(v) == 2 and all(0.0 <= a <= 1.0 for a in v) for v in results.values())
     with pytest.raises(ValueError, match="steps"):
         live_demo("switch", steps=0)
+    with pytest.raises(ValueError, match="seeds"):
+        live_demo("switch", seeds=())
+
+
+def test_rebind_takes_a_key_count():
+    task = make_task("rebind4", vocab_size=40, seq_len=64)
+    inputs, targets, score = task.sample(3, torch.Generator().manual_seed(0), "cpu")
+    assert score.sum(1).tolist() == [4, 4, 4]
+    assert make_task("rebind", vocab_size=40, seq_len=64).sample(1, torch.Generator(), "cpu")[2].sum() == 16
+    with pytest.raises(ValueError, match="keys must be in"):
+        make_task("rebind17", vocab_size=40, seq_len=64)
 
 
 def test_final_cells_prefers_more_seeds_then_the_better_mean():

@@ -6,7 +6,8 @@ of the recall tasks: 0 blank, 1 reset marker, 2 "none" answer, 3 unused, then th
 
 * ``mqarN``   Zoology's multi-query associative recall: N key-value pairs, then the N keys queried at
               random positions of a blank tail (sequence ``max(seq_len, 4 N)``).
-* ``rebind``  keys are bound again and again; the query asks for the latest value (overwrite vs sum).
+* ``rebind``  16 keys are bound again and again; the query asks for the latest value (overwrite vs sum);
+              ``rebindN`` uses N keys (``rebind4``: the CPU demo's size).
 * ``switch``  episodes start with a reset marker; a query for a key bound only before the last reset
               must answer "none" (forgetting on demand vs no gate).
 * ``twoscale`` facts at the start must survive a long stream of fast pairs that are asked back at
@@ -26,6 +27,7 @@ import torch
 
 BLANK, RESET, NONE = 0, 1, 2
 SPECIAL = 4
+REBIND_KEYS = 16
 TASK_FAMILIES = ("mqar", "rebind", "switch", "twoscale", "lm")
 PROBE_MARK = b"\n#k="
 PROBE_ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789"
@@ -44,12 +46,14 @@ class Task:
 
 
 def family(name: str) -> str:
-    match = re.fullmatch(r"mqar(\d+)", name)
-    if match:
+    if re.fullmatch(r"mqar\d+", name):
         return "mqar"
+    if re.fullmatch(r"rebind\d+", name):
+        return "rebind"
     if name in TASK_FAMILIES[1:]:
         return name
-    raise ValueError(f"task must be mqar<pairs> (e.g. mqar64) or one of {TASK_FAMILIES[1:]}, got {name!r}")
+    raise ValueError(f"task must be mqar<pairs> (e.g. mqar64), rebind<keys> (e.g. rebind4) or one of "
+                     f"{TASK_FAMILIES[1:]}, got {name!r}")
 
 
 def make_task(name: str, *, vocab_size: int = 512, seq_len: int = 256, lm_seq_len: int = 2048) -> Task:
@@ -68,7 +72,14 @@ def make_task(name: str, *, vocab_size: int = 512, seq_len: int = 256, lm_seq_le
         raise ValueError(f"seq_len must be >= 64 for task {name!r}, got {seq_len}")
     if num_keys < MIN_KEYS[kind]:
         raise ValueError(f"task {name!r} needs vocab_size >= {SPECIAL + 2 * MIN_KEYS[kind]}, got {vocab_size}")
-    sampler = {"rebind": _rebind, "switch": _switch, "twoscale": _twoscale}[kind]
+    if kind == "rebind":
+        bound = int(name[6:] or REBIND_KEYS)
+        if not 1 <= bound <= min(num_keys, seq_len // 4):
+            raise ValueError(f"task {name!r}: keys must be in [1, {min(num_keys, seq_len // 4)}] for "
+                             f"vocab_size={vocab_size}, seq_len={seq_len}")
+        return Task(name, vocab_size, seq_len, "accuracy", True,
+                    lambda b, gen, dev: _rebind(b, seq_len, num_keys, gen, dev, bound))
+    sampler = {"switch": _switch, "twoscale": _twoscale}[kind]
     return Task(name, vocab_size, seq_len, "accuracy", True,
                 lambda b, gen, dev: sampler(b, seq_len, num_keys, gen, dev))
 
@@ -95,9 +106,8 @@ def _mqar(batch, pairs, length, num_keys, gen, device):
     return inputs, targets, targets != -100
 
 
-def _rebind(batch, length, num_keys, gen, device):
-    """16 keys bound once each, then rebound at random; the 16 queries at the end want the latest value."""
-    bound = 16
+def _rebind(batch, length, num_keys, gen, device, bound=16):
+    """``bound`` keys bound once each, then rebound at random; ``bound`` queries at the end want the latest value."""
     updates = (length - bound) // 2
     keys = SPECIAL + _choose_distinct((batch,), num_keys, bound, gen, device)           # [B, bound]
     first = _choose_distinct((batch,), bound, bound, gen, device)
