@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# One device call on four GPUs (device tool kind nvidia-h200-x4, carry=[".whl", ".t371"]: the
-# flash-linear-attention 0.6.0 wheels and Triton 3.7.1 packed by scripts/pack_triton.sh). Every benchmark
-# runs under Triton 3.7.1, the version fla needs for its gated backward on Hopper (issue #640). Each row is
-# timed through the public ops API and through the kernels alone, with fla before and after, in one process.
-#   GPU 0: benchmark of KDA (fwd, fwd+bwd)
-#   GPU 1: benchmark of linear attention, then SiTU, decode (ops.kda.step, in place, the kernel alone),
-#          the per-kernel profile, and last model_decode: a K3-shaped model (KDA:MLA 3:1) against a
-#          GPT-2-shaped one with a KV cache, tokens/s at 4k, 32k and 128k context (the "up to 6x decode")
-#   GPU 2: the GPU tests (under 3.7.1, and the gated kinds' and the new boundary / layer / K3 tests under
-#          the device's own Triton too; tests/test_moe_gpu.py: the MoE never synchronises the host)
-#   GPU 3: benchmark of Gated DeltaNet and DeltaNet
-# --merge joins the three benchmark files. Results under $OUT: tests.log, bench_gpu{0,1,3}.json and .log,
-# bench_h200.json and .png.
-# Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S]
-# Only model_decode, on a single GPU (kind nvidia-h200; needs neither fla nor Triton 3.7.1; not yet run on a GPU):
-#   PYTHONPATH=$PWD python3 -m k3lite.bench --sections model_decode --out $OUT/model_decode.json \
-#     > $OUT/model_decode.log 2>&1; grep -v Warn $OUT/model_decode.log | tail -8
+# The GPU benchmark and GPU tests (device carry=[".whl", ".t371"]: the flash-linear-attention 0.6.0 wheels and
+# Triton 3.7.1 packed by scripts/pack_triton.sh). Every benchmark runs under Triton 3.7.1, the version fla
+# needs for its gated backward on Hopper (issue #640). Each row is timed through the public ops API and
+# through the kernels alone, with fla before and after, in one process. The work comes in parts:
+#   kda     benchmark of KDA (fwd, fwd+bwd)
+#   linear  benchmark of linear attention, SiTU, decode (ops.kda.step, in place, the kernel alone), the
+#           per-kernel profile
+#   gated   benchmark of Gated DeltaNet and DeltaNet
+#   decode  model_decode: a K3-shaped model (KDA:MLA 3:1) against a GPT-2-shaped one with a KV cache,
+#           tokens/s at 4k, 32k and 128k context (the seeds' "up to 6x decode")
+#   tests   the GPU tests, under 3.7.1 and under the device's own Triton (the gated kinds, the boundary,
+#           layer and K3 tests, the head-width and in-place decode tests, the MoE's no-host-sync test)
+# Parts are spread round-robin over the visible GPUs; on one GPU they run one after another, so split them
+# over calls of at most 600 s, e.g. `bash scripts/gpu_final.sh 270 0 kda,gated` then
+# `bash scripts/gpu_final.sh 250 250 linear,decode,tests`. --merge joins the benchmark files of a call.
+# Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png.
+# Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S] [PARTS (comma-separated)]
 # Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
 #     flash-linear-attention==0.6.0 fla-core==0.6.0 && echo /.whl/ >> .git/info/exclude
 #   bash scripts/pack_triton.sh
 set -o pipefail
-bench_s=${1:-540}; test_s=${2:-480}
+bench_s=${1:-540}; test_s=${2:-480}; parts=${3:-kda,linear,tests,gated,decode}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
 mkdir -p /tmp/t371 /tmp/L && tar -xJf .t371/triton371.tar.xz -C /tmp/t371 || exit 1
 export PYTHONUNBUFFERED=1
@@ -34,11 +34,8 @@ bench() {  # GPU, name, options...
   CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH=$P_371 timeout $bench_s python3 -m k3lite.bench --out $OUT/$name.json "$@" \
     > $OUT/$name.log 2>&1
 }
-bench 0 bench_gpu0 --kinds kda --sections fwd,fwd+bwd &
-bench 1 bench_gpu1 --kinds linear_attention --sections situ,decode,profile,fwd,fwd+bwd,model_decode &
-bench 3 bench_gpu3 --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd &
-(
-  export CUDA_VISIBLE_DEVICES=2
+gpu_tests() {  # GPU
+  export CUDA_VISIBLE_DEVICES=$1
   # The test file in parallel processes: compiling dominates, and a fault in one leaves the others.
   tests="python3 -m pytest -q -p no:cacheprovider -rf tests/test_kernels_gpu.py"
   PYTHONPATH=$P_371 timeout $test_s $tests -k chunked > /tmp/L/test_chunked_371.log 2>&1 &
@@ -46,12 +43,29 @@ bench 3 bench_gpu3 --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd &
   PYTHONPATH=$P_DEVICE timeout $test_s $tests -k "gated_delta_rule or spike or mixed or layer or k3 or synchron or bad_gate" \
     > /tmp/L/test_device.log 2>&1 &
   PYTHONPATH=$P_DEVICE timeout $test_s python3 -m pytest -q -p no:cacheprovider -rf tests/test_moe_gpu.py \
-    > /tmp/L/test_moe_device.log 2>&1 &
+    tests/test_kernels_gpu_widths.py tests/test_decode_in_place.py > /tmp/L/test_more_device.log 2>&1 &
   wait
-) &
+}
+run_part() {  # GPU, part
+  case $2 in
+    kda) bench $1 bench_kda --kinds kda --sections fwd,fwd+bwd ;;
+    linear) bench $1 bench_linear --kinds linear_attention --sections situ,decode,profile,fwd,fwd+bwd ;;
+    gated) bench $1 bench_gated --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd ;;
+    decode) bench $1 bench_model_decode --kinds kda --sections model_decode ;;
+    tests) gpu_tests $1 ;;
+    *) echo "unknown part $2 (kda, linear, gated, decode, tests)"; return 2 ;;
+  esac
+}
+# Parts go round-robin over the visible GPUs; the parts of one GPU run one after another, so no two
+# measurements ever share a GPU.
+IFS=, read -r -a part_list <<< "$parts"
+gpus=$(nvidia-smi -L | wc -l)
+for ((g = 0; g < gpus && g < ${#part_list[@]}; g++)); do
+  (for ((i = g; i < ${#part_list[@]}; i += gpus)); do run_part $g "${part_list[$i]}"; done) &
+done
 wait
 for f in /tmp/L/*; do echo "== $f"; cat $f; done > $OUT/tests.log
-for f in /tmp/L/test*; do echo "== $f"; tail -n 2 $f; done; cat /tmp/L/gpu_info.txt
-PYTHONPATH=$P_371 python3 -m k3lite.bench --merge $OUT/bench_gpu0.json $OUT/bench_gpu1.json $OUT/bench_gpu3.json \
-  --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
-for f in $OUT/bench_gpu*.log; do echo "== $f"; grep -v Warn $f | tail -16; done
+for f in /tmp/L/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; cat /tmp/L/gpu_info.txt
+jsons=$(ls $OUT/bench_*.json 2>/dev/null | grep -v bench_h200)
+[ -n "$jsons" ] && PYTHONPATH=$P_371 python3 -m k3lite.bench --merge $jsons --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
+for f in $OUT/bench_*.log; do echo "== $f"; grep -v Warn $f | tail -16; done
