@@ -14,6 +14,24 @@ ROOT = Path(__file__).resolve().parent
 TRITON_MISSING = importlib.util.find_spec("triton") is None or os.environ.get("K3LITE_NO_TRITON") == "1"
 
 
+def _execute_cells_as_jupyter_does():
+    """nbval sends each cell with ``store_history=False``; IPython then cannot see a cell's trailing ``;``
+    (it reads the cell back from the history) and shows the value that Jupyter, and the stored notebook,
+    hide: the exercise checkers' True/False. Send cells as Jupyter does."""
+    try:
+        from nbval.kernel import RunningKernel
+    except ImportError:   # the unit tests run without nbval installed too
+        return
+
+    def execute_cell_input(self, cell_input, allow_stdin=None):
+        return self.kc.execute(cell_input, store_history=True, allow_stdin=allow_stdin, stop_on_error=False)
+
+    RunningKernel.execute_cell_input = execute_cell_input
+
+
+_execute_cells_as_jupyter_does()
+
+
 def pytest_collectstart(collector):
     # Warnings printed by libraries (stderr) differ between versions; the lesson's content is stdout.
     if collector.fspath and collector.fspath.ext == ".ipynb":

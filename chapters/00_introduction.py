@@ -229,7 +229,7 @@ def match():
 
 
 # %%
-ch00.check_lineage(match)
+ch00.check_lineage(match);
 
 
 # %% tags=["hide-input"]
@@ -244,7 +244,7 @@ def match():
     }
 
 
-ch00.check_lineage(match)
+ch00.check_lineage(match);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -260,7 +260,7 @@ def implied_count():
 
 
 # %%
-ch00.check_implied_gpt2_count(implied_count)
+ch00.check_implied_gpt2_count(implied_count);
 
 
 # %% tags=["hide-input"]
@@ -269,7 +269,7 @@ def implied_count():
     return 2.8e12 / 22_580
 
 
-ch00.check_implied_gpt2_count(implied_count)
+ch00.check_implied_gpt2_count(implied_count);
 print(f"implied: {implied_count():,.0f}; exact: {gpt2_exact:,}; "
       f"the implied count is {gpt2_exact - implied_count():,.0f} smaller")
 

@@ -579,7 +579,7 @@ def kv_bytes_per_token(config, bytes_per_element):
 
 
 # %%
-ch01.check_kv_bytes_per_token(kv_bytes_per_token)
+ch01.check_kv_bytes_per_token(kv_bytes_per_token);
 
 # %% tags=["hide-input"]
 # Solution
@@ -587,7 +587,7 @@ def kv_bytes_per_token(config, bytes_per_element):
     return 2 * config.n_layer * config.n_head * config.head_dim * bytes_per_element
 
 
-ch01.check_kv_bytes_per_token(kv_bytes_per_token)
+ch01.check_kv_bytes_per_token(kv_bytes_per_token);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2: parameters of one block
@@ -601,7 +601,7 @@ def block_parameters(n_embd):
 
 
 # %%
-ch01.check_block_parameters(block_parameters)
+ch01.check_block_parameters(block_parameters);
 
 # %% tags=["hide-input"]
 # Solution
@@ -613,7 +613,7 @@ def block_parameters(n_embd):
     return layer_norms + attention_part + mlp_part
 
 
-ch01.check_block_parameters(block_parameters)
+ch01.check_block_parameters(block_parameters);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3: one decoding step of attention
@@ -629,7 +629,7 @@ def attention_step(q, k_cache, v_cache):
 
 
 # %%
-ch01.check_attention_step(attention_step)
+ch01.check_attention_step(attention_step);
 
 # %% tags=["hide-input"]
 # Solution: the newest token may see every cached token, so nothing is masked.
@@ -638,7 +638,7 @@ def attention_step(q, k_cache, v_cache):
     return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(dim=-1), v_cache)
 
 
-ch01.check_attention_step(attention_step)
+ch01.check_attention_step(attention_step);
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

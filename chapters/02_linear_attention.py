@@ -476,7 +476,7 @@ def kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element):
 
 
 # %%
-ch02.check_kv_cache_bytes(kv_cache_bytes)
+ch02.check_kv_cache_bytes(kv_cache_bytes);
 
 
 # %% tags=["hide-input"]
@@ -486,7 +486,7 @@ def kv_cache_bytes_solution(num_tokens, layers, heads, head_dim, bytes_per_eleme
     return keys_and_values * num_tokens * layers * heads * head_dim * bytes_per_element
 
 
-ch02.check_kv_cache_bytes(kv_cache_bytes_solution)
+ch02.check_kv_cache_bytes(kv_cache_bytes_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -501,7 +501,7 @@ def decode_step(state, normalizer, q, k, v):
 
 
 # %%
-ch02.check_decode_step(decode_step)
+ch02.check_decode_step(decode_step);
 
 
 # %% tags=["hide-input"]
@@ -513,7 +513,7 @@ def decode_step_solution(state, normalizer, q, k, v):
     return state.T @ phi_q / (normalizer @ phi_q), state, normalizer
 
 
-ch02.check_decode_step(decode_step_solution)
+ch02.check_decode_step(decode_step_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -529,7 +529,7 @@ def chunked(q, k, v, chunk_size):
 
 
 # %%
-ch02.check_chunked(chunked)
+ch02.check_chunked(chunked);
 
 
 # %% tags=["hide-input"]
@@ -544,7 +544,7 @@ def chunked_solution(q, k, v, chunk_size):
     return torch.cat(outputs)
 
 
-ch02.check_chunked(chunked_solution)
+ch02.check_chunked(chunked_solution);
 
 # %% [markdown]
 # ## Summary

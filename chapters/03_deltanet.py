@@ -469,7 +469,7 @@ def delta_write_exercise(state, k, v, beta):
 
 
 # %%
-ch03.check_delta_write(delta_write_exercise)
+ch03.check_delta_write(delta_write_exercise);
 
 
 # %% tags=["solution"]
@@ -478,7 +478,7 @@ def delta_write_solution(state, k, v, beta):
     return state + beta * torch.outer(k, v - state.T @ k)
 
 
-ch03.check_delta_write(delta_write_solution)
+ch03.check_delta_write(delta_write_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -494,7 +494,7 @@ def residual_factor(beta, key_norm_sq):
 
 
 # %%
-ch03.check_residual_factor(residual_factor)
+ch03.check_residual_factor(residual_factor);
 
 
 # %% tags=["solution"]
@@ -504,7 +504,7 @@ def residual_factor_solution(beta, key_norm_sq):
     return 1.0 - beta * key_norm_sq
 
 
-ch03.check_residual_factor(residual_factor_solution)
+ch03.check_residual_factor(residual_factor_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -518,7 +518,7 @@ def fast_weight_gradient(state, k, v):
 
 
 # %%
-ch03.check_fast_weight_gradient(fast_weight_gradient)
+ch03.check_fast_weight_gradient(fast_weight_gradient);
 
 
 # %% tags=["solution"]
@@ -527,7 +527,7 @@ def fast_weight_gradient_solution(state, k, v):
     return torch.outer(k, state.T @ k - v)
 
 
-ch03.check_fast_weight_gradient(fast_weight_gradient_solution)
+ch03.check_fast_weight_gradient(fast_weight_gradient_solution);
 
 # %% [markdown]
 # ## Summary

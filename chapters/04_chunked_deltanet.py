@@ -615,7 +615,7 @@ def ut_transform(k, beta):
 
 
 # %%
-ch04.check_ut_transform(ut_transform)
+ch04.check_ut_transform(ut_transform);
 
 
 # %% tags=["hide-input"]
@@ -628,7 +628,7 @@ def ut_transform_solution(k, beta):
     return t
 
 
-ch04.check_ut_transform(ut_transform_solution)
+ch04.check_ut_transform(ut_transform_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -643,7 +643,7 @@ def delta_chunk(q, k, v, beta, state):
 
 
 # %%
-ch04.check_delta_chunk(delta_chunk)
+ch04.check_delta_chunk(delta_chunk);
 
 
 # %% tags=["hide-input"]
@@ -656,7 +656,7 @@ def delta_chunk_solution(q, k, v, beta, state):
     return o, state + k.T @ corrected
 
 
-ch04.check_delta_chunk(delta_chunk_solution)
+ch04.check_delta_chunk(delta_chunk_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -671,7 +671,7 @@ def chunk_flops(seq_len, chunk_size, head_dim):
 
 
 # %%
-ch04.check_chunk_flops(chunk_flops)
+ch04.check_chunk_flops(chunk_flops);
 
 
 # %% tags=["hide-input"]
@@ -681,7 +681,7 @@ def chunk_flops_solution(seq_len, chunk_size, head_dim):
     return 4 * seq_len * head_dim ** 2, 4 * seq_len * chunk_size * head_dim
 
 
-ch04.check_chunk_flops(chunk_flops_solution)
+ch04.check_chunk_flops(chunk_flops_solution);
 
 # %% [markdown]
 # ## Summary

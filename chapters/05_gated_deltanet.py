@@ -738,7 +738,7 @@ def gated_delta_step(S, k, v, g, beta):
 
 
 # %%
-ch05.check_gated_delta_step(gated_delta_step)
+ch05.check_gated_delta_step(gated_delta_step);
 
 
 # %% tags=["solution"]
@@ -748,7 +748,7 @@ def gated_delta_step_solution(S, k, v, g, beta):
     return S + beta * torch.outer(k, v - S.T @ k)  # then correct the answer under k
 
 
-ch05.check_gated_delta_step(gated_delta_step_solution)
+ch05.check_gated_delta_step(gated_delta_step_solution);
 
 # %% [markdown]
 # ### Exercise 2: the decay matrix
@@ -764,7 +764,7 @@ def cumulative_decay(g):
 
 
 # %%
-ch05.check_cumulative_decay(cumulative_decay)
+ch05.check_cumulative_decay(cumulative_decay);
 
 
 # %% tags=["solution"]
@@ -775,7 +775,7 @@ def cumulative_decay_solution(g):
     return torch.exp((G[:, None] - G[None, :]).masked_fill(~lower, float("-inf")))
 
 
-ch05.check_cumulative_decay(cumulative_decay_solution)
+ch05.check_cumulative_decay(cumulative_decay_solution);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3: one chunk of Gated DeltaNet
@@ -792,7 +792,7 @@ def gated_delta_chunk(q, k, v, g, beta, state):
 
 
 # %%
-ch05.check_gated_delta_chunk(gated_delta_chunk)
+ch05.check_gated_delta_chunk(gated_delta_chunk);
 
 
 # %% tags=["solution"]
@@ -807,7 +807,7 @@ def gated_delta_chunk_solution(q, k, v, g, beta, state):
     return o, torch.exp(G[-1]) * state + (torch.exp(G[-1] - G)[:, None] * k).T @ corrected
 
 
-ch05.check_gated_delta_chunk(gated_delta_chunk_solution)
+ch05.check_gated_delta_chunk(gated_delta_chunk_solution);
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw

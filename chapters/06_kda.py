@@ -739,7 +739,7 @@ def kda_step(S, k, v, g, beta):
 
 
 # %%
-ch06.check_kda_step(kda_step)
+ch06.check_kda_step(kda_step);
 
 
 # %% tags=["solution"]
@@ -749,7 +749,7 @@ def kda_step(S, k, v, g, beta):
     return S + beta * torch.outer(k, v - S.T @ k)
 
 
-ch06.check_kda_step(kda_step)
+ch06.check_kda_step(kda_step);
 
 # %% [markdown]
 # ### Exercise 2: a gate for two time scales
@@ -764,7 +764,7 @@ def per_channel_gate(num_steps, num_channels, switch_steps, long_channels):
 
 
 # %%
-ch06.check_two_timescale_gate(per_channel_gate)
+ch06.check_two_timescale_gate(per_channel_gate);
 
 
 # %% tags=["solution"]
@@ -777,7 +777,7 @@ def per_channel_gate(num_steps, num_channels, switch_steps, long_channels):
     return g
 
 
-ch06.check_two_timescale_gate(per_channel_gate)
+ch06.check_two_timescale_gate(per_channel_gate);
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw

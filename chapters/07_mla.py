@@ -537,7 +537,7 @@ def my_expand_kv_groups(kv, num_heads):
 
 
 # %%
-ch07.check_expand_kv_groups(my_expand_kv_groups)
+ch07.check_expand_kv_groups(my_expand_kv_groups);
 
 # %% tags=["hide-input"]
 # Solution: repeat each group in place (a view plus one copy), never tile the groups.
@@ -548,7 +548,7 @@ def solution_expand_kv_groups(kv, num_heads):
     return kv.repeat_interleave(num_heads // groups, dim=2)
 
 
-ch07.check_expand_kv_groups(solution_expand_kv_groups)
+ch07.check_expand_kv_groups(solution_expand_kv_groups);
 
 # %% [markdown]
 # The expansion is a read-time convenience: the cache keeps $n_g$ heads, and a fused attention kernel does not
@@ -566,7 +566,7 @@ def my_absorb_query(q_nope, w_uk):
 
 
 # %%
-ch07.check_absorb_query(my_absorb_query)
+ch07.check_absorb_query(my_absorb_query);
 
 # %% tags=["hide-input"]
 # Solution: q·(W c) = (Wᵀ q)·c, for each head.
@@ -574,7 +574,7 @@ def solution_absorb_query(q_nope, w_uk):
     return torch.einsum("hn,hnc->hc", q_nope, w_uk)
 
 
-ch07.check_absorb_query(solution_absorb_query)
+ch07.check_absorb_query(solution_absorb_query);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3 — the value projection after the sum
@@ -587,7 +587,7 @@ def my_absorbed_output(probs, latents, w_uv):
 
 
 # %%
-ch07.check_absorbed_output(my_absorbed_output)
+ch07.check_absorbed_output(my_absorbed_output);
 
 # %% tags=["hide-input"]
 # Solution: mix the latents first ([H, d_c]), then one small matrix-vector product per head.
@@ -595,7 +595,7 @@ def solution_absorbed_output(probs, latents, w_uv):
     return torch.einsum("hvc,hc->hv", w_uv, probs @ latents)
 
 
-ch07.check_absorbed_output(solution_absorbed_output)
+ch07.check_absorbed_output(solution_absorbed_output);
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

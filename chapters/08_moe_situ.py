@@ -505,7 +505,7 @@ def my_route(scores, bias, top_k):
 
 
 # %%
-ch08.check_route(my_route)
+ch08.check_route(my_route);
 
 # %% tags=["hide-input"]
 # Solution: the bias picks, the scores weigh.
@@ -515,7 +515,7 @@ def solution_route(scores, bias, top_k):
     return selected / selected.sum(-1, keepdim=True), indices
 
 
-ch08.check_route(solution_route)
+ch08.check_route(solution_route);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2 — what a latent saves
@@ -529,7 +529,7 @@ def my_routed_macs(hidden, latent, expert_width, top_k):
 
 
 # %%
-ch08.check_routed_macs(my_routed_macs)
+ch08.check_routed_macs(my_routed_macs);
 
 # %% tags=["hide-input"]
 # Solution
@@ -539,7 +539,7 @@ def solution_routed_macs(hidden, latent, expert_width, top_k):
     return top_k * 3 * size * expert_width + projections
 
 
-ch08.check_routed_macs(solution_routed_macs)
+ch08.check_routed_macs(solution_routed_macs);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3 — SiTU
@@ -552,7 +552,7 @@ def my_situ(x, beta):
 
 
 # %%
-ch08.check_situ(my_situ)
+ch08.check_situ(my_situ);
 
 # %% tags=["hide-input"]
 # Solution
@@ -560,7 +560,7 @@ def solution_situ(x, beta):
     return beta * torch.tanh(x / beta) * torch.sigmoid(x)
 
 
-ch08.check_situ(solution_situ)
+ch08.check_situ(solution_situ);
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

@@ -576,7 +576,7 @@ def my_depth_attention(values, query):
 
 
 # %%
-ch09.check_depth_attention(my_depth_attention)
+ch09.check_depth_attention(my_depth_attention);
 
 # %% tags=["hide-input"]
 # Solution
@@ -586,7 +586,7 @@ def solution_depth_attention(values, query):
     return (weights.unsqueeze(-1) * values).sum(0), weights
 
 
-ch09.check_depth_attention(solution_depth_attention)
+ch09.check_depth_attention(solution_depth_attention);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2 — counting sources
@@ -599,7 +599,7 @@ def my_block_count(layers, layers_per_block):
 
 
 # %%
-ch09.check_block_count(my_block_count)
+ch09.check_block_count(my_block_count);
 
 # %% tags=["hide-input"]
 # Solution: one stored source for the embedding, one per completed block; the rest is the partial block.
@@ -608,7 +608,7 @@ def solution_block_count(layers, layers_per_block):
     return 1 + full_blocks, remainder
 
 
-ch09.check_block_count(solution_block_count)
+ch09.check_block_count(solution_block_count);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3 — the source list
@@ -623,7 +623,7 @@ def my_block_sources(embedding, outputs, sublayers_per_block):
 
 
 # %%
-ch09.check_block_sources(my_block_sources)
+ch09.check_block_sources(my_block_sources);
 
 # %% tags=["hide-input"]
 # Solution
@@ -634,7 +634,7 @@ def solution_block_sources(embedding, outputs, sublayers_per_block):
     return sources
 
 
-ch09.check_block_sources(solution_block_sources)
+ch09.check_block_sources(solution_block_sources);
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

@@ -1039,7 +1039,7 @@ def my_layer_counts(num_cycles, layers_per_cycle, final_mla):
 
 
 # %%
-ch10.check_layer_counts(my_layer_counts)
+ch10.check_layer_counts(my_layer_counts);
 
 # %% tags=["solution"]
 # Solution
@@ -1047,7 +1047,7 @@ def solution_layer_counts(num_cycles, layers_per_cycle, final_mla):
     return num_cycles * (layers_per_cycle - 1), num_cycles + int(final_mla)
 
 
-ch10.check_layer_counts(solution_layer_counts)
+ch10.check_layer_counts(solution_layer_counts);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2 — decode memory at context N
@@ -1061,7 +1061,7 @@ def my_decode_cache_bytes(context, num_kda_layers, num_mla_layers, num_heads, he
 
 
 # %%
-ch10.check_decode_cache_bytes(my_decode_cache_bytes)
+ch10.check_decode_cache_bytes(my_decode_cache_bytes);
 
 # %% tags=["solution"]
 # Solution: the latents grow with the context, the states do not.
@@ -1071,7 +1071,7 @@ def solution_decode_cache_bytes(context, num_kda_layers, num_mla_layers, num_hea
     return latents + states
 
 
-ch10.check_decode_cache_bytes(solution_decode_cache_bytes)
+ch10.check_decode_cache_bytes(solution_decode_cache_bytes);
 print(f"K3 at 1M tokens: {solution_decode_cache_bytes(2 ** 20, 69, 24, 96, 128, 512, 64) / GIB:.1f} GiB")
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -1088,7 +1088,7 @@ def my_sources_per_read(num_sublayers, sublayers_per_block):
 
 
 # %%
-ch10.check_sources_per_read(my_sources_per_read)
+ch10.check_sources_per_read(my_sources_per_read);
 
 # %% tags=["solution"]
 # Solution: before read j, j outputs exist; divmod splits them into completed blocks and a partial one.
@@ -1100,7 +1100,7 @@ def solution_sources_per_read(num_sublayers, sublayers_per_block):
     return counts
 
 
-ch10.check_sources_per_read(solution_sources_per_read)
+ch10.check_sources_per_read(solution_sources_per_read);
 k3_reads = solution_sources_per_read(2 * k3.num_layers, 2 * k3.attnres_block_size)
 print(f"K3: {len(k3_reads)} reads, {sum(k3_reads):,d} sources in all; same as section 6: {k3_reads == sources_per_read}")
 

@@ -791,7 +791,7 @@ def kda_decode_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_
 
 
 # %%
-ch11.check_decode_kernel(kda_decode_kernel)
+ch11.check_decode_kernel(kda_decode_kernel);
 
 
 # %% tags=["solution", "hide-input"]
@@ -819,7 +819,7 @@ def kda_decode_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_
     tl.store(o_ptr + head * V + cols, o, mask=col_ok)
 
 
-ch11.check_decode_kernel(kda_decode_kernel)
+ch11.check_decode_kernel(kda_decode_kernel);
 
 # %% [markdown]
 # ### Exercise 2: the fused SiTU forward
@@ -837,7 +837,7 @@ def situ_kernel(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexpr)
 
 
 # %%
-ch11.check_situ_forward(situ_kernel)
+ch11.check_situ_forward(situ_kernel);
 
 
 # %% tags=["solution", "hide-input"]
@@ -854,7 +854,7 @@ def situ_kernel(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexpr)
     tl.store(out_ptr + index, h, mask=inside)
 
 
-ch11.check_situ_forward(situ_kernel)
+ch11.check_situ_forward(situ_kernel);
 
 # %% [markdown]
 # ### Exercise 3: change the tile size, predict what breaks
@@ -878,7 +878,7 @@ def predict_overrun(n, block):
 
 
 # %%
-ch11.check_overrun(predict_overrun)
+ch11.check_overrun(predict_overrun);
 
 
 # %% tags=["solution", "hide-input"]
@@ -887,7 +887,7 @@ def predict_overrun(n, block):
     return triton.cdiv(n, block) * block - n    # lanes of the grid minus elements of the tensor
 
 
-ch11.check_overrun(predict_overrun)
+ch11.check_overrun(predict_overrun);
 for n, block in ((80, 16), (80, 32), (80, 64)):
     print(f"n={n:>3} block={block:>2}: unmasked copy writes {ch11.measure_overrun(n, block):>2} past the end, "
           f"masked copy {ch11.measure_overrun(n, block, ch11.copy_masked)}")
