@@ -695,14 +695,16 @@ expect("at initialisation the SiLU-gated layer gets at least half the gradient o
 #    *{glue:text}`ch05_verdict_layer`*. The scalar gate stores and overwrites just fine; the output gate is what
 #    stalls training.
 #
-# The toy version of the same experiment runs here (rebinding with 4 keys, width 32, one layer, 300 steps,
-# three seeds; a few seconds each): Gated DeltaNet in its own layer against its recurrence in KDA's layer.
+# The toy version of the same experiment runs here (chapter 03's live set-up: rebinding with 4 keys, width 32,
+# one layer, 300 steps, three seeds; a few seconds each): Gated DeltaNet in its own layer against its
+# recurrence in KDA's layer.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from k3lite.bakeoff.plots import live_demo  # noqa: E402
 
-live = live_demo("rebind4", ("gated_delta_rule", GDN_IN_KDA_LAYER))
+live = live_demo("rebind4", ("gated_delta_rule", GDN_IN_KDA_LAYER), d_model=32, num_layers=1, steps=300,
+                 seeds=(0, 1, 2))
 for mixer, scores in live.items():
     print(f"{LABELS[mixer]:<31} " + "  ".join(f"{a:.2f}" for a in scores))
 

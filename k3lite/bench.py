@@ -469,7 +469,7 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
            "k3_params": count(k3), "gpt2_params": count(gpt2), "gpt2_position_table_params": gpt2.wpe.weight.numel(),
            "k3_layers": list(k3_config.layer_types), "width": k3_config.hidden_size,
            "depth": k3_config.num_layers, "vocab_size": vocab_size, "prefill_max": prefill_max,
-           "k3_config": {k: v for k, v in k3_config.__dict__.items()}, "gpt2_config": dict(gpt2_config.__dict__),
+           "k3_config": dict(k3_config.__dict__), "gpt2_config": dict(gpt2_config.__dict__),
            "note": MODEL_DECODE_NOTE, "rows": []}
     results["model_decode"] = out
     results["meta"]["model_decode"] = MODEL_DECODE_NOTE
@@ -500,12 +500,14 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
             finally:
                 _k3_in_place(k3, False)
             del cache, k3_cache
-            torch.cuda.empty_cache() if gpu else None
+            if gpu:
+                torch.cuda.empty_cache()
             kv = fill_gpt2_cache(gpt2, prompt, length, fill, gen)
             row["gpt2_cache_bytes_per_seq"] = kv.nbytes() / batch
             gpt2_s = time_decode(lambda token: gpt2(token, kv), tokens, gpu, warmup, repeats)
             del kv
-            torch.cuda.empty_cache() if gpu else None
+            if gpu:
+                torch.cuda.empty_cache()
         row["k3_ms_per_step"] = k3_s / steps * 1e3
         row["gpt2_ms_per_step"] = gpt2_s / steps * 1e3
         row["k3_tokens_per_s"] = batch * steps / k3_s

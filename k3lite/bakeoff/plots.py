@@ -274,6 +274,16 @@ def plot_all(path="figures/bakeoff.json", out_dir="figures") -> list[Path]:
     return written
 
 
+LIVE_DATA = {"vocab_size": 40, "seq_len": 64, "batch_size": 32, "eval_batch": 128}   # the toy runs' data
+
+
+def live_chance() -> float:
+    """Accuracy of guessing a value uniformly on the live demo's data (values are half the non-special ids)."""
+    from k3lite.bakeoff.tasks import SPECIAL
+
+    return 1 / ((LIVE_DATA["vocab_size"] - SPECIAL) // 2)
+
+
 def live_demo(task: str = "rebind4", mixers=("linear_attention", "delta_rule"), *, steps: int = 300,
               d_model: int = 32, num_layers: int = 1, seeds=(0, 1, 2), lr: float = 1e-2) -> dict[str, list[float]]:
     """Train each mixer at toy size on the CPU through the bake-off's own code; ``{mixer: [metric per seed]}``.
@@ -290,8 +300,7 @@ def live_demo(task: str = "rebind4", mixers=("linear_attention", "delta_rule"), 
     results = {}
     for mixer in mixers:
         results[mixer] = [
-            run(RunSpec(task=task, mixer=mixer, d_model=d_model, lr=lr, seed=seed, steps=steps, batch_size=32,
-                        num_layers=num_layers, vocab_size=40, seq_len=64, lm_seq_len=256, eval_batch=128,
-                        phase="demo"), "cpu")["metric"]
+            run(RunSpec(task=task, mixer=mixer, d_model=d_model, lr=lr, seed=seed, steps=steps,
+                        num_layers=num_layers, lm_seq_len=256, phase="demo", **LIVE_DATA), "cpu")["metric"]
             for seed in seeds]
     return results
