@@ -677,9 +677,8 @@ expect("at initialisation the SiLU-gated layer gets at least half the gradient o
 # %% [markdown]
 # Reading the evidence, one suspect at a time:
 #
-# 1. **The learning rate is not it.** At every rate tried (printed above: 1e-3 to 1e-2 on MQAR at two widths,
-#    1e-3 and 3e-3 on the other two tasks), Gated DeltaNet never passes {glue:text}`ch05_gdn_best_any_lr` at
-#    width 64.
+# 1. **The learning rate is not it.** At every rate tried on every task (printed above), Gated DeltaNet never
+#    passes {glue:text}`ch05_gdn_best_any_lr` at width 64.
 # 2. **Weight decay is not it.** The optimiser already leaves `A_log` and the decay's bias undecayed, as
 #    published recipes do (printed above).
 # 3. **The kernels are not it.** The same model trained on a CPU through the PyTorch reference (float32, no
