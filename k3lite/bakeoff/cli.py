@@ -99,6 +99,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"one of {PHASES}: sweep, seeds at the best lr, extra seeds for close pairs, or all three")
     p.add_argument("--out", default="figures/bakeoff.json")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
+                   help="launch every CUDA training step from Python (default: capture the step once, replay it)")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--workers-per-gpu", type=int, default=3,
                    help="worker processes per GPU (on the CPU: processes in all; 1 runs in this process)")
@@ -173,7 +175,7 @@ def _spec(args, task, mixer, d, lr, seed, phase) -> RunSpec:
     return RunSpec(task=task, mixer=mixer, d_model=d, lr=lr, seed=seed, steps=args.steps_of[kind],
                    batch_size=args.batch_of[kind], num_layers=args.num_layers, num_heads=args.num_heads,
                    vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len,
-                   eval_batch=args.eval_batch, phase=phase)
+                   eval_batch=args.eval_batch, phase=phase, cuda_graph=args.cuda_graph)
 
 
 def lr_source(args, spec: RunSpec) -> str:

@@ -2,14 +2,17 @@
 
 On CUDA no step synchronises: the losses stay on the GPU in one buffer and are read once at the end.
 The first step checks that every recurrent layer went through the Triton forward AND backward
-(``TritonPathError`` otherwise).
+(``TritonPathError`` otherwise). After a few eager steps the whole training step (forward, backward,
+clipping, AdamW) is captured once as a CUDA graph and replayed: these models are small enough that
+launching some 500 kernels per step from Python, not the GPU, sets the pace. A replay runs the very
+kernels the eager step ran; if capture fails the run goes on eagerly and records why.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 
 import torch
@@ -21,6 +24,7 @@ from k3lite.train import learning_rate, lm_loss
 NO_DECAY_NAMES = ("A_log", "decay.bias", "dt_bias")
 CURVE_POINTS = 50
 EVAL_BATCH = 256
+EAGER_STEPS = 3   # before capture: the Triton kernels compile, AdamW creates its state, autocast settles
 
 
 class TritonPathError(RuntimeError):
@@ -43,6 +47,7 @@ class RunSpec:
     lm_seq_len: int = 2048
     eval_batch: int = EVAL_BATCH
     phase: str = "seeds"
+    cuda_graph: bool = True   # how the step is launched, not what it computes: not part of key()
 
     def key(self) -> str:
         """Identity of a run in the store: everything that changes its result."""
@@ -87,13 +92,46 @@ def count_triton_calls():
 
 def _train_step(model, optimizer, batch, autocast):
     inputs, targets, _ = batch
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+    # cache_enabled=False: a CUDA graph must not capture autocast's weight-cast cache (PyTorch's graph notes)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast, cache_enabled=False):
         loss = lm_loss(model(inputs), targets)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return loss.detach()
+
+
+class GraphedStep:
+    """The training step captured once as a CUDA graph; ``__call__`` copies a batch in and replays it.
+
+    Follows PyTorch's whole-network capture recipe: eager warm-up steps on a side stream, gradients set
+    to None before capture (so backward allocates them from the graph's pool and every replay overwrites
+    them), an AdamW built with ``capturable=True`` and a tensor learning rate that is updated in place.
+    """
+
+    def __init__(self, model, optimizer, batch, autocast):
+        inputs, targets, score = batch
+        self.inputs, self.targets = inputs.clone(), targets.clone()
+        self.graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self.graph):
+            self.loss = _train_step(model, optimizer, (self.inputs, self.targets, score), autocast)
+
+    def __call__(self, batch):
+        inputs, targets, _ = batch
+        self.inputs.copy_(inputs)
+        self.targets.copy_(targets)
+        self.graph.replay()
+        return self.loss
+
+
+def _set_learning_rate(optimizer, value: float) -> None:
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)      # in place: the captured AdamW reads this tensor at every replay
+        else:
+            group["lr"] = value
 
 
 @torch.no_grad()
@@ -148,27 +186,40 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
     mlp_hidden = matched_mlp_hidden(spec.mixer, **dims)   # before seeding: its first call builds models
     torch.manual_seed(spec.seed)
     model = build_model(spec.mixer, **dims, mlp_hidden=mlp_hidden, backend="triton" if cuda else "torch").to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=spec.lr, betas=(0.9, 0.95), fused=cuda)
+    graphed = cuda and spec.cuda_graph
+    # A graph needs the learning rate as a device tensor (changed in place) and a capturable AdamW.
+    lr = torch.tensor(spec.lr, device=device) if graphed else spec.lr
+    optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=(0.9, 0.95), fused=cuda,
+                                  capturable=graphed)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
     warmup = max(1, spec.steps // 10)
     losses = torch.zeros(spec.steps, device=device)
     start = time.perf_counter()
     timed_from, timed_start = min(5, spec.steps - 1), start
     triton_calls = None
+    step_fn, graph_error, graphed_steps = None, None, 0
+    side = torch.cuda.Stream(device) if graphed else None
     for step in range(spec.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, spec.steps, spec.lr, warmup)
+        _set_learning_rate(optimizer, learning_rate(step, spec.steps, spec.lr, warmup))
         if step == timed_from:
             if cuda:
                 torch.cuda.synchronize(device)
             timed_start = time.perf_counter()
         batch = task.sample(spec.batch_size, generator, device)
-        if step == 0 and cuda and check_triton:
-            with count_triton_calls() as counts:
+        if graphed and step == EAGER_STEPS and step_fn is None:
+            step_fn, graph_error = _capture(model, optimizer, batch, side, device)
+        if step_fn is not None:
+            losses[step] = step_fn(batch)
+            graphed_steps += 1
+        elif step == 0 and cuda and check_triton:
+            with _maybe_stream(side), count_triton_calls() as counts:
                 losses[step] = _train_step(model, optimizer, batch, cuda)
             triton_calls = _check_triton_path(model, counts, spec.mixer)
         else:
-            losses[step] = _train_step(model, optimizer, batch, cuda)
+            with _maybe_stream(side):
+                losses[step] = _train_step(model, optimizer, batch, cuda)
+        if side is not None and step < EAGER_STEPS:
+            torch.cuda.current_stream(device).wait_stream(side)
     if cuda:
         torch.cuda.synchronize(device)
     end = time.perf_counter()
@@ -184,7 +235,9 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
               "first_steps_s": timed_start - start,
               "tokens_per_s": timed_steps * spec.batch_size * task.seq_len / max(1e-9, end - timed_start),
               "train_s": end - start, "triton_calls": triton_calls, "backend": "triton" if cuda else "torch",
-              "device": str(device)}
+              "device": str(device), "graphed_steps": graphed_steps}
+    if graph_error:
+        record["cuda_graph_error"] = graph_error
     if timing_only:
         return record
     metrics = evaluate(model, task, torch.Generator(device=device).manual_seed(spec.seed + 10_000), device, cuda,
@@ -195,6 +248,21 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
     if task.name == "lm":
         record["corpus"] = corpus_fingerprint(device)
     return record
+
+
+def _maybe_stream(stream):
+    return torch.cuda.stream(stream) if stream is not None else nullcontext()
+
+
+def _capture(model, optimizer, batch, side, device):
+    """(GraphedStep, None), or (None, the reason) when this model cannot be captured: the run goes on eagerly."""
+    side.wait_stream(torch.cuda.current_stream(device))
+    torch.cuda.synchronize(device)
+    try:
+        return GraphedStep(model, optimizer, batch, autocast=True), None
+    except RuntimeError as err:
+        torch.cuda.synchronize(device)
+        return None, f"{type(err).__name__}: {err}"[:500]
 
 
 def _check_triton_path(model, counts, mixer) -> dict:
