@@ -111,6 +111,7 @@ class GraphedStep:
     """
 
     def __init__(self, model, optimizer, batch, autocast):
+        self.batch = batch   # the batch of the capture step, replayed first
         inputs, targets, score = batch
         self.inputs, self.targets = inputs.clone(), targets.clone()
         self.graph = torch.cuda.CUDAGraph()
@@ -205,20 +206,26 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
             if cuda:
                 torch.cuda.synchronize(device)
             timed_start = time.perf_counter()
-        batch = task.sample(spec.batch_size, generator, device)
-        if graphed and step == EAGER_STEPS and step_fn is None:
-            step_fn, graph_error = _capture(model, optimizer, batch, side, device)
+        if graphed and step == EAGER_STEPS:
+            step_fn, graph_error = _capture(model, optimizer, task.sample(spec.batch_size, generator, device), device)
         if step_fn is not None:
+            batch = step_fn.batch if step == EAGER_STEPS else task.sample(spec.batch_size, generator, device)
             losses[step] = step_fn(batch)
             graphed_steps += 1
-        elif step == 0 and cuda and check_triton:
-            with _maybe_stream(side), count_triton_calls() as counts:
+            continue
+        # Before capture the eager steps run on a side stream (the capture recipe). The batch is drawn on that
+        # stream too: a batch drawn on the default stream and read on another would race its own writes.
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream(device))
+        with _maybe_stream(side):
+            batch = task.sample(spec.batch_size, generator, device)
+            if step == 0 and cuda and check_triton:
+                with count_triton_calls() as counts:
+                    losses[step] = _train_step(model, optimizer, batch, cuda)
+                triton_calls = _check_triton_path(model, counts, spec.mixer)
+            else:
                 losses[step] = _train_step(model, optimizer, batch, cuda)
-            triton_calls = _check_triton_path(model, counts, spec.mixer)
-        else:
-            with _maybe_stream(side):
-                losses[step] = _train_step(model, optimizer, batch, cuda)
-        if side is not None and step < EAGER_STEPS:
+        if side is not None:
             torch.cuda.current_stream(device).wait_stream(side)
     if cuda:
         torch.cuda.synchronize(device)
@@ -254,9 +261,8 @@ def _maybe_stream(stream):
     return torch.cuda.stream(stream) if stream is not None else nullcontext()
 
 
-def _capture(model, optimizer, batch, side, device):
+def _capture(model, optimizer, batch, device):
     """(GraphedStep, None), or (None, the reason) when this model cannot be captured: the run goes on eagerly."""
-    side.wait_stream(torch.cuda.current_stream(device))
     torch.cuda.synchronize(device)
     try:
         return GraphedStep(model, optimizer, batch, autocast=True), None
