@@ -544,7 +544,7 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
 # culprit is its layer's SiLU output gate.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import store  # noqa: E402
+from k3lite.bakeoff import store, summarize  # noqa: E402
 from k3lite.bakeoff.plots import (  # noqa: E402
     GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup,
@@ -714,9 +714,44 @@ expect("live: every seed of the recurrence in KDA's layer beats every seed of Ga
 # %% [markdown]
 # Why a SiLU gate stalls a small model when a sigmoid does not is still open. The gradient reaching the
 # q/k/v projections at initialisation is {glue:text}`ch05_init_gradient_ratio` times the sigmoid-gated layer's
-# (per layer, cell above), so it is not simply a vanishing signal at the start. At the scale Gated DeltaNet was published at, with long training, the
-# plateau evidently ends; at this budget it does not. The lesson for reading any bake-off: a mixer is always
-# trained *inside a layer*, and a difference between layers can pass for a difference between mechanisms.
+# (per layer, cell above), so it is not simply a vanishing signal at the start.
+#
+# Size matters, and the bake-off measured it. Every cell above is at width 64: two heads of 32 channels. The
+# MQAR grid also ran at width 128 (two heads of 64), same steps, same learning-rate sweep:
+
+# %% tags=["plumbing"]
+PAIRS = (16, 32, 64, 128)
+print(f"{'MQAR pairs':<12}" + "".join(f"{f'd {d}: Gated DeltaNet':>24}{f'd {d}: DeltaNet':>18}" for d in (64, 128)))
+for pairs in PAIRS:
+    row = "".join(f"{cell_summary(bakeoff_cells, f'mqar{pairs}', m, d):>24}" if m == "gated_delta_rule" else
+                  f"{cell_summary(bakeoff_cells, f'mqar{pairs}', m, d):>18}"
+                  for d in (64, 128) for m in ("gated_delta_rule", "delta_rule"))
+    print(f"{pairs:<12}{row}")
+    for d in (64, 128):
+        glue(f"ch05_gdn_mqar{pairs}_d{d}", cell_summary(bakeoff_cells, f"mqar{pairs}", "gated_delta_rule", d),
+             display=False)
+glue("ch05_dn_mqar128_d128", cell_summary(bakeoff_cells, "mqar128", "delta_rule", 128), display=False)
+gdn_mean = {(p, d): summarize(accuracies(f"mqar{p}", "gated_delta_rule", d)).mean for p in PAIRS for d in (64, 128)}
+gdn_seeds = min(len(accuracies(f"mqar{p}", "gated_delta_rule", d)) for p in PAIRS for d in (64, 128))
+glue("ch05_gdn_mqar_seeds", str(gdn_seeds), display=False)
+expect("at width 64 Gated DeltaNet's layer stays below 0.1 on MQAR at every number of pairs",
+       max(gdn_mean[p, 64] for p in PAIRS) < 0.1)
+expect("at width 128 the same layer learns MQAR with 16 to 64 pairs (every mean above 0.75)",
+       min(gdn_mean[p, 128] for p in PAIRS[:3]) > 0.75)
+expect("at width 128 it fails MQAR with 128 pairs (mean below 0.1) where DeltaNet's mean passes 0.9",
+       gdn_mean[128, 128] < 0.1 and summarize(accuracies("mqar128", "delta_rule", 128)).mean > 0.9)
+
+# %% [markdown]
+# At width 128 the same SiLU-gated layer learns: {glue:text}`ch05_gdn_mqar16_d128` with 16 pairs,
+# {glue:text}`ch05_gdn_mqar32_d128` with 32, {glue:text}`ch05_gdn_mqar64_d128` with 64 (against
+# {glue:text}`ch05_gdn_mqar16_d64`, {glue:text}`ch05_gdn_mqar32_d64` and {glue:text}`ch05_gdn_mqar64_d64` at width 64;
+# {glue:text}`ch05_gdn_mqar_seeds` seeds or more per cell). With 128 pairs it fails again
+# ({glue:text}`ch05_gdn_mqar128_d128`) where DeltaNet reaches {glue:text}`ch05_dn_mqar128_d128`. So the layer is not
+# broken: it trains with heads of 64 channels, and stalls with heads of 32 or on the hardest task. What was not
+# run, and would separate the two: the head size varied at a fixed width, and the sigmoid-gated variant at
+# width 128 on MQAR with 128 pairs. The lesson for reading any bake-off: a mixer is always trained *inside a
+# layer* and *at a size*, and a difference between layers, or between sizes, can pass for a difference between
+# mechanisms.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 8. Exercises

@@ -13,7 +13,7 @@ from k3lite.bakeoff import cli, store
 from k3lite.bakeoff.models import BUILTIN, build_model, load_custom, matched_mlp_hidden, num_parameters
 from k3lite.bakeoff.plots import live_demo, plot_all, plot_cell
 from k3lite.bakeoff.runs import RunSpec, TritonPathError, _check_triton_path, param_groups, run
-from k3lite.bakeoff.stats import beats, summarize
+from k3lite.bakeoff.stats import beats, beats_paired, summarize
 from k3lite.bakeoff.tasks import NONE, RESET, make_task
 
 TOY = dict(d_model=16, lr=3e-3, seed=0, steps=2, batch_size=2, vocab_size=80, seq_len=64, lm_seq_len=128,
@@ -160,6 +160,18 @@ def test_beats_rule():
     assert summarize([1.0, 3.0]).std == pytest.approx(math.sqrt(2.0))
     with pytest.raises(ValueError, match="a must"):
         beats([1.0], [0.0, 0.1])
+
+
+def test_paired_rule_sees_what_the_unpaired_rule_cannot():
+    # Seeds move both mixers together (the data), while A stays 0.03 below B on every seed.
+    a = {0: 1.70, 1: 1.55, 2: 1.59}
+    b = {0: 1.73, 1: 1.59, 2: 1.62}
+    assert not beats(list(a.values()), list(b.values()), higher_is_better=False)
+    assert beats_paired(a, b, higher_is_better=False) and not beats_paired(b, a, higher_is_better=False)
+    assert not beats_paired({0: 1.0, 1: 2.0, 2: 1.5}, {0: 1.5, 1: 1.5, 2: 1.5})   # signs disagree
+    assert not beats_paired(a, {**b, 1: 1.40}, higher_is_better=False)            # one seed the other way
+    with pytest.raises(ValueError, match="share at least 2 seeds"):
+        beats_paired({0: 1.0, 1: 1.0}, {1: 1.0, 2: 1.0})
 
 
 def test_sweep_then_seeds_resume_and_merge(tmp_path, monkeypatch):

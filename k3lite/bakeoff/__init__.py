@@ -6,6 +6,6 @@ run, Triton forward and backward asserted on CUDA), ``store`` (figures/bakeoff.j
 the "A beats B" rule), ``cli`` (grid, learning-rate sweep, seeds, workers, measure, merge), ``plots``.
 """
 
-from k3lite.bakeoff.stats import beats, summarize
+from k3lite.bakeoff.stats import beats, beats_paired, summarize
 
-__all__ = ["beats", "summarize"]
+__all__ = ["beats", "beats_paired", "summarize"]

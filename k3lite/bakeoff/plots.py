@@ -12,7 +12,7 @@ from pathlib import Path
 
 from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN
-from k3lite.bakeoff.stats import beats, summarize
+from k3lite.bakeoff.stats import beats, beats_paired, summarize
 from k3lite.bakeoff.tasks import PROBE_ALPHABET, family
 
 GDN_IN_KDA_LAYER = "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"
@@ -59,6 +59,20 @@ def rule_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> s
     return "no call: the means are within two standard errors"
 
 
+def paired_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> str:
+    """The paired rule (``stats.beats_paired``: per-seed differences, the same data on both sides), in words."""
+    by_seed = [{run["seed"]: run["metric"] for run in cells.get((task, d_model, m), [])} for m in (a, b)]
+    shared = len(set(by_seed[0]) & set(by_seed[1]))
+    if shared < 2:
+        return f"no call: {shared} shared seed, nothing to pair"
+    higher = cells[task, d_model, a][0].get("higher_is_better", True)
+    if beats_paired(*by_seed, higher_is_better=higher):
+        return f"{LABELS[a]} beats {LABELS[b]} (paired)"
+    if beats_paired(*by_seed[::-1], higher_is_better=higher):
+        return f"{LABELS[b]} beats {LABELS[a]} (paired)"
+    return "no call (paired): the mean difference is within two standard errors"
+
+
 def cell_summary(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
     """``"0.943 ± 0.039"`` over a cell's seeds, or ``"0.977 (one seed)"``: how the chapters quote a cell."""
     stats = summarize(cell_metrics(cells, task, mixer, d_model))
@@ -68,7 +82,7 @@ def cell_summary(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
 def run_setup(record: dict) -> str:
     """A stored run's training set-up and the machine it ran on, in one line."""
     return (f"d_model {record['d_model']}, {record['num_layers']} layers, {record['num_heads']} heads, "
-            f"vocab {record['vocab_size']}, T {record['seq_len']}, batch {record['batch_size']}, "
+            f"vocab {record['vocab_size']}, T {record.get('seq_len_used', record['seq_len'])}, batch {record['batch_size']}, "
             f"{record['steps']} steps, lr {record['lr']:g}; {record['provenance']['device_name']}, "
             f"{record['backend']} backend")
 
