@@ -87,7 +87,7 @@ def sweep(kind, shape, results, stages=None, widths=True):
                     per_kernel.setdefault(name, {})[f"w{warps}s{n_stages}"] = ms
             print(f"  {stage} w{warps} s{n_stages}: total {sum(times.values()):.3f} ms", flush=True)
     width_cases = ((chunk_fwd.BLOCK_V, "output", (64, 128)), (chunk_fwd.BLOCK_V, "state", (16, 32, 64)),
-                   (chunk_bwd_triton.BLOCK_V, "state_halves", (32, 64))) if widths else ()
+                   (chunk_bwd_triton.BLOCK_V, "state_halves", (16, 32, 64))) if widths else ()
     for table, key, widths in width_cases:
         old = table[key]
         for width in widths:
