@@ -216,7 +216,9 @@ def test_bad_gate_on_cuda_fails_at_the_next_synchronisation_naming_it():
             "g = torch.full((1, 4, 2, 16), 0.5, device='cuda'); b = torch.rand(1, 4, 2, device='cuda'); "
             "kda.chunked(x, x, x, g, b, backend='triton'); print('queued', flush=True); torch.cuda.synchronize()")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert "queued" in result.stdout      # the call itself returned without waiting for the GPU
+    # Where the error surfaces is up to CUDA: the assert is sticky, so a launch later in the same call may
+    # report it before "queued" is printed (seen on the H200). That the call never waits for the GPU is
+    # test_ops_api_never_synchronises_the_host's to show; here: the process fails, and the report names g.
     report = result.stdout + result.stderr   # the device prints the assert's message; the host raises
     assert result.returncode != 0 and "g is a log-space decay" in report, report[-2000:]
 
