@@ -149,6 +149,26 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT
 
 
 @triton.jit
+def _chunk_cumsum_rows(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                       BK: tl.constexpr):
+    # GATE_CHANNEL, the same sums as _chunk_cumsum, one program per (key block, chunk, head): it walks the
+    # chunk's rows in order with a float64 running sum per channel. No scan across threads, which in float64
+    # made the tile-wide form three times slower than its float32 predecessor (H200, 2026-12-01).
+    i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_k * BK + tl.arange(0, BK)
+    base = _head_base(i_b, i_h, T, H, K) + cols
+    acc = tl.zeros([BK], dtype=tl.float64)
+    for j in tl.static_range(BT):
+        t = i_t * BT + j
+        m = cols < tl.where(t < T, K, 0)
+        acc += tl.maximum(tl.load(g_ptr + base + t * H * K, mask=m, other=0.0).to(tl.float64), GATE_FLOOR)
+        hi = acc.to(tl.float32)
+        tl.store(hi_ptr + base + t * H * K, hi, mask=m)
+        tl.store(lo_ptr + base + t * H * K, (acc - hi.to(tl.float64)).to(tl.float32), mask=m)
+
+
+@triton.jit
 def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
@@ -528,6 +548,7 @@ SOLVE_PRECISION = "ieee"
 # with scripts/gpu_profile.py, which times each stage under other settings (it edits this dict).
 LAUNCH = {
     "cumsum": dict(num_warps=4),
+    "cumsum_rows": dict(num_warps=1),
     "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
     "diagonal": dict(num_warps=1),
@@ -539,6 +560,9 @@ LAUNCH = {
 # KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
 DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 32
+# KDA's gate sums row by row (_chunk_cumsum_rows) or as one tile-wide scan (_chunk_cumsum); scripts/gpu_profile.py
+# times both.
+CUMSUM_BY_ROWS = True
 # Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
 BLOCK_V = {"output": 64, "state": None}
 
@@ -558,7 +582,12 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     if gate != GATE_NONE:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
         G_lo = torch.empty_like(G)
-        _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, K, BT, min(BK, KEY_TILE), gate, **LAUNCH["cumsum"])
+        if gate == GATE_CHANNEL and CUMSUM_BY_ROWS:
+            bk_rows = min(BK, 128)
+            _chunk_cumsum_rows[(triton.cdiv(K, bk_rows), NT, B * H)](g, G, G_lo, T, H, K, BT, bk_rows,
+                                                                    **LAUNCH["cumsum_rows"])
+        else:
+            _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, K, BT, min(BK, KEY_TILE), gate, **LAUNCH["cumsum"])
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
