@@ -4,11 +4,10 @@
 
 1. GPU time per kernel (torch.profiler) of one call of k3lite's Triton pipeline and of the reference
    library (flash-linear-attention, when importable), forward and forward+backward, bf16, D = 128.
-2. With --sections cumsum: KDA's two forms of the gate sums (CUMSUM_BY_ROWS), forward only.
-3. With --sweep: every stage of the forward and backward under a few (num_warps, num_stages) settings
+2. With --sweep: every stage of the forward and backward under a few (num_warps, num_stages) settings
    and value-block widths (the LAUNCH and BLOCK_V dicts of kernels/chunk_fwd.py and chunk_bwd_triton.py),
    each kernel's time read off the profiler, and the best setting per stage.
-4. Fused SiTU: the fast and the exact arithmetic path, a few block sizes and warp counts.
+3. Fused SiTU: the fast and the exact arithmetic path, a few block sizes and warp counts.
 Prints tables and writes DIR/profile.json. Used to choose the numbers in LAUNCH; not part of any test.
 """
 
@@ -139,27 +138,6 @@ def situ_variants(results):
     results["situ"] = out
 
 
-def cumsum_forms(shape, results, fla):
-    """KDA's gate sums row by row against the tile-wide float64 scan: per-kernel GPU time of the forward, and
-    the forward's wall time through the ops API, next to the reference's (when importable), in one process."""
-    import triton.testing
-
-    t = bench.mixer_inputs("kda", *shape, 128, torch.bfloat16, "cuda", False)
-    out = {}
-    if "kda" in fla:
-        out["fla_fwd_ms"] = triton.testing.do_bench(lambda: bench.fla_call(fla["kda"], "kda", t), return_mode="median")
-    for by_rows in (False, True, False):   # the old form first and last: a drift of the machine shows
-        chunk_fwd.CUMSUM_BY_ROWS = by_rows
-        tag = "rows" if by_rows else "scan"
-        times = bench.kernel_times(call("kda", shape, "fwd", "k3lite", None), ITERS)
-        wall = triton.testing.do_bench(lambda: bench.k3lite_call("kda", t, "triton"), return_mode="median")
-        out.setdefault(tag, []).append({"kernels": times, "ops_fwd_ms": wall})
-        show(f"kda {shape} fwd, gate sums by {tag}: ops API {wall:.3f} ms", times)
-    chunk_fwd.CUMSUM_BY_ROWS = True
-    print({k: v for k, v in out.items() if k == "fla_fwd_ms"})
-    results["cumsum_forms"] = out
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -197,9 +175,6 @@ def main():
                     results["profile"][f"{kind} {mode} {impl}"] = times
                     show(f"{kind} {shape} {mode} {impl}", times)
                     path.write_text(json.dumps(results, indent=1))
-    if "cumsum" in sections:
-        cumsum_forms(shape, results, fla)
-        path.write_text(json.dumps(results, indent=1))
     if "sweep" in sections:
         for kind in filter(None, args.sweep.split(",")):
             stages = set(args.sweep_stages.split(",")) if args.sweep_stages else None

@@ -6,6 +6,7 @@ per key channel). DELTA selects the delta rule (WY/UT form) over plain linear at
 
 Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s, stored as two float32 parts G + G_lo
+     _chunk_cumsum_rows   the same for per-channel gates (KDA), row by row
   2. _intra_chunk_dense   Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
                           Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
   3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
@@ -126,34 +127,27 @@ def _two_float_cumsum(b_g, axis: tl.constexpr):
 
 
 @triton.jit
-def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr, GATE: tl.constexpr):
-    # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo (_two_float_cumsum).
+def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, BT: tl.constexpr):
+    # GATE_SCALAR: G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo
+    # (_two_float_cumsum); one program per (chunk, head).
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    if GATE == GATE_CHANNEL:
-        base = _head_base(i_b, i_h, T, H, K)
-        for i_k in range(0, tl.cdiv(K, BK)):
-            p_g, m_g = _tile(g_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            hi, lo = _two_float_cumsum(tl.load(p_g, mask=m_g, other=0.0), 0)
-            _store(hi_ptr + base, hi, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            _store(lo_ptr + base, lo, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-    else:
-        base = _head_base(i_b, i_h, T, H, 1)
-        p_g, m_g = _vec(g_ptr + base, i_t * BT, T, H, BT)
-        hi, lo = _two_float_cumsum(tl.load(p_g, mask=m_g, other=0.0), 0)
-        p_o, m_o = _vec(hi_ptr + base, i_t * BT, T, H, BT)
-        tl.store(p_o, hi, mask=m_o)
-        p_o, m_o = _vec(lo_ptr + base, i_t * BT, T, H, BT)
-        tl.store(p_o, lo, mask=m_o)
+    base = _head_base(i_b, i_h, T, H, 1)
+    p_g, m_g = _vec(g_ptr + base, i_t * BT, T, H, BT)
+    hi, lo = _two_float_cumsum(tl.load(p_g, mask=m_g, other=0.0), 0)
+    p_o, m_o = _vec(hi_ptr + base, i_t * BT, T, H, BT)
+    tl.store(p_o, hi, mask=m_o)
+    p_o, m_o = _vec(lo_ptr + base, i_t * BT, T, H, BT)
+    tl.store(p_o, lo, mask=m_o)
 
 
 @triton.jit
 def _chunk_cumsum_rows(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                        BK: tl.constexpr):
-    # GATE_CHANNEL, the same sums as _chunk_cumsum, one program per (key block, chunk, head): it walks the
-    # chunk's rows in order with a float64 running sum per channel. No scan across threads, which in float64
-    # made the tile-wide form three times slower than its float32 predecessor (H200, 2026-12-01).
+    # GATE_CHANNEL: the same two-part sums as _chunk_cumsum, one program per (key block, chunk, head), walking
+    # the chunk's rows in order with a float64 running sum per channel. A tile-wide float64 tl.cumsum (a scan
+    # across threads) took 0.205 ms here against 0.125 ms for this loop (KDA, B=2 T=8192 H=16 K=128, H200,
+    # 2026-12-01, figures/bench_h200_kda_2026-12-01.json); the float32 scan before the two-part sums, 0.065 ms.
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     cols = i_k * BK + tl.arange(0, BK)
@@ -560,9 +554,8 @@ LAUNCH = {
 # KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
 DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 32
-# KDA's gate sums row by row (_chunk_cumsum_rows) or as one tile-wide scan (_chunk_cumsum); scripts/gpu_profile.py
-# times both.
-CUMSUM_BY_ROWS = True
+# Channels per program of _chunk_cumsum_rows: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
+CUMSUM_KEY_TILE = 128
 # Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
 BLOCK_V = {"output": 64, "state": None}
 
@@ -582,12 +575,12 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     if gate != GATE_NONE:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
         G_lo = torch.empty_like(G)
-        if gate == GATE_CHANNEL and CUMSUM_BY_ROWS:
-            bk_rows = min(BK, 128)
+        if gate == GATE_CHANNEL:
+            bk_rows = min(BK, CUMSUM_KEY_TILE)
             _chunk_cumsum_rows[(triton.cdiv(K, bk_rows), NT, B * H)](g, G, G_lo, T, H, K, BT, bk_rows,
                                                                     **LAUNCH["cumsum_rows"])
         else:
-            _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, K, BT, min(BK, KEY_TILE), gate, **LAUNCH["cumsum"])
+            _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, BT, **LAUNCH["cumsum"])
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
