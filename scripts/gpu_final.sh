@@ -12,8 +12,12 @@
 #   tests   the GPU tests, under 3.7.1 and under the device's own Triton (the gated kinds, the boundary,
 #           layer and K3 tests, the head-width and in-place decode tests, the MoE's no-host-sync test)
 # Parts are spread round-robin over the visible GPUs; on one GPU they run one after another, so split them
-# over calls of at most 600 s, e.g. `bash scripts/gpu_final.sh 270 0 kda,gated` then
-# `bash scripts/gpu_final.sh 250 250 linear,decode,tests`. --merge joins the benchmark files of a call.
+# over calls of at most 600 s. Measured on one H200 (2026-12-01, a fresh machine): the kda part needs about
+# 280 s (fla autotunes its KDA forward and backward on first use: the first forward row comes at ~100 s, the
+# first forward+backward row at ~250 s), so give it 330; the tests part runs four pytest processes at once,
+# of which the chunked cases under 3.7.1 took 170 s and the others under 3.7.1 120 s. So, e.g.,
+# `bash scripts/gpu_final.sh 330 0 kda` + `bash scripts/gpu_final.sh 300 0 gated`, then
+# `bash scripts/gpu_final.sh 250 240 linear,tests` and `... decode`. --merge joins the benchmark files of a call.
 # Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png.
 # Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S] [PARTS (comma-separated)]
 # Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
