@@ -91,6 +91,28 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
         assert rel_err(x.grad, ref.grad) < (1e-5 if isinstance(gate_min, tuple) else 1e-4), name
 
 
+@pytest.mark.parametrize("kind,T,K", [("kda", 1, 16), ("kda", 70, 12), ("kda", 130, 40),
+                                      ("gated_delta_rule", 70, 16)])
+def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
+    # Stage 1 alone: per chunk of 64 tokens, hi = the float64 running sum rounded to float32, lo = the rest
+    # (both float32), gates floored at -1024 first; a -1e4 spike, a -inf and gentle gates in one chunk.
+    from k3lite.kernels import chunk_fwd
+
+    gen = torch.Generator().manual_seed(3)
+    shape = (2, T, 3, K) if kind == "kda" else (2, T, 3)
+    g = -3.0 * torch.rand(*shape, generator=gen)
+    g[:, T // 3] = -1e4
+    g[:, T // 2] = -float("inf")
+    g[:, T // 2 + 1:] *= 1e-3
+    q = torch.randn(2, T, 3, K)
+    parts = chunk_fwd.chunk_prepare(kind, q, q, q, g, torch.rand(2, T, 3), K ** -0.5)
+    chunks = g.double().clamp_min(-1024.0).split(chunk_fwd.CHUNK, dim=1)
+    ref = torch.cat([c.cumsum(dim=1) for c in chunks], dim=1)
+    assert parts["G"].dtype == parts["G_lo"].dtype == torch.float32
+    assert torch.equal(parts["G"], ref.float())
+    assert (parts["G"].double() + parts["G_lo"].double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
+
+
 @pytest.mark.parametrize("kind", list(OPS))
 def test_step_matches_recurrent_one_token(kind):
     q, k, v, g, beta, h0 = make_inputs(kind, 1, -3.0, seed=7, batch=3)
