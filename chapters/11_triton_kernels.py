@@ -454,7 +454,7 @@ for ax in axes.flat:
     ax.axis("off")
 
 ax = axes[0, 0]
-ax.set_title("1. _chunk_cumsum_rows\nprogram = (channels, chunk, head): parallel", fontsize=9)
+ax.set_title("1. _chunk_cumsum\nprogram = (channels, chunk, head): parallel", fontsize=9)
 for c_i in range(4):
     tile(ax, 1, 0.5 + 2.2 * c_i, 3, 2, f"g, chunk {c_i}", sky)
     arrow(ax, 4.4, 0.7 + 2.2 * c_i, 4.4, 2.3 + 2.2 * c_i)
@@ -518,13 +518,14 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Stage by stage, in the kernels' own lines
 #
-# **1. Gate cumsum.** Each program owns one chunk of one head (for KDA, one block of its key channels)
-# and writes $G_r = \sum_{s \le r} g_s$ inside the chunk — as two float32 tensors, the float64 running sum
-# split into a high and a low part, so that decays over long spans keep their digits. It walks the rows
-# in order: section 5 measures why that beats a scan across threads.
+# **1. Gate cumsum.** Each program owns one chunk of one head (for KDA, one block of its key channels;
+# Gated DeltaNet's one gate per head is a single channel) and writes $G_r = \sum_{s \le r} g_s$ inside the
+# chunk — as two float32 tensors, the float64 running sum split into a high and a low part, so that decays
+# over long spans keep their digits. It walks the rows in order; section 5 times that against a scan
+# across threads:
 
 # %%
-show(chunk_fwd._chunk_cumsum_rows)
+show(chunk_fwd._chunk_cumsum)
 
 # %% [markdown]
 # **2–3. Intra-chunk scores and the triangular solve.** For KDA the decay between tokens $r$ and $i$ is
@@ -773,6 +774,7 @@ NEW_META = NEW["meta"]
 FORMS = NEW["cumsum_forms_2x8192x16"]
 two_part = {row["name"]: row["ms_per_call"] for row in NEW["kda_profile_2x8192x16"]["fwd"]}
 scan_runs = [{row["name"]: row["ms_per_call"] for row in run["kernels"]} for run in FORMS["scan"]]
+# At that commit the row-by-row kernel ran beside the scan under its own name; it is _chunk_cumsum now.
 rows_run = {row["name"].replace("_chunk_cumsum_rows", "_chunk_cumsum"): row["ms_per_call"]
             for row in FORMS["rows"][0]["kernels"]}
 bytes_one = {name: nbytes for name, (_, nbytes) in stage_costs(2, 8192, 16, 128, 128, b_gsum=4).items()}
@@ -797,6 +799,12 @@ glue("ch11_exact_readers_share", f"{sum(grew[n] for n in readers) / sum(grew.val
 glue("ch11_cumsum_scan_ms", f"{two_part['_chunk_cumsum']:.3f}", display=False)
 glue("ch11_cumsum_rows_ms", f"{rows_run['_chunk_cumsum']:.3f}", display=False)
 glue("ch11_cumsum_old_ms", f"{fwd_ms['_chunk_cumsum']:.3f}", display=False)
+glue("ch11_readers_count", str(len(readers)), display=False)
+cumsum_time_x = two_part["_chunk_cumsum"] / fwd_ms["_chunk_cumsum"]
+cumsum_bytes_x = bytes_two["_chunk_cumsum"] / bytes_one["_chunk_cumsum"]
+glue("ch11_cumsum_time_x", f"{cumsum_time_x:.1f}", display=False)
+glue("ch11_cumsum_bytes_x", f"{cumsum_bytes_x:.2f}", display=False)
+expect("the cumsum's time grew more than its bytes", cumsum_time_x > cumsum_bytes_x)
 glue("ch11_rows_fwd_vs_fla", f"{FORMS['rows'][0]['ops_fwd_ms'] / FORMS['fla_fwd_ms']:.2f}", display=False)
 expect("the two-part sums made the KDA forward more than 10 % slower", totals[1] > 1.1 * totals[0])
 expect("the cumsum grew the most", max(grew, key=grew.get) == "_chunk_cumsum")
@@ -808,12 +816,13 @@ expect("row by row, the cumsum is faster than the scan in both of the scan's tim
 # %% [markdown]
 # The forward went from {glue:text}`ch11_exact_old_ms` to {glue:text}`ch11_exact_new_ms` ms of GPU time
 # ({glue:text}`ch11_exact_growth` more), and {glue:text}`ch11_exact_readers_share` of the growth is in the
-# four stages whose bytes the model says grow with $G_{lo}$ (the "bytes ×" column); the state pass and the
-# output stage, which read $G$ at one row per chunk or not at all, did not move. The largest jump was the
-# cumsum itself, and not for its bytes: a float64 `tl.cumsum` is a scan across threads, and it took
+# {glue:text}`ch11_readers_count` stages whose bytes the model says grow with $G_{lo}$ (the "bytes ×"
+# column); the state pass and the output stage, which read $G$ but not $G_{lo}$, did not move. The largest
+# jump was the cumsum itself, and not for its bytes: they grew {glue:text}`ch11_cumsum_bytes_x`×, its time
+# {glue:text}`ch11_cumsum_time_x`×. A float64 `tl.cumsum` is a scan across threads, and it took
 # {glue:text}`ch11_cumsum_scan_ms` ms where the float32 one had taken {glue:text}`ch11_cumsum_old_ms` ms.
-# Walking the 64 rows in order, one float64 running sum per channel and no communication between threads,
-# takes {glue:text}`ch11_cumsum_rows_ms` ms: that is the form stage 1 shows now.
+# Walking the chunk's rows in order, one float64 running sum per channel and no communication between
+# threads, takes {glue:text}`ch11_cumsum_rows_ms` ms: that is the form stage 1 shows now.
 #
 # Against the reference, in the same runs:
 
@@ -829,6 +838,8 @@ for row in NEW["decode"]:
     print(f"decode step B={row['B']}: kernel {row['tb_per_s']:.2f} TB/s, through kda.step {row['ops_tb_per_s']:.2f} TB/s, "
           f"fla {row['fla_tb_per_s']:.2f} TB/s")
 print("scope:", *textwrap.wrap(NEW_META["scope"], 110), sep="\n  ")
+then_ratios = [old_rows[(r["B"], r["T"], r["mode"])]["ratio_vs_fla"] for r in NEW["chunked"]]
+glue("ch11_then_range", f"{min(then_ratios):.2f}–{max(then_ratios):.2f}", display=False)
 new_fwd = [r for r in NEW["chunked"] if r["mode"] == "fwd"]
 new_both = [r for r in NEW["chunked"] if r["mode"] == "fwd+bwd"]
 glue("ch11_now_fwd_range", f"{min(r['ratio_vs_fla'] for r in new_fwd):.2f}–{max(r['ratio_vs_fla'] for r in new_fwd):.2f}",
@@ -843,8 +854,9 @@ expect("the ops API costs at most 5 % over the kernels on every chunked row",
        all(r["ops_over_kernels"] <= 1.05 for r in NEW["chunked"]))
 
 # %% [markdown]
-# Exactness moved the course's KDA kernels from level with the reference to behind it: the forward is now
-# {glue:text}`ch11_now_fwd_range`× fla's time, forward plus backward {glue:text}`ch11_now_both_range`×
+# Exactness moved the course's KDA kernels from {glue:text}`ch11_then_range`× fla's time on these rows to
+# behind it: the forward is now {glue:text}`ch11_now_fwd_range`×, forward plus backward
+# {glue:text}`ch11_now_both_range`×
 # (the row-by-row cumsum brings the forward at $T = 8192$ to {glue:text}`ch11_rows_fwd_vs_fla`×). The
 # argument checks in front of the kernels, which no longer wait for the GPU, add at most
 # {glue:text}`ch11_ops_overhead_max` to a chunked call. A single decode step is another matter: at the

@@ -6,7 +6,6 @@ per key channel). DELTA selects the delta rule (WY/UT form) over plain linear at
 
 Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s, stored as two float32 parts G + G_lo
-     _chunk_cumsum_rows   the same for per-channel gates (KDA), row by row
   2. _intra_chunk_dense   Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
                           Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
   3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
@@ -117,37 +116,15 @@ def _span(hi_r, lo_r, hi_c, lo_c):
 
 
 @triton.jit
-def _two_float_cumsum(b_g, axis: tl.constexpr):
-    # The chunk-local cumulative sum of a tile of log-gates, as hi + lo: summed in float64 (gates of every
-    # size keep their digits), then split into the float32 sum and its float32 remainder. Each gate is first
-    # raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no inf - inf.
-    b_sum = tl.cumsum(tl.maximum(b_g.to(tl.float64), GATE_FLOOR), axis=axis)
-    hi = b_sum.to(tl.float32)
-    return hi, (b_sum - hi.to(tl.float64)).to(tl.float32)
-
-
-@triton.jit
-def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, BT: tl.constexpr):
-    # GATE_SCALAR: G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo
-    # (_two_float_cumsum); one program per (chunk, head).
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    base = _head_base(i_b, i_h, T, H, 1)
-    p_g, m_g = _vec(g_ptr + base, i_t * BT, T, H, BT)
-    hi, lo = _two_float_cumsum(tl.load(p_g, mask=m_g, other=0.0), 0)
-    p_o, m_o = _vec(hi_ptr + base, i_t * BT, T, H, BT)
-    tl.store(p_o, hi, mask=m_o)
-    p_o, m_o = _vec(lo_ptr + base, i_t * BT, T, H, BT)
-    tl.store(p_o, lo, mask=m_o)
-
-
-@triton.jit
-def _chunk_cumsum_rows(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                       BK: tl.constexpr):
-    # GATE_CHANNEL: the same two-part sums as _chunk_cumsum, one program per (key block, chunk, head), walking
-    # the chunk's rows in order with a float64 running sum per channel. A tile-wide float64 tl.cumsum (a scan
-    # across threads) took 0.205 ms here against 0.125 ms for this loop (KDA, B=2 T=8192 H=16 K=128, H200,
-    # 2026-12-01, figures/bench_h200_kda_2026-12-01.json); the float32 scan before the two-part sums, 0.065 ms.
+def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                  BK: tl.constexpr):
+    # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a float64 running sum
+    # (gates of every size keep their digits), split into the float32 sum and its float32 remainder. One
+    # program per (key block, chunk, head) walks the chunk's rows in order; a gate per head is K = 1. Each gate
+    # is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
+    # inf - inf. A tile-wide float64 tl.cumsum (a scan across threads) took 0.205 ms against 0.125 ms for this
+    # loop (KDA, B=2 T=8192 H=16 K=128, H200, 2026-12-01, figures/bench_h200_kda_2026-12-01.json, where this
+    # kernel is named _chunk_cumsum_rows); the float32 scan before the two-part sums took 0.065 ms.
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     cols = i_k * BK + tl.arange(0, BK)
@@ -541,8 +518,7 @@ SOLVE_PRECISION = "ieee"
 # Launch settings of each stage: a few explicit numbers, no autotuner. They were picked on an H200
 # with scripts/gpu_profile.py, which times each stage under other settings (it edits this dict).
 LAUNCH = {
-    "cumsum": dict(num_warps=4),
-    "cumsum_rows": dict(num_warps=1),
+    "cumsum": dict(num_warps=1),
     "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
     "diagonal": dict(num_warps=1),
@@ -554,14 +530,14 @@ LAUNCH = {
 # KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
 DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 32
-# Channels per program of _chunk_cumsum_rows: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
+# Channels per program of _chunk_cumsum: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
 CUMSUM_KEY_TILE = 128
 # Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
 BLOCK_V = {"output": 64, "state": None}
 
 
 def chunk_prepare(kind, q, k, v, g, beta, scale):
-    """Stages 1-4 (chunk-parallel): G (as G + G_lo, see _two_float_cumsum), Aqk, and for the delta kinds
+    """Stages 1-4 (chunk-parallel): G (as G + G_lo, see _chunk_cumsum), Aqk, and for the delta kinds
     Akk, Ai, W, U, K_dec. Returns a dict; absent entries are None."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
@@ -575,12 +551,10 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     if gate != GATE_NONE:
         G = torch.empty(g.shape, device=dev, dtype=torch.float32)
         G_lo = torch.empty_like(G)
-        if gate == GATE_CHANNEL:
-            bk_rows = min(BK, CUMSUM_KEY_TILE)
-            _chunk_cumsum_rows[(triton.cdiv(K, bk_rows), NT, B * H)](g, G, G_lo, T, H, K, BT, bk_rows,
-                                                                    **LAUNCH["cumsum_rows"])
-        else:
-            _chunk_cumsum[(NT, B * H)](g, G, G_lo, T, H, BT, **LAUNCH["cumsum"])
+        gate_width = K if gate == GATE_CHANNEL else 1   # a gate per head: one "channel"
+        bk_sum = min(_block(gate_width), CUMSUM_KEY_TILE)
+        _chunk_cumsum[(triton.cdiv(gate_width, bk_sum), NT, B * H)](g, G, G_lo, T, H, gate_width, BT, bk_sum,
+                                                                    **LAUNCH["cumsum"])
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
