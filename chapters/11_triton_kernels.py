@@ -175,7 +175,7 @@ show(recurrent_step._decode_step, "@triton.jit", "b_v = tl.load")
 # Then the update, all in registers, and the two stores:
 
 # %%
-show(recurrent_step._decode_step, "if GATE ==", "tl.store(o_ptr")
+show(recurrent_step._decode_step, "bad = False", "tl.store(o_ptr")
 
 # %% [markdown]
 # * **Per-channel decay** (`GATE == GATE_CHANNEL`, KDA): one factor $e^{g_d}$ per key channel, i.e. per
@@ -185,6 +185,12 @@ show(recurrent_step._decode_step, "if GATE ==", "tl.store(o_ptr")
 #   value column, computed on the *decayed* state; then $v' = \beta(v - S^\top k)$.
 # * **Write, then read**: `b_s + b_k[:, None] * b_v[None, :]` is the rank-one write $k v'^\top$; the
 #   output reads the *new* state. Both stores are masked like the loads.
+# * **The value checks** (`bad`, `CHECK`): the kernel has $g$ and $\beta$ in registers anyway, so it
+#   checks them there ($g \le 0$, $0 \le \beta \le 2$, written as `~(g <= 0)` so that a NaN fails too)
+#   and clears a flag in memory if one is out of range. The launcher queues one `torch._assert_async` on
+#   that flag. Checking on the host instead would take a reduction per tensor and would wait for the GPU
+#   with `.item()`; the asynchronous host-side form (a max, an aminmax, comparisons, two asserts) is eight
+#   small launches per token.
 #
 # The launcher picks the block sizes and the grid:
 

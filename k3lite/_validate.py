@@ -11,7 +11,9 @@ else from k3lite), so it depends on torch only.
 Value checks (g <= 0, beta in [0, 2]) never stop the host on CUDA: reading a GPU number with ``.item()``
 waits for every queued kernel, 0.1-0.3 ms per call, the whole budget of a decode step. On CUDA they
 become device-side asserts (``torch._assert_async``) that fail, naming the argument, when the stream is
-next synchronised; on CPU they raise a ``ValueError`` at once.
+next synchronised; on CPU they raise a ``ValueError`` at once. The fused decode step on CUDA goes one step
+further: its kernel checks g and beta as it reads them and raises one flag, so a decode call adds one assert
+and no reductions (``values=False`` here, :func:`step_checks_values_in_kernel`).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def _expected(dims: Dims, *tail: int) -> tuple[int, ...]:
     return (*lead, *tail)
 
 
-def check_gate(g, dims: Dims, *, per_channel: bool) -> None:
+def check_gate(g, dims: Dims, *, per_channel: bool, values: bool = True) -> None:
     """Log-space decay: ``[B, T, H]`` (one per head) or ``[B, T, H, K]`` (one per key channel), all ≤ 0."""
     check_float("g", g)
     expected = _expected(dims, dims.K) if per_channel else _expected(dims)
@@ -122,6 +124,12 @@ def check_gate(g, dims: Dims, *, per_channel: bool) -> None:
         layout = ("[B, T, H, K]" if per_channel else "[B, T, H]") if dims.T is not None else (
             "[B, H, K]" if per_channel else "[B, H]")
         raise ValueError(f"g must have shape {layout} = {expected}, got {tuple(g.shape)}")
+    if values:
+        check_gate_values(g)
+
+
+def check_gate_values(g) -> None:
+    """g <= 0 everywhere (NaN fails): a ValueError on CPU, an asynchronous device-side assert on CUDA."""
     if not _values_readable(g) or g.numel() == 0:
         return
     # exp(g) is the fraction of memory kept; g > 0 would amplify the state and blow it up.
@@ -132,13 +140,19 @@ def check_gate(g, dims: Dims, *, per_channel: bool) -> None:
         raise ValueError(f"g is a log-space decay and must be <= 0 everywhere, got max {largest.item():.4g}")
 
 
-def check_beta(beta, dims: Dims) -> None:
+def check_beta(beta, dims: Dims, *, values: bool = True) -> None:
     """Write strength, one per head and token, in [0, 2] (above 1 allows negative eigenvalues)."""
     check_float("beta", beta)
     expected = _expected(dims)
     if tuple(beta.shape) != expected:
         layout = "[B, T, H]" if dims.T is not None else "[B, H]"
         raise ValueError(f"beta must have shape {layout} = {expected}, got {tuple(beta.shape)}")
+    if values:
+        check_beta_values(beta)
+
+
+def check_beta_values(beta) -> None:
+    """beta in [0, 2] everywhere (NaN fails): a ValueError on CPU, an asynchronous device-side assert on CUDA."""
     if not _values_readable(beta) or beta.numel() == 0:
         return
     # I - beta k k^T has eigenvalue 1 - beta along a unit key: outside [0, 2] it grows without bound.
@@ -195,13 +209,32 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def check_inputs(q, k, v, g=None, beta=None, *, per_channel_gate: bool = False, state=None,
-                 state_name: str = "initial_state", time_axis: bool = True) -> Dims:
-    """All checks of one op call at once; ``g``, ``beta`` and ``state`` are skipped when None."""
+                 state_name: str = "initial_state", time_axis: bool = True, values: bool = True) -> Dims:
+    """All checks of one op call at once; ``g``, ``beta`` and ``state`` are skipped when None.
+
+    ``values=False`` checks shapes and dtypes only; the caller then owes the value checks of g and beta
+    (:func:`check_values`, or a kernel that checks them as it reads them, like the fused decode step)."""
     dims = check_qkv(q, k, v, time_axis=time_axis)
     if g is not None:
-        check_gate(g, dims, per_channel=per_channel_gate)
+        check_gate(g, dims, per_channel=per_channel_gate, values=values)
     if beta is not None:
-        check_beta(beta, dims)
+        check_beta(beta, dims, values=values)
     if state is not None:
         check_state(state, dims, state_name)
     return dims
+
+
+def check_values(g=None, beta=None) -> None:
+    """The value checks :func:`check_inputs` skips with ``values=False`` (None entries are skipped)."""
+    if g is not None:
+        check_gate_values(g)
+    if beta is not None:
+        check_beta_values(beta)
+
+
+def step_checks_values_in_kernel(backend, q, *grad_inputs) -> bool:
+    """Whether a ``step`` call goes to the fused Triton step on CUDA, which checks g and beta as it reads them.
+
+    Then the host-side value checks are skipped: on the decode path their reductions and asserts cost more
+    GPU time than the kernel's own check (one flag and one assert per call)."""
+    return (resolve_backend(backend, q) == "triton" and q.is_cuda and not needs_grad(q, *grad_inputs))

@@ -223,6 +223,31 @@ def test_bad_gate_on_cuda_fails_the_process_naming_it():
     assert result.returncode != 0 and "g is a log-space decay" in report, report[-2000:]
 
 
+@pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
+                                    ("gated_delta_rule", "g"), ("delta_rule", "beta")])
+def test_bad_value_in_decode_step_fails_the_process_naming_it(op, bad):
+    # The fused step checks g and beta inside its kernel (one flag, one assert); a bad value must still end
+    # the process with a message naming the argument, and a good call before it must not.
+    import subprocess
+    import sys
+
+    gate = {"kda": "(2, 4, 16)", "gated_delta_rule": "(2, 4)"}.get(op)
+    g_value = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
+    args = "x, x, x" + (f", torch.full({gate}, {g_value}, device='cuda')" if gate else "")
+    code = ("import torch; from k3lite.ops import " + op + " as m; x = torch.randn(2, 4, 16, device='cuda'); "
+            f"b = torch.full((2, 4), {'2.5' if bad == 'beta' else '0.5'}, device='cuda'); "
+            "s = torch.zeros(2, 4, 16, 16, device='cuda'); "
+            f"good = m.step({'x, x, x' + (f', torch.full({gate}, -0.1, device=' + repr('cuda') + ')' if gate else '')}, "
+            "torch.full((2, 4), 0.5, device='cuda'), state=s, backend='triton'); torch.cuda.synchronize(); "
+            "print('good call passed', flush=True); "
+            f"m.step({args}, b, state=s, backend='triton'); torch.cuda.synchronize()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    report = result.stdout + result.stderr
+    named = "beta must lie in [0, 2]" if bad == "beta" else "g is a log-space decay"
+    assert "good call passed" in result.stdout, report[-2000:]
+    assert result.returncode != 0 and named in report, report[-2000:]
+
+
 @pytest.mark.parametrize("kind", list(OPS))
 def test_step_against_recurrent(kind):
     q, k, v, g, beta, h0 = make_inputs(kind, 64, 1, torch.bfloat16, seed=5)

@@ -105,8 +105,8 @@ def launch_decode(kernel, q, k, v, g, beta, state, scale, *, block_k, block_v):
 
 
 def check_decode_kernel(kernel) -> bool:
-    """``kernel`` is a @triton.jit function with the signature of ``k3lite.kernels.recurrent_step._decode_step``
-    for KDA: ``(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale, K, V, BK, BV)``."""
+    """``kernel`` is a @triton.jit function, ``k3lite.kernels.recurrent_step._decode_step`` for KDA alone (no gate
+    kinds, no value flag): ``(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale, K, V, BK, BV)``."""
 
     def check():
         q, k, v, g, beta, state = _decode_inputs(0)

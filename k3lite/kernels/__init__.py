@@ -104,10 +104,11 @@ def _check_kind(kind):
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_size=None, scale=None):
+def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_size=None, scale=None,
+               values=True):
     """The ops' argument checks (``_validate``, ValueError naming the tensor) for one kernel call.
 
-    Returns the scale. The kinds fix which of g and beta must be given: a gate for gated_delta_rule
+    Returns the scale. ``values=False`` leaves the value checks of g and beta to the caller. The kinds fix which of g and beta must be given: a gate for gated_delta_rule
     ([.., H]) and kda ([.., H, K]), beta for every delta kind, neither for linear attention.
     """
     _check_kind(kind)
@@ -119,7 +120,7 @@ def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_si
         if not needed and x is not None:
             raise ValueError(f"kind {kind!r} takes no {name}, got a tensor of shape {tuple(x.shape)}")
     dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=kind == "kda", state=state,
-                                  state_name=state_name, time_axis=time_axis)
+                                  state_name=state_name, time_axis=time_axis, values=values)
     if chunk_size is not None:
         _validate.check_chunk_size(chunk_size)
     return _validate.resolve_scale(scale, dims.K)
@@ -203,9 +204,13 @@ def step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=Fa
     ``state=None`` starts from zeros. With ``inplace=True`` the new state is written into ``state``
     (float32 and contiguous), so a decode loop allocates no state. The kernel has no backward: when an
     input requires grad it raises; ``k3lite.ops.<kind>.step`` then takes the PyTorch step instead.
+    On CUDA the kernel checks the values of g and beta itself (one flag, one asynchronous assert).
     Returns ``(o [B, H, V], new_state [B, H, K, V] float32)``.
     """
-    scale = check_call(kind, q, k, v, g, beta, state, state_name="state", time_axis=False, scale=scale)
+    scale = check_call(kind, q, k, v, g, beta, state, state_name="state", time_axis=False, scale=scale,
+                       values=False)
+    if not q.is_cuda:
+        _validate.check_values(g, beta)
     if _validate.needs_grad(q, k, v, g, beta, state):
         raise ValueError("the fused decode step has no backward and an input requires grad; use "
                          f"k3lite.ops.{kind}.step, which takes the differentiable PyTorch step then")

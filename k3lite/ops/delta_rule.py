@@ -96,8 +96,12 @@ def step(q, k, v, beta, *, state=None, scale=None, backend="auto"):
 
     Returns ``(o [B, H, V], new_state [B, H, K, V])``.
     """
-    dims = _validate.check_inputs(q, k, v, beta=beta, state=state, state_name="state", time_axis=False)
+    dims = _validate.check_inputs(q, k, v, beta=beta, state=state, state_name="state", time_axis=False,
+                                  values=False)
     scale = _validate.resolve_scale(scale, dims.K)
+    # On CUDA the fused step checks beta inside its kernel (no reductions, one assert).
+    if not _validate.step_checks_values_in_kernel(backend, q, k, v, beta, state):
+        _validate.check_values(beta=beta)
     # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
     if _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, beta, state):
         return triton_call("step", KIND, q, k, v, None, beta, state=state, scale=scale)
