@@ -44,7 +44,7 @@ gpu_tests() {  # GPU
   tests="python3 -m pytest -q -p no:cacheprovider -rf tests/test_kernels_gpu.py"
   PYTHONPATH=$P_371 timeout $test_s $tests -k chunked > /tmp/L/test_chunked_371.log 2>&1 &
   PYTHONPATH=$P_371 timeout $test_s $tests -k "not chunked" > /tmp/L/test_other_371.log 2>&1 &
-  PYTHONPATH=$P_DEVICE timeout $test_s $tests -k "gated_delta_rule or spike or mixed or layer or k3 or synchron or bad_gate" \
+  PYTHONPATH=$P_DEVICE timeout $test_s $tests -k "gated_delta_rule or spike or mixed or layer or k3 or synchron or bad_gate or bad_value" \
     > /tmp/L/test_device.log 2>&1 &
   PYTHONPATH=$P_DEVICE timeout $test_s python3 -m pytest -q -p no:cacheprovider -rf tests/test_moe_gpu.py \
     tests/test_kernels_gpu_widths.py tests/test_decode_in_place.py > /tmp/L/test_more_device.log 2>&1 &

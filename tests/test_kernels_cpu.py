@@ -165,11 +165,11 @@ def test_gradients_with_several_key_and_value_blocks(kind):
         assert rel_err(x.grad, ref.grad) < 1e-4, name
 
 
-@pytest.mark.parametrize("kind,K", [("kda", 24), ("delta_rule", 24), ("delta_rule", 72)])
+@pytest.mark.parametrize("kind,K", [("kda", 24), ("kda", 72), ("delta_rule", 24), ("delta_rule", 72)])
 def test_odd_head_count_and_partial_key_block(kind, K):
-    # Three heads: KDA's diagonal-rows kernel takes heads in groups (DIAGONAL_HEADS), so the last group is
-    # partial. K = 24 and 72 leave the key tiles partly masked, including the second half of the ungated
-    # reverse state pass. Batch 2, so tokens of the second sequence are indexed from the flat B*T grid.
+    # Three heads and T = 70: KDA's diagonal-block kernel gets a last sub-chunk of 6 tokens. K = 24 and 72
+    # leave the key tiles partly masked (72: two channel slices of KDA's diagonal blocks, the second 8 wide),
+    # including the second half of the ungated reverse state pass. Batch 2, so tokens of the second sequence are indexed from the flat B*T grid.
     gen = torch.Generator().manual_seed(5)
     batch, T, heads, V = 2, 70, 3, 20
     q = torch.randn(batch, T, heads, K, generator=gen)
