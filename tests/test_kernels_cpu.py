@@ -94,7 +94,7 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
 @pytest.mark.parametrize("kind,T,K", [("kda", 1, 16), ("kda", 70, 12), ("kda", 130, 40),
                                       ("gated_delta_rule", 70, 16)])
 def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
-    # Stage 1 alone: per chunk of 64 tokens, hi = the float64 running sum rounded to float32, lo = the rest
+    # Stage 1 alone (the backward's, and Gated DeltaNet's forward): per chunk of 64 tokens, hi = the float64 running sum rounded to float32, lo = the rest
     # (both float32), gates floored at -1024 first; a -1e4 spike, a -inf and gentle gates in one chunk.
     from k3lite.kernels import chunk_fwd
 
@@ -104,13 +104,12 @@ def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
     g[:, T // 3] = -1e4
     g[:, T // 2] = -float("inf")
     g[:, T // 2 + 1:] *= 1e-3
-    q = torch.randn(2, T, 3, K)
-    parts = chunk_fwd.chunk_prepare(kind, q, q, q, g, torch.rand(2, T, 3), K ** -0.5)
+    G, G_lo = chunk_fwd.gate_sums(g, kind)
     chunks = g.double().clamp_min(-1024.0).split(chunk_fwd.CHUNK, dim=1)
     ref = torch.cat([c.cumsum(dim=1) for c in chunks], dim=1)
-    assert parts["G"].dtype == parts["G_lo"].dtype == torch.float32
-    assert torch.equal(parts["G"], ref.float())
-    assert (parts["G"].double() + parts["G_lo"].double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
+    assert G.dtype == G_lo.dtype == torch.float32
+    assert torch.equal(G, ref.float())
+    assert (G.double() + G_lo.double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
 
 
 @pytest.mark.parametrize("kind", list(OPS))

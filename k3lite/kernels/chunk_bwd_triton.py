@@ -35,7 +35,7 @@ import triton.language as tl
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
                         SUB, VALUE_TILE, _block,
                         _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
-                        wy_factors)
+                        gate_sums, wy_factors)
 
 
 @triton.jit
@@ -519,7 +519,8 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     """Gradients (dq, dk, dv, dg, dbeta, d initial_state), float32, None where an input is absent.
 
     q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; kept: the forward's intermediates (chunk_forward
-    with keep_intermediates): G and G_lo, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
+    with keep_intermediates): G and G_lo (None for KDA, summed here), h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai;
+    d_o like v; d_state or None.
     """
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
@@ -532,9 +533,11 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     f32 = dict(device=dev, dtype=torch.float32)
 
     G, G_lo, h, v_new = kept["G"], kept["G_lo"], kept["h"], kept["vn"]
+    if gate == GATE_CHANNEL:   # KDA's forward summed its gates inside its kernels; the backward needs G, G_lo
+        G, G_lo = gate_sums(g, kind)
     parts = {"aqk": kept["aqk"], "ai": kept["ai"], "kd": k}
     if delta:
-        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, kept["ai"])
+        parts["w"], _, parts["kd"], _ = wy_factors(kind, k, v, g, G, G_lo, beta, kept["ai"])
     if gate == GATE_SCALAR:  # stages 2 and 3 treat every gate per channel
         G, G_lo = (x.unsqueeze(-1).expand(B, T, H, K).contiguous() for x in (G, G_lo))
     g_arg = G if G is not None else q
