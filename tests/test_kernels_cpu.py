@@ -164,17 +164,20 @@ def test_gradients_with_several_key_and_value_blocks(kind):
         assert rel_err(x.grad, ref.grad) < 1e-4, name
 
 
-@pytest.mark.parametrize("kind,K", [("kda", 24), ("kda", 72), ("delta_rule", 24), ("delta_rule", 72)])
+@pytest.mark.parametrize("kind,K", [("kda", 24), ("kda", 72), ("gated_delta_rule", 72), ("delta_rule", 24),
+                                    ("delta_rule", 72)])
 def test_odd_head_count_and_partial_key_block(kind, K):
-    # Three heads and T = 70: KDA's diagonal-block kernel gets a last sub-chunk of 6 tokens. K = 24 and 72
-    # leave the key tiles partly masked (72: two channel slices of KDA's diagonal blocks, the second 8 wide),
-    # including the second half of the ungated reverse state pass. Batch 2, so tokens of the second sequence are indexed from the flat B*T grid.
+    # Three heads and T = 70: the last sub-chunk has 6 tokens. K = 24 and 72 leave the key tiles partly masked,
+    # including the second half of the ungated reverse state pass; at K = 72 the backward's stage 3 has two key
+    # blocks, so a gate per head gets its dG as two partial sums. Batch 2, so tokens of the second sequence
+    # are indexed from the flat B*T grid.
     gen = torch.Generator().manual_seed(5)
     batch, T, heads, V = 2, 70, 3, 20
     q = torch.randn(batch, T, heads, K, generator=gen)
     k = torch.nn.functional.normalize(torch.randn(batch, T, heads, K, generator=gen), dim=-1)
     v = torch.randn(batch, T, heads, V, generator=gen)
-    g = -4 * torch.rand(batch, T, heads, K, generator=gen) if kind == "kda" else None
+    g = {"kda": lambda: -4 * torch.rand(batch, T, heads, K, generator=gen),
+         "gated_delta_rule": lambda: -4 * torch.rand(batch, T, heads, generator=gen)}.get(kind, lambda: None)()
     beta = torch.rand(batch, T, heads, generator=gen)
     inputs = [x for x in (q, k, v, g, beta) if x is not None]
     leaves = [x.clone().requires_grad_(True) for x in inputs]

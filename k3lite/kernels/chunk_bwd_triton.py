@@ -19,8 +19,8 @@ Backward stages, one kernel each (dX is the float32 gradient of X):
                          16-row sub-blocks, anchored decays; the diagonal block in anchored levels);
                          _bwd_intra_dense for no gate or one per head
   6. _bwd_gate_cumsum    dg = reverse chunk-local cumulative sum of dG (summed over channels for one gate per head)
-Gates are handled per channel (a gate per head is broadcast over K), except in stages 4 and 5, which read a
-gate per head as one value per row and sum its gradient over the channels in the kernel; without a gate G = 0.
+A gate per head is read as one value per row in every stage (never broadcast to K channels in memory), and
+its gradient is summed over the channels inside the kernels; without a gate G = 0.
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
 into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed, and every difference
 is taken on both parts of G (_span, with the forward's G_lo), so small gates after a large one keep their digits.
@@ -73,7 +73,7 @@ def _load_t(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.c
 @triton.jit
 def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                           BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
+                           BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
                            DOT_PRECISION: tl.constexpr):
     # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
     #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
@@ -114,8 +114,12 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         b_dv += tl.dot(b_k1, d1.to(dtype), input_precision=DOT_PRECISION)
         b_dv += tl.dot(tl.load(p_k2, mask=m_k2, other=0.0), d2.to(dtype), input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        if GATED:
-            t_last = tl.minimum(i_t * BT + BT, T) - 1
+        t_last = tl.minimum(i_t * BT + BT, T) - 1
+        if GATE == GATE_SCALAR:   # g_ptr: G [B, T, H], one decay per head
+            decay = tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
+            d1 = d1 * decay
+            d2 = d2 * decay
+        if GATE == GATE_CHANNEL:
             d1 = d1 * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, HALF))[:, None]
             d2 = d2 * tl.exp(_load_row(g_ptr + kbase + HALF, t_last, T, K - HALF, H * K, HALF))[:, None]
         b_q1 = _load_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
@@ -135,24 +139,28 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
 
 
 @triton.jit
-def _gated_queries(q_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _gated_queries(q_ptr, g_ptr, out_ptr, n, PER_GATE: tl.constexpr, BLOCK: tl.constexpr):
     # exp(G) Q in the inputs' dtype, element by element (G <= 0, so every factor is <= 1): the reverse state
-    # pass of the gated kinds reads it as the ungated pass reads Q.
+    # pass of the gated kinds reads it as the ungated pass reads Q. PER_GATE elements of Q share one G: 1 for
+    # a gate per channel, K for a gate per head.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     b_q = tl.load(q_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    b_g = tl.load(g_ptr + offs, mask=mask, other=0.0)
+    b_g = tl.load(g_ptr + offs // PER_GATE, mask=mask, other=0.0)
     tl.store(out_ptr + offs, (b_q * tl.exp(tl.minimum(b_g, 0.0))).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr, dq_ptr, dk_ptr, dw_ptr, dg_ptr,
                      scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
                      DOT_PRECISION: tl.constexpr):
     # Stage 3, one program per (key block, chunk): over value blocks accumulate
     #   P = dO h^T,  R = V' D^T,  dW = -dV' h^T,  dkeep = sum_v h * D   (h = h_c, D = dh_{c+1})
     # then dQ = scale exp(G) P,  dK = exp(G_C - G) R,  dG = Q dQ - K dK (+ sum_r K dK + exp(G_C) dkeep on row G_C).
+    # A gate per head (g_ptr, gl_ptr: G, G_lo [B, T, H]) is read as one value per row, and its dG is summed over
+    # this program's channels: dg_ptr is then [B, T, H, cdiv(K, BK)], one partial sum per key block.
+    GATED: tl.constexpr = GATE != GATE_NONE
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     kbase = _head_base(i_b, i_h, T, H, K)
@@ -186,18 +194,30 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr,
     dk = r_acc
     if GATED:
         t_last = tl.minimum(i_t * BT + BT, T) - 1
-        b_g = _load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-        g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
-        l_last = _load_row(gl_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
-        b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        if GATE == GATE_SCALAR:   # [BT, 1] columns and scalars, broadcast over the channels
+            gbase = _head_base(i_b, i_h, T, H, 1)
+            b_g = _load_vec_f32(g_ptr + gbase, i_t * BT, T, H, BT)[:, None]
+            b_gl = _load_vec_f32(gl_ptr + gbase, i_t * BT, T, H, BT)[:, None]
+            g_last = tl.load(g_ptr + gbase + t_last * H)
+            l_last = tl.load(gl_ptr + gbase + t_last * H)
+        else:
+            b_g = _load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)[None, :]
+            l_last = _load_row(gl_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)[None, :]
         dq = dq * tl.exp(tl.minimum(b_g, 0.0))
-        dk = dk * tl.exp(tl.minimum(_span(g_last[None, :], l_last[None, :], b_g, b_gl), 0.0))
+        dk = dk * tl.exp(tl.minimum(_span(g_last, l_last, b_g, b_gl), 0.0))
         kdk = b_k * dk
         rows = tl.arange(0, BT)
         on_last = (i_t * BT + rows) == t_last
-        last_row = tl.sum(kdk, axis=0) + tl.exp(g_last) * dkeep
-        dg = b_q * dq - kdk + tl.where(on_last[:, None], last_row[None, :], 0.0)
-        _store(dg_ptr + kbase, dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        last_row = tl.sum(kdk, axis=0)[None, :] + tl.exp(g_last) * dkeep[None, :]
+        dg = b_q * dq - kdk + tl.where(on_last[:, None], last_row, 0.0)
+        if GATE == GATE_SCALAR:
+            NK: tl.constexpr = (K + BK - 1) // BK
+            p_dg, m_dg = _vec(dg_ptr + _head_base(i_b, i_h, T, H, NK) + i_k, i_t * BT, T, H * NK, BT)
+            tl.store(p_dg, tl.sum(dg, axis=1), mask=m_dg)
+        else:
+            _store(dg_ptr + kbase, dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
     _store(dq_ptr + kbase, dq, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
     _store(dk_ptr + kbase, dk, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
     if DELTA:
@@ -538,8 +558,6 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     parts = {"aqk": kept["aqk"], "ai": kept["ai"], "kd": k}
     if delta:
         parts["w"], _, parts["kd"], _ = wy_factors(kind, k, v, g, G, G_lo, beta, kept["ai"])
-    if gate == GATE_SCALAR:  # stages 2 and 3 treat every gate per channel
-        G, G_lo = (x.unsqueeze(-1).expand(B, T, H, K).contiguous() for x in (G, G_lo))
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
     beta_arg = beta if beta is not None else q
@@ -563,26 +581,28 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     q_state = q
     if gated:
         q_state = torch.empty_like(q)
-        _gated_queries[(triton.cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(), ELEMENTWISE_BLOCK)
+        _gated_queries[(triton.cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(),
+                                                                     K if gate == GATE_SCALAR else 1, ELEMENTWISE_BLOCK)
     # The key rows split in two halves, each at least 16 wide for the tensor cores.
     _bwd_state_pass_halves[(triton.cdiv(V, BV_state), B * H)](
         q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 2 * SUB), BV_state, gated, delta, d_state is not None, prec, **launch)
+        H, K, V, BT, max(BK, 2 * SUB), BV_state, gate, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
-    dG = torch.empty(B, T, H, K, **f32) if gated else dq
+    # dG per channel; for a gate per head, one partial sum over the channels per key block of stage 3.
+    dG = {GATE_CHANNEL.value: lambda: torch.empty(B, T, H, K, **f32),
+          GATE_SCALAR.value: lambda: torch.empty(B, T, H, triton.cdiv(K, BKb), **f32)}.get(gate, lambda: dq)()
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
     _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
-        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gated, delta,
-        prec,
-        **LAUNCH["state_grads"])
+        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gate, delta,
+        prec, **LAUNCH["state_grads"])
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
     # One gate per head: stages 4 and 5 read it as a row and add its gradient, summed over channels, to dG_row.
     dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR else dG
-    g_row, gl_row = (kept["G"], kept["G_lo"]) if gate == GATE_SCALAR else (g_arg, gl_arg)
+    g_row, gl_row = g_arg, gl_arg
     if delta:
         _bwd_wy[(NT, B * H)](k, v, g_row, beta_arg, parts["ai"], dw, dv, dk, dG_row, dbeta, dakk, T, H, K, V, BT,
                              BKb, BV, gate, prec, **LAUNCH["wy"])
@@ -597,7 +617,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dg = None
     if gated:
         dg = torch.empty(g.shape, **f32)
-        if gate == GATE_SCALAR:  # one gate per head: stage 3's per-channel dG summed, plus the rows, reverse cumsum
+        if gate == GATE_SCALAR:  # one gate per head: stage 3's partial sums, plus the rows, reverse cumsum
             _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, SUB, **LAUNCH["gate_cumsum"])
         else:
             _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])
