@@ -35,7 +35,7 @@ import triton.language as tl
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
                         SUB, VALUE_TILE, _block,
                         _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
-                        gate_sums, wy_factors)
+                        state_block_v, wy_factors)
 
 
 @triton.jit
@@ -530,8 +530,9 @@ LAUNCH = {name: dict(num_warps=4) for name in
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
 # Elements per program of the elementwise _gated_queries: 1024 = 8 per thread at 4 warps, wide vector loads.
 ELEMENTWISE_BLOCK = 1024
-# Value-block width of the reverse state pass: 32 gives the sequential pass more programs (it is latency bound).
-BLOCK_V = {"state_halves": 32}
+# Value-block width of the reverse state pass (None: state_block_v from 32 down; 64 was slower, 1.875 ms against
+# 1.366 at 32 for Gated DeltaNet at (1, 32768, 16) on the H200).
+BLOCK_V = {"state_halves": None}
 
 
 
@@ -539,8 +540,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     """Gradients (dq, dk, dv, dg, dbeta, d initial_state), float32, None where an input is absent.
 
     q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; kept: the forward's intermediates (chunk_forward
-    with keep_intermediates): G and G_lo (None for KDA, summed here), h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai;
-    d_o like v; d_state or None.
+    with keep_intermediates): G and G_lo, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
     """
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
@@ -553,11 +553,9 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     f32 = dict(device=dev, dtype=torch.float32)
 
     G, G_lo, h, v_new = kept["G"], kept["G_lo"], kept["h"], kept["vn"]
-    if gate == GATE_CHANNEL:   # KDA's forward summed its gates inside its kernels; the backward needs G, G_lo
-        G, G_lo = gate_sums(g, kind)
     parts = {"aqk": kept["aqk"], "ai": kept["ai"], "kd": k}
     if delta:
-        parts["w"], _, parts["kd"], _ = wy_factors(kind, k, v, g, G, G_lo, beta, kept["ai"])
+        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, kept["ai"])
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
     beta_arg = beta if beta is not None else q
@@ -573,7 +571,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dh = torch.empty(B, NT, H, K, V, device=dev, dtype=q.dtype)  # like h: the inputs' dtype
     dh0 = torch.empty(B, H, K, V, **f32)
     d_state = d_state.float().contiguous() if d_state is not None else None
-    BV_state = min(BLOCK_V["state_halves"], BV)
+    BV_state = min(BLOCK_V["state_halves"] or state_block_v(B * H, V, 32), BV)
     launch = dict(LAUNCH["state_pass_halves"])
     if q.dtype == torch.float32:
         # float32 inputs: pipelined [64, 128] float32 tiles asked the H200 for 312 KiB of shared memory.

@@ -6,8 +6,6 @@ per key channel). DELTA selects the delta rule (WY/UT form) over plain linear at
 
 Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   1. _chunk_cumsum        G_r = sum_{s <= r in chunk} g_s, stored as two float32 parts G + G_lo
-                          (Gated DeltaNet's forward, and the backward of both gated kinds; KDA's forward
-                          sums its raw gates inside stages 2-6 instead, see below)
   2. _intra_chunk_dense   Aqk = scale * tril(Q K^T * exp(G_r - G_i)),
                           Akk = diag(beta) strict_tril(K K^T * exp(G_r - G_i))
   3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
@@ -26,15 +24,16 @@ through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_r - G_a) exp(G_
 exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow. A span must not be
 taken as the difference of two float32 running sums: after a gate of -1e4, float32 steps are 1e-3 apart,
 so the gates of -0.001 after it would vanish. Two ways keep every digit:
-  * KDA's forward never subtracts: each span is a sum of gates of one sign. _diagonal_rows carries
-    sum_{j < m <= t} g_m as it walks j down from t; _block_decays gives a sub-chunk's (or chunk's) prefix
-    sums, suffix sums and total from tl.cumsum over the raw gates, and the anchored factors are a prefix,
-    or a suffix plus the totals of the sub-chunks between. Its gate bytes are then the raw gates, read by
-    the kernels that need them, and no stage-1 kernel runs.
-  * Gated DeltaNet's forward (a [64, 64] table of scalar spans) and the backward use stage 1: G summed
-    in float64 and kept as two float32 parts, G (the sum rounded) and G_lo (what the rounding dropped),
-    every difference taken part by part (_span): (G_r - G_i) + (G_lo_r - G_lo_i). Where both sums hold
-    the same large gates the first difference is exact; the second restores the small gates.
+  * Stage 1 sums in float64 and keeps G as two float32 parts, G (the sum rounded) and G_lo (what the
+    rounding dropped), and every difference is taken part by part (_span): (G_r - G_i) + (G_lo_r - G_lo_i).
+    Where both sums hold the same large gates the first difference is exact; the second restores the small
+    gates.
+  * KDA's diagonal blocks (_diagonal_rows, the stage that reads most gate rows) never subtract: walking j
+    down from t, the kernel carries sum_{j < m <= t} g_m of the raw gates, a sum of one sign.
+    Measured on the H200 at (2, 8192, 16): 0.242 ms against 0.326 ms for pairs of two-part differences.
+    Summing raw gates by tl.cumsum inside the other stages as well (no G, G_lo at all) made the forward
+    slower, 1.495 ms in all: the scans cost more in the off-diagonal, WY and output stages (0.410, 0.312,
+    0.318 ms against 0.373, 0.219, 0.157) than stage 1's 0.124 ms.
 Gates below GATE_FLOOR (-1024, -inf included) are raised to it: their decay is exactly 0 either way, and no
 inf - inf can appear. The plain prefix decays exp(G_r), exp(G_C) need no G_lo: a rounding of G far below 0
 changes nothing that survives. In the two-part form exponents are clamped with minimum(x, 0): that is
@@ -223,42 +222,22 @@ def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
 
 
 @triton.jit
-def _gate_tile(g_ptr, row0, col0, n_rows, K, stride, BR: tl.constexpr, BK: tl.constexpr):
-    # Raw log-gates of a [BR, BK] tile as float32, raised to GATE_FLOOR; rows from n_rows on read as 0 (no decay).
-    return tl.maximum(_load_f32(g_ptr, row0, col0, n_rows, K, stride, BR, BK), GATE_FLOOR)
-
-
-@triton.jit
-def _block_decays(g_ptr, row0, col0, T, K, stride, BR: tl.constexpr, BK: tl.constexpr):
-    # For the BR rows from row0 (a sub-chunk or a chunk), per channel: the log-decay from the block's start
-    # through each row (inclusive prefix sums), from each row to the block's end (exclusive suffix sums, from
-    # the same gates read one row further on) and over the whole block. Each is a sum of gates <= 0 taken in
-    # float32; no difference of two sums appears, so a huge gate cannot swamp the small ones beside it.
-    end = tl.minimum(T, row0 + BR)
-    b_g = _gate_tile(g_ptr, row0, col0, end, K, stride, BR, BK)
-    b_next = _gate_tile(g_ptr, row0 + 1, col0, end, K, stride, BR, BK)
-    return tl.cumsum(b_g, axis=0), tl.cumsum(b_next, axis=0, reverse=True), tl.sum(b_g, axis=0)
-
-
-@triton.jit
-def _offdiagonal_pair(b_qr, b_kr, b_kc, col_decay, acc_qk, acc_kk, DOT_PRECISION: tl.constexpr):
-    # Block (i, j < i) for one slice of channels: rows already carry their decay from the anchor; the columns
-    # get theirs to it, exp(col_decay) with col_decay <= 0.
-    b_kc = b_kc * tl.exp(col_decay)
+def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_lc, b_ga, b_la, acc_qk, acc_kk, DOT_PRECISION: tl.constexpr):
+    # Block (i, j < i) for one slice of channels: rows already carry exp(G_r - G_a); the columns get
+    # exp(G_a - G_c). Both factors are <= 1.
+    b_kc = b_kc * tl.exp(tl.minimum(_span(b_ga[None, :], b_la[None, :], b_gc, b_lc), 0.0))
     acc_qk = tl.dot(b_qr, tl.trans(b_kc), acc_qk, input_precision=DOT_PRECISION)
     acc_kk = tl.dot(b_kr, tl.trans(b_kc), acc_kk, input_precision=DOT_PRECISION)
     return acc_qk, acc_kk
 
 
 @triton.jit
-def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
+def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                        DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
     # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
-    #   block (i, j): anchor a = i*BC - 1 (the last row before block i); for each slice of BK channels
+    #   block (i, j): anchor a = i*BC - 1 (the last row before block i), for each slice of BK channels
     #       A[r, c] += sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))  -> tl.dot
-    #   exp(G_r - G_a) is sub-chunk i's prefix sum P_i at r; exp(G_a - G_c) is sub-chunk j's suffix sum X_j at c
-    #   plus the totals of the sub-chunks between (_block_decays): sums of gates, no differences.
     #   Aqk blocks go to memory; Akk blocks stay in registers and meet the diagonal blocks that
     #   _diagonal_rows wrote, in the same block merge as _solve_unit_lower.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
@@ -271,27 +250,36 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, 
     q10, k10, q20, k20, q21, k21, q30, k30, q31, k31, q32, k32 = z, z, z, z, z, z, z, z, z, z, z, z
     for i_k in range(0, tl.cdiv(K, BK)):
         c0 = i_k * BK
-        _, x0, _ = _block_decays(g_ptr + base, r0, c0, T, K, S, BC, BK)
-        p1, x1, s1 = _block_decays(g_ptr + base, r1, c0, T, K, S, BC, BK)
-        p2, x2, s2 = _block_decays(g_ptr + base, r2, c0, T, K, S, BC, BK)
-        p3, _, _ = _block_decays(g_ptr + base, r3, c0, T, K, S, BC, BK)
         k0 = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
+        g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
+        l0 = _load_f32(gl_ptr + base, r0, c0, T, K, S, BC, BK)
         k1 = _load_f32(k_ptr + base, r1, c0, T, K, S, BC, BK)
+        g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
+        l1 = _load_f32(gl_ptr + base, r1, c0, T, K, S, BC, BK)
         k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
-        d = tl.exp(p1)
-        q10, k10 = _offdiagonal_pair(_load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d, k1 * d, k0, x0,
-                                     q10, k10, DOT_PRECISION)
-        d = tl.exp(p2)
+        g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
+        l2 = _load_f32(gl_ptr + base, r2, c0, T, K, S, BC, BK)
+        ga = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
+        la = _load_row(gl_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(g1, l1, ga[None, :], la[None, :]), 0.0))
+        qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
+        q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, l0, ga, la, q10, k10, DOT_PRECISION)
+        ga = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
+        la = _load_row(gl_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(g2, l2, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
         kd = k2 * d
-        q20, k20 = _offdiagonal_pair(qd, kd, k0, x0 + s1[None, :], q20, k20, DOT_PRECISION)
-        q21, k21 = _offdiagonal_pair(qd, kd, k1, x1, q21, k21, DOT_PRECISION)
-        d = tl.exp(p3)
+        q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q20, k20, DOT_PRECISION)
+        q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q21, k21, DOT_PRECISION)
+        ga = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
+        la = _load_row(gl_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(_load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK),
+                                    _load_f32(gl_ptr + base, r3, c0, T, K, S, BC, BK), ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
         kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
-        q30, k30 = _offdiagonal_pair(qd, kd, k0, x0 + (s1 + s2)[None, :], q30, k30, DOT_PRECISION)
-        q31, k31 = _offdiagonal_pair(qd, kd, k1, x1 + s2[None, :], q31, k31, DOT_PRECISION)
-        q32, k32 = _offdiagonal_pair(qd, kd, k2, x2, q32, k32, DOT_PRECISION)
+        q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q30, k30, DOT_PRECISION)
+        q31, k31 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q31, k31, DOT_PRECISION)
+        q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, l2, ga, la, q32, k32, DOT_PRECISION)
     A = H * BT
     a_base = _head_base(i_b, i_h, T, H, BT)
     _store(aqk_ptr + a_base, q10 * scale, r1, 0, T, A, A, BC, BC)
@@ -381,14 +369,11 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 
 
 @triton.jit
-def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, gc_ptr, T, NT,
+def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
     # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
-    # GATE_SCALAR reads G as its two parts (g_ptr, gl_ptr); GATE_CHANNEL reads the raw gates (g_ptr) and sums
-    # them here (_block_decays over the chunk), and writes each chunk's total G_C to gc_ptr [B, NT, H, K]
-    # for the state pass.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     t_last = tl.minimum(i_t * BT + BT, T) - 1
@@ -411,11 +396,15 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
             b_x = b_x * b_gs[:, None]
             tl.store(p_kd, (b_k.to(tl.float32) * b_kdec[:, None]).to(kd_ptr.dtype.element_ty), mask=m_kd)
         if GATE == GATE_CHANNEL:
-            from_start, to_end, total = _block_decays(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            b_x = b_x * tl.exp(from_start)
-            tl.store(p_kd, (b_k.to(tl.float32) * tl.exp(to_end)).to(kd_ptr.dtype.element_ty), mask=m_kd)
+            p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_g = tl.load(p_g, mask=m_g, other=0.0)
+            b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_x = b_x * tl.exp(tl.minimum(b_g, 0.0))
             cols = i_k * BK + tl.arange(0, BK)
-            tl.store(gc_ptr + ((i_b * NT + i_t) * H + i_h) * K + cols, total, mask=cols < K)
+            g_last = tl.load(g_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
+            l_last = tl.load(gl_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
+            b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(_span(g_last[None, :], l_last[None, :], b_g, b_gl), 0.0))
+            tl.store(p_kd, b_kd.to(kd_ptr.dtype.element_ty), mask=m_kd)
         b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype), input_precision=DOT_PRECISION)
         p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
@@ -436,8 +425,7 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
                 HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
     #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + K_dec^T V'
-    # (k_ptr holds K_dec = exp(G_C - G) * K when there is a gate, written by _wy_factors; g_ptr holds G
-    # [B, T, H] for GATE_SCALAR, the chunk totals G_C [B, NT, H, K] for GATE_CHANNEL.)
+    # (k_ptr holds K_dec = exp(G_C - G) * K when there is a gate, written by _wy_factors.)
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     rk = tl.arange(0, BK)
@@ -468,8 +456,8 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         if GATE == GATE_SCALAR:
             b_s = b_s * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
         if GATE == GATE_CHANNEL:
-            g_total = tl.load(g_ptr + ((i_b * NT + i_t) * H + i_h) * K + rk, mask=rk < K, other=0.0)
-            b_s = b_s * tl.exp(g_total)[:, None]
+            g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
+            b_s = b_s * tl.exp(g_last)[:, None]
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
     tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
 
@@ -495,8 +483,9 @@ def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
         b_h = tl.load(p_h, mask=m_h, other=0.0)
         if GATE == GATE_SCALAR:
             b_q = (b_q.to(tl.float32) * b_gs[:, None]).to(b_h.dtype)
-        if GATE == GATE_CHANNEL:   # g_ptr: the raw gates, summed from the chunk start here
-            b_eg = tl.exp(tl.cumsum(_gate_tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK), axis=0))
+        if GATE == GATE_CHANNEL:
+            p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_eg = tl.exp(tl.minimum(tl.load(p_g, mask=m_g, other=0.0), 0.0))
             b_q = (b_q.to(tl.float32) * b_eg).to(b_h.dtype)
         acc += tl.dot(b_q.to(b_h.dtype), b_h, input_precision=DOT_PRECISION)
     acc = acc * scale
@@ -550,15 +539,30 @@ DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 32
 # Channels per program of _chunk_cumsum: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
 CUMSUM_KEY_TILE = 128
-# Value-block widths: the output stage's; the state pass's (None: 32 when B*H is small, else 64).
+# Value-block widths: the output stage's; the state pass's (None: state_block_v picks it from the grid size).
 BLOCK_V = {"output": 64, "state": None}
+
+
+# Streaming multiprocessors of the H200, the machine the launch settings were chosen on.
+SM_COUNT = 132
+
+
+def state_block_v(heads, V, widest):
+    """Value-block width of a sequential state pass (forward or reverse) over ``heads`` = B*H heads.
+
+    Such a pass is latency bound: one program per (value block, head) walks all chunks in order, so with few
+    heads the grid must be cut finer to keep the GPU busy. Start at ``widest`` and halve, down to 16, while
+    the grid holds fewer programs than half the SMs. On the H200 at (1, 32768, 16) Gated DeltaNet's forward
+    pass took 0.617 ms at 16 against 0.676 at 32, its reverse pass 1.327 against 1.366 (2026-12-02)."""
+    width = widest
+    while width > 16 and heads * triton.cdiv(V, width) < SM_COUNT // 2:
+        width //= 2
+    return width
 
 
 def gate_sums(g, kind):
     """Stage 1 alone: G = the chunk-local cumulative sum of g as two float32 parts (G, G_lo), see _chunk_cumsum.
-
-    The forward of GATE_SCALAR reads them; the backward reads them for both gate kinds. KDA's forward sums its
-    raw gates inside the kernels instead (_diagonal_rows, _block_decays). Returns (None, None) without a gate."""
+    Returns (None, None) without a gate."""
     gate = GATE_OF_KIND[kind]
     if gate == GATE_NONE:
         return None, None
@@ -573,8 +577,8 @@ def gate_sums(g, kind):
 
 
 def chunk_prepare(kind, q, k, v, g, beta, scale):
-    """Stages 1-4 (chunk-parallel): for a gate per head G (as G + G_lo, see _chunk_cumsum); Aqk; and for the
-    delta kinds Akk, Ai, W, U, K_dec, and for KDA the chunk totals G_C. Returns a dict; absent entries are None."""
+    """Stages 1-4 (chunk-parallel): G (as G + G_lo, see _chunk_cumsum), Aqk, and for the delta kinds
+    Akk, Ai, W, U, K_dec. Returns a dict; absent entries are None."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     BT, BC = CHUNK, SUB
@@ -582,7 +586,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
-    G, G_lo = gate_sums(g, kind) if gate == GATE_SCALAR else (None, None)
+    G, G_lo = gate_sums(g, kind)
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
@@ -590,25 +594,24 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
     ai = torch.empty_like(akk) if delta else None
-    if gate == GATE_CHANNEL:  # always a delta kind (KDA)
+    if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks sum the raw gates themselves
         _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, g, beta, aqk, akk, scale, T, H, K, BT, BC,
                                                                  DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
-        _offdiagonal_solve[(NT, B * H)](q, k, g, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
+        _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
                                         min(BK, OFFDIAGONAL_BK), prec, SOLVE_PRECISION, **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
         if delta:
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
-    parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k, "gc": None}
+    parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
-        parts["w"], parts["u"], parts["kd"], parts["gc"] = wy_factors(kind, k, v, g, G, G_lo, beta, ai)
+        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai)
     return parts
 
 
-def wy_factors(kind, k, v, g, G, G_lo, beta, ai):
-    """Stage 4 alone: W, U, K_dec and (KDA) the chunk totals G_C from Ai = (I + Akk)^-1 (the backward reuses
-    the forward's Ai). A gate per head is read as its sums G, G_lo; KDA's per-channel gates raw, as g."""
+def wy_factors(kind, k, v, G, G_lo, beta, ai):
+    """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai)."""
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -617,16 +620,14 @@ def wy_factors(kind, k, v, g, G, G_lo, beta, ai):
     w = torch.empty_like(k)
     u = torch.empty_like(v)
     kd = torch.empty_like(k) if gate != GATE_NONE else k
-    gc = torch.empty(B, NT, H, K, device=k.device, dtype=torch.float32) if gate == GATE_CHANNEL else None
-    g_arg, gl_arg = (g, k) if gate == GATE_CHANNEL else (G if G is not None else k, G_lo if G_lo is not None else k)
-    _wy_factors[(NT, B * H)](k, v, g_arg, gl_arg, beta, ai, w, u, kd, gc if gc is not None else k, T, NT, H, K, V,
-                             CHUNK, min(BK, KEY_TILE), BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
-    return w, u, kd, gc
+    _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
+                             T, H, K, V, CHUNK, min(BK, KEY_TILE), BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
+    return w, u, kd
 
 
 def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
     """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
-    (float32) and, when asked, the intermediates the backward pass reuses (h, V', Aqk, Ai)."""
+    (float32) and, when asked, the intermediates the backward pass reuses (G, G_lo, h, V', Aqk, Ai)."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -636,11 +637,8 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     dev, dt, prec = q.device, q.dtype, dot_precision(q.dtype)
 
     parts = chunk_prepare(kind, q, k, v, g, beta, scale)
-    aqk = parts["aqk"]
-    # What the state pass and the output stage read of the gates: G [B, T, H] for a gate per head; for KDA the
-    # chunk totals (state pass) and the raw gates (output stage, which sums them from the chunk start).
-    g_state = {GATE_SCALAR.value: parts["G"], GATE_CHANNEL.value: parts["gc"]}.get(gate, q)
-    g_output = {GATE_SCALAR.value: parts["G"], GATE_CHANNEL.value: g}.get(gate, q)
+    G, aqk = parts["G"], parts["aqk"]
+    g_arg = G if G is not None else q
     if delta:
         w, u, kd = parts["w"], parts["u"], parts["kd"]
         vn = torch.empty_like(v)
@@ -649,14 +647,12 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     h = torch.empty(B, NT, H, K, V, device=dev, dtype=dt)
     ht = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     h0 = initial_state if initial_state is not None else ht
-    # The state pass is sequential over chunks: narrower value blocks give more programs when B*H is small.
-    BV_state = BLOCK_V["state"] or (32 if B * H * triton.cdiv(V, 64) < 132 else BV)
-    BV_state = min(BV_state, _block(V))
-    _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_state, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
+    BV_state = min(BLOCK_V["state"] or state_block_v(B * H, V, BV), _block(V))
+    _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
                                                    gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
     BV_out = min(BLOCK_V["output"], _block(V))
-    _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_output, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
+    _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                        min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
         return o, ht, {"G": parts["G"], "G_lo": parts["G_lo"], "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
