@@ -536,9 +536,10 @@ show(chunk_fwd._chunk_cumsum)
 # %% [markdown]
 # **2–3. Intra-chunk scores and the triangular solve.** For KDA the decay between tokens $r$ and $i$ is
 # a different number per key channel, $e^{G_{r,d} - G_{i,d}}$, so $QK^\top$ cannot be one plain product.
-# Inside the 16-token diagonal blocks, `_diagonal_rows` builds one row per program, pair by pair with
-# exact differences; below them, `_offdiagonal_solve` factors the decay through an *anchor* row so each
-# block becomes a `tl.dot`, then inverts $(I + A)$ block by block:
+# Inside the 16-token diagonal blocks, `_diagonal_rows` builds one row per program, pair by pair: walking
+# back from token $t$ it carries $\sum_{j < m \le t} g_m$, a sum of gates of one sign, so no exponent is a
+# difference of two running sums. Below them, `_offdiagonal_solve` factors the decay through an *anchor*
+# row so each block becomes a `tl.dot`, then inverts $(I + A)$ block by block:
 
 # %%
 show(chunk_fwd._offdiagonal_pair)
@@ -871,7 +872,79 @@ expect("the ops API costs at most 5 % over the kernels on every chunked row",
 #
 # Where the rest could come from is a question of bytes, by the model above: $G_{lo}$ needs only the few
 # bits that the rounding of $G$ dropped, so it could travel in bfloat16; or no stage reads $G$ from memory
-# at all and each recomputes its chunk's sums from $g$. Neither is measured yet.
+# at all and each recomputes its chunk's sums from $g$. The next run tried the second idea.
+#
+# ### Sums of one sign, measured
+#
+# A decay between two tokens needs no difference at all if it is summed from the gates between them:
+# $\sum_{i < m \le r} g_m$ has terms of one sign, so float32 keeps it to its last bit whatever came before.
+# Three designs of the KDA forward were profiled on the H200 (same shape, GPU ms per kernel): the diagonal
+# blocks built per 16-token sub-chunk instead of per token; every stage summing the raw gates itself with
+# `tl.cumsum`, with no stage 1 and no $G_{lo}$; and what the package keeps, the diagonal rows on raw gates and
+# the two-part sums elsewhere. The last one was then timed through the public API against fla:
+
+# %%
+RUN3 = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02.json").read_text())
+designs = RUN3["kda_fwd_designs"]
+blocks = {r["name"]: r["ms_per_call"] for r in designs["diagonal_blocks_809c14d"]["kda fwd k3lite"]["kernels"]}
+raw = {r["name"]: r["ms_per_call"] for r in designs["raw_gate_sums_17a6faf"]["kda fwd k3lite"]["kernels"]}
+print("KDA forward, B=2 T=8192: GPU ms per kernel")
+print(f"{'kernel':<20} {'two-part':>9} {'per sub-chunk':>14} {'raw, cumsum':>12}")
+for name in sorted(set(rows_run) | set(blocks) | set(raw), key=lambda n: -rows_run.get(n, 0)):
+    cells = [d.get(name) for d in (rows_run, blocks, raw)]
+    print(f"{name:<20} " + " ".join(f"{c:>{w}.3f}" if c is not None else f"{'-':>{w}}"
+                                   for c, w in zip(cells, (9, 14, 12))))
+print(f"{'sum':<20} {sum(rows_run.values()):>9.3f} {sum(blocks.values()):>14.3f} {sum(raw.values()):>12.3f}")
+print("through the API (kernels as kept):")
+for row in RUN3["chunked"]:
+    print(f"  {row['kind']:<17} B={row['B']} T={row['T']:<6} {row['mode']:<8} ops/fla {row['ratio_ops_vs_fla']:.2f}  "
+          f"kernels/fla {row['ratio_vs_fla']:.2f}  ops/kernels {row['ops_over_kernels']:.3f}")
+for row in RUN3["decode"]:
+    print(f"  decode step B={row['B']}: through kda.step {row['ops_tb_per_s']:.2f} TB/s, kernel {row['tb_per_s']:.2f} TB/s")
+kda_now = [r for r in RUN3["chunked"] if r["kind"] == "kda"]
+kept_fwd = next(r for r in kda_now if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd"))
+glue("ch11_diag_two_part_ms", f"{rows_run['_diagonal_rows']:.3f}", display=False)
+glue("ch11_diag_raw_ms", f"{raw['_diagonal_rows']:.3f}", display=False)
+glue("ch11_diag_blocks_ms", f"{blocks['_diagonal_blocks']:.3f}", display=False)
+glue("ch11_raw_total_ms", f"{sum(raw.values()):.3f}", display=False)
+glue("ch11_two_part_total_ms", f"{sum(rows_run.values()):.3f}", display=False)
+glue("ch11_kept_kernels_ms", f"{kept_fwd['k3lite_triton_ms']:.3f}", display=False)
+glue("ch11_kept_fwd_range", f"{min(r['ratio_ops_vs_fla'] for r in kda_now if r['mode'] == 'fwd'):.2f}–"
+     f"{max(r['ratio_ops_vs_fla'] for r in kda_now if r['mode'] == 'fwd'):.2f}", display=False)
+glue("ch11_kept_both_range", f"{min(r['ratio_ops_vs_fla'] for r in kda_now if r['mode'] == 'fwd+bwd'):.2f}–"
+     f"{max(r['ratio_ops_vs_fla'] for r in kda_now if r['mode'] == 'fwd+bwd'):.2f}", display=False)
+big = max(RUN3["decode"], key=lambda r: r["B"])
+glue("ch11_decode_api_tbs", f"{big['ops_tb_per_s']:.2f}", display=False)
+glue("ch11_decode_api_small", f"{RUN3['decode'][0]['ops_step_triton_ms'] / RUN3['decode'][0]['k3lite_default_ms']:.2f}",
+     display=False)
+expect("raw-gate diagonal rows are faster than the two-part ones", raw["_diagonal_rows"] < rows_run["_diagonal_rows"])
+expect("building the diagonal per sub-chunk was slower than per token", blocks["_diagonal_blocks"] > rows_run["_diagonal_rows"])
+expect("summing raw gates in every stage was slower in all than the two-part sums with their stage 1",
+       sum(raw.values()) > sum(rows_run.values()))
+expect("each stage that took over a tl.cumsum got slower",
+       all(raw[n] > rows_run[n] for n in ("_offdiagonal_solve", "_wy_factors", "_chunk_output")))
+expect("the kept forward's kernels beat the two-part forward of the run before",
+       kept_fwd["k3lite_triton_ms"] < sum(rows_run.values()))
+expect("KDA forward+backward through the API is within 1.1x of fla on every shape",
+       all(r["ratio_ops_vs_fla"] <= 1.1 for r in kda_now if r["mode"] == "fwd+bwd"))
+expect("the KDA forward is still slower than fla on every shape",
+       all(r["ratio_ops_vs_fla"] > 1 for r in kda_now if r["mode"] == "fwd"))
+
+# %% [markdown]
+# Summed from raw gates, the diagonal rows took {glue:text}`ch11_diag_raw_ms` ms against
+# {glue:text}`ch11_diag_two_part_ms`: they read one gate row per pair instead of two float32 parts. The
+# same idea carried into every stage lost: a `tl.cumsum` over a tile is a scan across threads, and the
+# off-diagonal, WY and output stages each paid more for theirs than stage 1 costs once
+# ({glue:text}`ch11_raw_total_ms` ms against {glue:text}`ch11_two_part_total_ms`). Building the diagonal per
+# sub-chunk, with the tiles loaded once, was slower still ({glue:text}`ch11_diag_blocks_ms` ms). Our reading,
+# not measured: a program per token keeps many more loads in flight, and the rows it re-reads come from the
+# cache. Loading less is not the same as finishing sooner.
+#
+# With the raw-gate diagonal kept, the forward's kernels take {glue:text}`ch11_kept_kernels_ms` ms at
+# $T = 8192$, and through the API the KDA forward is {glue:text}`ch11_kept_fwd_range`× fla's time, forward plus
+# backward {glue:text}`ch11_kept_both_range`×. The decode step now checks $g$ and $\beta$ inside its kernel
+# (section 2): `kda.step` moves the state at {glue:text}`ch11_decode_api_tbs` TB/s at the larger batch, and
+# at the smaller one takes {glue:text}`ch11_decode_api_small`× the kernel's own time.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises

@@ -15,7 +15,10 @@
 # over calls of at most 600 s. Measured on one H200 (2026-12-01, a fresh machine): the kda part needs about
 # 280 s (fla autotunes its KDA forward and backward on first use: the first forward row comes at ~100 s, the
 # first forward+backward row at ~250 s), so give it 330; the tests part runs four pytest processes at once,
-# of which the chunked cases under 3.7.1 took 170 s and the others under 3.7.1 120 s. So, e.g.,
+# of which the chunked cases under 3.7.1 took 170 s and the others under 3.7.1 120 s. On 2026-12-02, after the
+# tests part, the kda part finished in 224 s; with 225 s the tests part completed the chunked cases (188 s) and
+# the MoE/width/in-place ones, but not the other two selections, which a second call on the warm machine ran in
+# 35 and 49 s (compiled kernels cached). So, e.g.,
 # `bash scripts/gpu_final.sh 330 0 kda` + `bash scripts/gpu_final.sh 300 0 gated`, then
 # `bash scripts/gpu_final.sh 250 240 linear,tests` and `... decode`. --merge joins the benchmark files of a call.
 # Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png.
