@@ -26,6 +26,7 @@
 
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
 import json
+import math
 import textwrap
 
 import matplotlib.pyplot as plt
@@ -878,6 +879,47 @@ expect("the ops API costs at most 5 % over the kernels on every chunked row",
 #
 # A decay between two tokens needs no difference at all if it is summed from the gates between them:
 # $\sum_{i < m \le r} g_m$ has terms of one sign, so float32 keeps it to its last bit whatever came before.
+# Here is the failure it avoids, on one channel of one chunk: a gate of −1e4 at token 5, gentle gates of
+# −0.001 everywhere else, and the decay from token 20 to token 40.
+
+# %%
+spike_gates = torch.full((64,), -1e-3, dtype=torch.float64)
+spike_gates[5] = -1e4
+i_from, r_to = 20, 40
+true_span = spike_gates[i_from + 1:r_to + 1].sum().item()                   # float64: the reference
+
+
+def float32_running_sums(values):
+    """Running sums added one float32 step at a time, as a kernel's loop adds them."""
+    total, sums = torch.zeros((), dtype=torch.float32), []
+    for value in values.float():
+        total = total + value
+        sums.append(total)
+    return torch.stack(sums)
+
+
+running = float32_running_sums(spike_gates)                                  # G, from the chunk start
+as_difference = (running[r_to] - running[i_from]).item()                     # G_r - G_i
+as_sum = float32_running_sums(spike_gates[i_from + 1:r_to + 1])[-1].item()   # the gates between, one sign
+two_part_hi = spike_gates.cumsum(0).float()                                  # stage 1: G and G_lo
+two_part_lo = (spike_gates.cumsum(0) - two_part_hi.double()).float()
+as_two_parts = ((two_part_hi[r_to] - two_part_hi[i_from]) + (two_part_lo[r_to] - two_part_lo[i_from])).item()
+step = (running[r_to] - torch.nextafter(running[r_to], torch.zeros(()))).abs().item()
+print(f"float32 step size near G = {running[r_to].item():.1f}: {step:.2e}")
+for label, span in (("true (float64)", true_span), ("G_r - G_i (float32)", as_difference),
+                    ("one-sign sum (float32)", as_sum), ("two parts (float32)", as_two_parts)):
+    decay_error = abs(math.exp(span - true_span) - 1)
+    print(f"{label:<24} span {span:+.7f}  relative error of exp(span) {decay_error:.1e}")
+glue("ch11_spike_diff_error", f"{abs(math.exp(as_difference - true_span) - 1):.0e}", display=False)
+glue("ch11_spike_sum_error", f"{abs(math.exp(as_sum - true_span) - 1):.0e}", display=False)
+expect("the difference of float32 running sums is off by more than 1e-4 in the decay",
+       abs(math.exp(as_difference - true_span) - 1) > 1e-4)
+expect("the one-sign float32 sum and the two-part difference are within 1e-6",
+       abs(math.exp(as_sum - true_span) - 1) < 1e-6 and abs(math.exp(as_two_parts - true_span) - 1) < 1e-6)
+
+# %% [markdown]
+# The difference of two running sums gets the decay wrong by {glue:text}`ch11_spike_diff_error`; the
+# sum of the twenty gates between the two tokens, in the same float32, by {glue:text}`ch11_spike_sum_error`.
 # Three designs of the KDA forward were profiled on the H200 (same shape, GPU ms per kernel): the diagonal
 # blocks built per 16-token sub-chunk instead of per token; every stage summing the raw gates itself with
 # `tl.cumsum`, with no stage 1 and no $G_{lo}$; and what the package keeps, the diagonal rows on raw gates and
