@@ -12,8 +12,8 @@ Value checks (g <= 0, beta in [0, 2]) never stop the host on CUDA: reading a GPU
 waits for every queued kernel, 0.1-0.3 ms per call, the whole budget of a decode step. On CUDA they
 become device-side asserts (``torch._assert_async``) that fail, naming the argument, when the stream is
 next synchronised; on CPU they raise a ``ValueError`` at once. The fused decode step on CUDA goes one step
-further: its kernel checks g and beta as it reads them and raises one flag, so a decode call adds one assert
-and no reductions (``values=False`` here, :func:`step_checks_values_in_kernel`).
+further: its kernel checks g and beta as it reads them and clears one flag, so a decode call adds one assert
+and no reductions (the ops' ``step`` pass ``values=False`` here and call :func:`check_values` otherwise).
 """
 
 from __future__ import annotations
@@ -231,10 +231,3 @@ def check_values(g=None, beta=None) -> None:
     if beta is not None:
         check_beta_values(beta)
 
-
-def step_checks_values_in_kernel(backend, q, *grad_inputs) -> bool:
-    """Whether a ``step`` call goes to the fused Triton step on CUDA, which checks g and beta as it reads them.
-
-    Then the host-side value checks are skipped: on the decode path their reductions and asserts cost more
-    GPU time than the kernel's own check (one flag and one assert per call)."""
-    return (resolve_backend(backend, q) == "triton" and q.is_cuda and not needs_grad(q, *grad_inputs))

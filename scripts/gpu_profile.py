@@ -56,7 +56,7 @@ def set_all(num_warps, num_stages, stages=None):
 
 STAGE_KERNELS = {
     "fwd.cumsum": ("_chunk_cumsum",), "fwd.intra": ("_intra_chunk_dense",),
-    "fwd.diagonal": ("_diagonal_blocks",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
+    "fwd.diagonal": ("_diagonal_rows",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
     "fwd.solve": ("_solve_unit_lower",), "fwd.wy": ("_wy_factors",), "fwd.state": ("_state_pass",),
     "fwd.output": ("_chunk_output",), "bwd.local_output": ("_bwd_local_output",),
     "bwd.state_pass_halves": ("_bwd_state_pass_halves",),

@@ -94,8 +94,8 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
 @pytest.mark.parametrize("kind,T,K", [("kda", 1, 16), ("kda", 70, 12), ("kda", 130, 40),
                                       ("gated_delta_rule", 70, 16)])
 def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
-    # Stage 1 alone (the backward's, and Gated DeltaNet's forward): per chunk of 64 tokens, hi = the float64 running sum rounded to float32, lo = the rest
-    # (both float32), gates floored at -1024 first; a -1e4 spike, a -inf and gentle gates in one chunk.
+    # Stage 1 alone: per chunk of 64 tokens, hi = the float64 running sum rounded to float32, lo = the rest (both
+    # float32), gates floored at -1024 first; a -1e4 spike, a -inf and gentle gates in one chunk.
     from k3lite.kernels import chunk_fwd
 
     gen = torch.Generator().manual_seed(3)
@@ -176,8 +176,11 @@ def test_odd_head_count_and_partial_key_block(kind, K):
     q = torch.randn(batch, T, heads, K, generator=gen)
     k = torch.nn.functional.normalize(torch.randn(batch, T, heads, K, generator=gen), dim=-1)
     v = torch.randn(batch, T, heads, V, generator=gen)
-    g = {"kda": lambda: -4 * torch.rand(batch, T, heads, K, generator=gen),
-         "gated_delta_rule": lambda: -4 * torch.rand(batch, T, heads, generator=gen)}.get(kind, lambda: None)()
+    g = None
+    if kind == "kda":
+        g = -4 * torch.rand(batch, T, heads, K, generator=gen)
+    if kind == "gated_delta_rule":
+        g = -4 * torch.rand(batch, T, heads, generator=gen)
     beta = torch.rand(batch, T, heads, generator=gen)
     inputs = [x for x in (q, k, v, g, beta) if x is not None]
     leaves = [x.clone().requires_grad_(True) for x in inputs]

@@ -225,22 +225,24 @@ def test_bad_gate_on_cuda_fails_the_process_naming_it():
 
 @pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
                                     ("gated_delta_rule", "g"), ("delta_rule", "beta")])
-def test_bad_value_in_decode_step_fails_the_process_naming_it(op, bad):
-    # The fused step checks g and beta inside its kernel (one flag, one assert); a bad value must still end
-    # the process with a message naming the argument, and a good call before it must not.
+def test_bad_value_in_decode_step_fails_the_process_with_its_message(op, bad):
+    # The fused step checks g and beta inside its kernel: one flag, one assert. A bad value must end the process
+    # with a message naming it, and a good call before it must pass. For the gated kinds one message names both
+    # g and beta (the flag does not say which of them was out of range); for DeltaNet it names beta.
     import subprocess
     import sys
 
-    gate = {"kda": "(2, 4, 16)", "gated_delta_rule": "(2, 4)"}.get(op)
-    g_value = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
-    args = "x, x, x" + (f", torch.full({gate}, {g_value}, device='cuda')" if gate else "")
-    code = ("import torch; from k3lite.ops import " + op + " as m; x = torch.randn(2, 4, 16, device='cuda'); "
+    def step_call(g_value, beta):
+        gate_shape = {"kda": "(2, 4, 16)", "gated_delta_rule": "(2, 4)"}.get(op)
+        gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
+        return f"m.step(x, x, x{gate}, {beta}, state=s, backend='triton'); torch.cuda.synchronize()"
+
+    bad_g = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
+    code = (f"import torch; from k3lite.ops import {op} as m; x = torch.randn(2, 4, 16, device='cuda'); "
             f"b = torch.full((2, 4), {'2.5' if bad == 'beta' else '0.5'}, device='cuda'); "
             "s = torch.zeros(2, 4, 16, 16, device='cuda'); "
-            f"good = m.step({'x, x, x' + (f', torch.full({gate}, -0.1, device=' + repr('cuda') + ')' if gate else '')}, "
-            "torch.full((2, 4), 0.5, device='cuda'), state=s, backend='triton'); torch.cuda.synchronize(); "
-            "print('good call passed', flush=True); "
-            f"m.step({args}, b, state=s, backend='triton'); torch.cuda.synchronize()")
+            f"good = {step_call('-0.1', 'torch.full((2, 4), 0.5, device=' + repr('cuda') + ')')}; "
+            f"print('good call passed', flush=True); {step_call(bad_g, 'b')}")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     report = result.stdout + result.stderr
     named = "beta must lie in [0, 2]" if bad == "beta" else "g is a log-space decay"

@@ -108,8 +108,9 @@ def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_si
                values=True):
     """The ops' argument checks (``_validate``, ValueError naming the tensor) for one kernel call.
 
-    Returns the scale. ``values=False`` leaves the value checks of g and beta to the caller. The kinds fix which of g and beta must be given: a gate for gated_delta_rule
+    Returns the scale. The kinds fix which of g and beta must be given: a gate for gated_delta_rule
     ([.., H]) and kda ([.., H, K]), beta for every delta kind, neither for linear attention.
+    ``values=False`` checks shapes only and leaves the value checks of g and beta to the caller.
     """
     _check_kind(kind)
     gate, delta = kind in ("gated_delta_rule", "kda"), kind != "linear_attention"

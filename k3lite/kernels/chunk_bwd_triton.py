@@ -588,9 +588,11 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
-    # dG per channel; for a gate per head, one partial sum over the channels per key block of stage 3.
-    dG = {GATE_CHANNEL.value: lambda: torch.empty(B, T, H, K, **f32),
-          GATE_SCALAR.value: lambda: torch.empty(B, T, H, triton.cdiv(K, BKb), **f32)}.get(gate, lambda: dq)()
+    dG = dq   # no gate: an unused placeholder
+    if gate == GATE_CHANNEL:
+        dG = torch.empty(B, T, H, K, **f32)
+    if gate == GATE_SCALAR:   # one partial sum over the channels per key block of stage 3
+        dG = torch.empty(B, T, H, triton.cdiv(K, BKb), **f32)
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
     _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
         q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gate, delta,
@@ -600,16 +602,15 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
     # One gate per head: stages 4 and 5 read it as a row and add its gradient, summed over channels, to dG_row.
     dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR else dG
-    g_row, gl_row = g_arg, gl_arg
     if delta:
-        _bwd_wy[(NT, B * H)](k, v, g_row, beta_arg, parts["ai"], dw, dv, dk, dG_row, dbeta, dakk, T, H, K, V, BT,
+        _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG_row, dbeta, dakk, T, H, K, V, BT,
                              BKb, BV, gate, prec, **LAUNCH["wy"])
     if gate == GATE_CHANNEL:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
                                              **LAUNCH["intra"])
     else:
-        _bwd_intra_dense[(NT, B * H)](q, k, g_row, gl_row, beta_arg, daqk, dakk, dq, dk, dG_row,
+        _bwd_intra_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG_row,
                                       dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec,
                                       **LAUNCH["intra_dense"])
     dg = None

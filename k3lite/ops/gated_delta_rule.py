@@ -128,11 +128,11 @@ def step(q, k, v, g, beta, *, state=None, scale=None, backend="auto"):
     dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=state,
                                   state_name="state", time_axis=False, values=False)
     scale = _validate.resolve_scale(scale, dims.K)
-    # On CUDA the fused step checks g and beta inside its kernel (no reductions, one assert).
-    if not _validate.step_checks_values_in_kernel(backend, q, k, v, g, beta, state):
-        _validate.check_values(g, beta)
     # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
-    if _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, g, beta, state):
+    fused = _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, g, beta, state)
+    if not (fused and q.is_cuda):   # on CUDA the fused step checks g and beta inside its kernel
+        _validate.check_values(g, beta)
+    if fused:
         return triton_call("step", KIND, q, k, v, g, beta, state=state, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
