@@ -913,6 +913,7 @@ for label, span in (("true (float64)", true_span), ("G_r - G_i (float32)", as_di
     print(f"{label:<24} span {span:+.7f}  relative error of exp(span) {decay_error:.1e}")
 glue("ch11_spike_diff_error", f"{abs(math.exp(as_difference - true_span) - 1):.0e}", display=False)
 glue("ch11_spike_sum_error", f"{abs(math.exp(as_sum - true_span) - 1):.0e}", display=False)
+glue("ch11_spike_n_gates", str(r_to - i_from), display=False)
 expect("the difference of float32 running sums is off by more than 1e-4 in the decay",
        abs(math.exp(as_difference - true_span) - 1) > 1e-4)
 expect("the one-sign float32 sum and the two-part difference are within 1e-6",
@@ -920,7 +921,8 @@ expect("the one-sign float32 sum and the two-part difference are within 1e-6",
 
 # %% [markdown]
 # The difference of two running sums gets the decay wrong by {glue:text}`ch11_spike_diff_error`; the
-# sum of the twenty gates between the two tokens, in the same float32, by {glue:text}`ch11_spike_sum_error`.
+# sum of the {glue:text}`ch11_spike_n_gates` gates between the two tokens, in the same float32, by
+# {glue:text}`ch11_spike_sum_error`.
 # Three designs of the KDA forward were profiled on the H200 (same shape, GPU ms per kernel): the diagonal
 # blocks built per 16-token sub-chunk instead of per token; every stage summing the raw gates itself with
 # `tl.cumsum`, with no stage 1 and no $G_{lo}$; and what the package keeps, the diagonal rows on raw gates and
