@@ -11,9 +11,10 @@ else from k3lite), so it depends on torch only.
 Value checks (g <= 0, beta in [0, 2]) never stop the host on CUDA: reading a GPU number with ``.item()``
 waits for every queued kernel, 0.1-0.3 ms per call, the whole budget of a decode step. On CUDA they
 become device-side asserts (``torch._assert_async``) that fail, naming the argument, when the stream is
-next synchronised; on CPU they raise a ``ValueError`` at once. The fused decode step on CUDA goes one step
-further: its kernel checks g and beta as it reads them and clears one flag, so a decode call adds one assert
-and no reductions (the ops' ``step`` pass ``values=False`` here and call :func:`check_values` otherwise).
+next synchronised; on CPU they raise a ``ValueError`` at once. The Triton kernels on CUDA go one step
+further: the fused decode step, and stages 1 and 4 of the chunked pipeline, check g and beta as they read them
+and clear one flag, so a call adds one assert and no reductions (the ops pass ``values=False`` here and call
+:func:`check_values` when the kernels will not check).
 """
 
 from __future__ import annotations

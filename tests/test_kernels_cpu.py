@@ -112,6 +112,27 @@ def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
     assert (G.double() + G_lo.double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
+                                      ("gated_delta_rule", None), ("gated_delta_rule", "g"),
+                                      ("gated_delta_rule", "beta_nan"), ("delta_rule", None), ("delta_rule", "beta"),
+                                      ("delta_rule", "beta_low")])
+def test_chunked_kernels_check_values_as_they_read_them(kind, bad):
+    # On CUDA the pipeline's stage 1 (gates) and stage 4 (beta) clear a flag when a value is out of range, and the
+    # launcher asserts on it (the GPU file checks the assert). Here the flag itself, under the interpreter: one bad
+    # value in the last, partial chunk (token 69 of 70, head 1) must clear it; good inputs must leave it set.
+    from k3lite.kernels import chunk_fwd
+
+    q, k, v, g, beta, _ = make_inputs(kind, 70, -1.0, seed=12)
+    where = (0, 69, 1)
+    if bad in ("g", "g_nan"):
+        g[where] = 0.5 if bad == "g" else float("nan")
+    if bad is not None and bad.startswith("beta"):
+        beta[where] = {"beta": 2.5, "beta_nan": float("nan"), "beta_low": -0.1}[bad]
+    ok = torch.ones((), dtype=torch.int32)
+    chunk_fwd.chunk_forward(kind, q, k, v, g, beta, K ** -0.5, None, values_ok=ok)
+    assert ok.item() == (1 if bad is None else 0)
+
+
 @pytest.mark.parametrize("kind", list(OPS))
 def test_step_matches_recurrent_one_token(kind):
     q, k, v, g, beta, h0 = make_inputs(kind, 1, -3.0, seed=7, batch=3)

@@ -207,20 +207,33 @@ def test_ops_api_never_synchronises_the_host():
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_bad_gate_on_cuda_fails_the_process_naming_it():
-    # A failed device-side assert leaves the CUDA context unusable, so this runs in its own process.
+@pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"), ("gated_delta_rule", "g"),
+                                    ("gated_delta_rule", "beta_nan"), ("delta_rule", "beta")])
+def test_bad_value_in_chunked_fails_the_process_with_its_message(op, bad):
+    # The chunked pipeline checks g in its stage 1 and beta in its stage 4, as it reads them: one flag, one assert,
+    # no extra pass. A failed device-side assert leaves the CUDA context unusable, so this runs in its own process;
+    # a good call must pass first. Where the error surfaces is up to CUDA: the assert is sticky, so a launch later
+    # in the same call may report it before the call returns (seen on the H200). That the call never waits for
+    # the GPU is test_ops_api_never_synchronises_the_host's to show; here: the process fails, naming the argument.
     import subprocess
     import sys
 
-    code = ("import torch; from k3lite.ops import kda; x = torch.randn(1, 4, 2, 16, device='cuda'); "
-            "g = torch.full((1, 4, 2, 16), 0.5, device='cuda'); b = torch.rand(1, 4, 2, device='cuda'); "
-            "kda.chunked(x, x, x, g, b, backend='triton'); torch.cuda.synchronize()")
+    def chunked_call(g_value, beta):
+        gate_shape = {"kda": "(1, 70, 2, 16)", "gated_delta_rule": "(1, 70, 2)"}.get(op)
+        gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
+        return f"m.chunked(x, x, x{gate}, {beta}, backend='triton'); torch.cuda.synchronize()"
+
+    bad_g = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
+    bad_beta = {"beta": "2.5", "beta_nan": "float('nan')"}.get(bad, "0.5")
+    code = (f"import torch; from k3lite.ops import {op} as m; x = torch.randn(1, 70, 2, 16, device='cuda'); "
+            f"b = torch.full((1, 70, 2), 0.5, device='cuda'); b[0, 69, 1] = {bad_beta}; "
+            f"good = {chunked_call('-0.1', 'torch.full((1, 70, 2), 0.5, device=' + repr('cuda') + ')')}; "
+            f"print('good call passed', flush=True); {chunked_call(bad_g, 'b')}")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    # Where the error surfaces is up to CUDA: the assert is sticky, so a launch later in the same call may
-    # report it before the call returns (seen on the H200). That the call never waits for the GPU is
-    # test_ops_api_never_synchronises_the_host's to show; here: the process fails, and the report names g.
     report = result.stdout + result.stderr   # the device prints the assert's message; the host raises
-    assert result.returncode != 0 and "g is a log-space decay" in report, report[-2000:]
+    named = "beta must lie in [0, 2]" if bad.startswith("beta") else "g is a log-space decay"
+    assert "good call passed" in result.stdout, report[-2000:]
+    assert result.returncode != 0 and named in report, report[-2000:]
 
 
 @pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),

@@ -151,10 +151,15 @@ class _Chunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
         from .chunk_fwd import chunk_forward
+        from .recurrent_step import VALUE_MESSAGES, values_ok_flag
 
         args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
         h0 = initial_state.float().contiguous() if initial_state is not None else None
-        o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True)
+        check = q.is_cuda and kind in VALUE_MESSAGES
+        ok = values_ok_flag(q.device) if check else None
+        o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True, values_ok=ok)
+        if check:
+            torch._assert_async(ok, f"k3lite: {VALUE_MESSAGES[kind]} (ValueError on CPU)")
         ctx.kind, ctx.scale = kind, scale
         ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["G_lo"],
                               kept["aqk"], kept["ai"])
@@ -184,17 +189,21 @@ def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None,
 
     q, k ``[B, T, H, K]``, v ``[B, T, H, V]`` in one of float32 / bf16 / fp16; g and beta as the ops
     take them (any float dtype); initial_state ``[B, H, K, V]`` or None. Every argument is checked as
-    ``k3lite.ops`` checks it (ValueError naming the tensor; on CUDA the value checks are asynchronous).
+    ``k3lite.ops`` checks it (ValueError naming the tensor). On CUDA the kernels check the values of g and
+    beta as they read them (one flag, one asynchronous assert: no extra pass, no host synchronisation).
     The pipeline always works on 64-token chunks (tensor-core tiles); ``chunk_size`` is accepted for a
     uniform signature and does not change the result, which is the same for every chunk size.
     """
     scale = check_call(kind, q, k, v, g, beta, initial_state, state_name="initial_state", time_axis=True,
-                       chunk_size=chunk_size, scale=scale)
+                       chunk_size=chunk_size, scale=scale, values=False)
+    if not q.is_cuda:
+        _validate.check_values(g, beta)
     return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state)
 
 
 def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
-    """:func:`chunked` after the ops' checks, for callers that ran them already (``k3lite.ops``)."""
+    """:func:`chunked` after the ops' checks, for callers that ran them already (``k3lite.ops``): shapes,
+    and on CPU the values (on CUDA the kernels check the values themselves)."""
     _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
     return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
 

@@ -124,8 +124,8 @@ def _span(hi_r, lo_r, hi_c, lo_c):
 
 
 @triton.jit
-def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr):
+def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                  BK: tl.constexpr, CHECK: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a float64 running sum
     # (gates of every size keep their digits), split into the float32 sum and its float32 remainder. One
     # program per (key block, chunk, head) walks the chunk's rows in order; a gate per head is K = 1. Each gate
@@ -133,18 +133,27 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, T, H: tl.constexpr, K: tl.constexpr, BT
     # inf - inf. A tile-wide float64 tl.cumsum (a scan across threads) took 0.205 ms against 0.125 ms for this
     # loop (KDA, B=2 T=8192 H=16 K=128, H200, 2026-12-01, figures/bench_h200_kda_2026-12-01.json, where this
     # kernel is named _chunk_cumsum_rows); the float32 scan before the two-part sums took 0.065 ms.
+    # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
+    # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     cols = i_k * BK + tl.arange(0, BK)
     base = _head_base(i_b, i_h, T, H, K) + cols
     acc = tl.zeros([BK], dtype=tl.float64)
+    bad = tl.zeros([BK], dtype=tl.int32)
     for j in tl.static_range(BT):
         t = i_t * BT + j
         m = cols < tl.where(t < T, K, 0)
-        acc += tl.maximum(tl.load(g_ptr + base + t * H * K, mask=m, other=0.0).to(tl.float64), GATE_FLOOR)
+        gate = tl.load(g_ptr + base + t * H * K, mask=m, other=0.0)
+        if CHECK:
+            bad += (~(gate <= 0)).to(tl.int32)
+        acc += tl.maximum(gate.to(tl.float64), GATE_FLOOR)
         hi = acc.to(tl.float32)
         tl.store(hi_ptr + base + t * H * K, hi, mask=m)
         tl.store(lo_ptr + base + t * H * K, (acc - hi.to(tl.float64)).to(tl.float32), mask=m)
+    if CHECK:
+        if tl.sum(bad) > 0:
+            tl.store(ok_ptr, 0)
 
 
 @triton.jit
@@ -370,17 +379,22 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 
 
 @triton.jit
-def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, T,
+def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                CHECK: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
     # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
+    # With CHECK, the value check of beta (read here once per token): outside [0, 2] or NaN clears ok_ptr.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     t_last = tl.minimum(i_t * BT + BT, T) - 1
     p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
     b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+    if CHECK:
+        if tl.sum((~((b_beta >= 0) & (b_beta <= 2))).to(tl.int32)) > 0:
+            tl.store(ok_ptr, 0)
     if GATE == GATE_SCALAR:
         b_gh = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
@@ -561,9 +575,10 @@ def state_block_v(heads, V, widest):
     return width
 
 
-def gate_sums(g, kind):
+def gate_sums(g, kind, values_ok=None):
     """Stage 1 alone: G = the chunk-local cumulative sum of g as two float32 parts (G, G_lo), see _chunk_cumsum.
-    Returns (None, None) without a gate."""
+    Returns (None, None) without a gate. With ``values_ok`` (a 0-d int32 tensor) the kernel sets it to 0
+    if a gate is not <= 0."""
     gate = GATE_OF_KIND[kind]
     if gate == GATE_NONE:
         return None, None
@@ -572,14 +587,15 @@ def gate_sums(g, kind):
     G_lo = torch.empty_like(G)
     gate_width = g.shape[3] if gate == GATE_CHANNEL else 1   # a gate per head: one "channel"
     bk_sum = min(_block(gate_width), CUMSUM_KEY_TILE)
-    _chunk_cumsum[(triton.cdiv(gate_width, bk_sum), triton.cdiv(T, CHUNK), B * H)](g, G, G_lo, T, H, gate_width,
-                                                                                 CHUNK, bk_sum, **LAUNCH["cumsum"])
+    grid = (triton.cdiv(gate_width, bk_sum), triton.cdiv(T, CHUNK), B * H)
+    _chunk_cumsum[grid](g, G, G_lo, values_ok if values_ok is not None else G, T, H, gate_width, CHUNK, bk_sum,
+                        values_ok is not None, **LAUNCH["cumsum"])
     return G, G_lo
 
 
-def chunk_prepare(kind, q, k, v, g, beta, scale):
+def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     """Stages 1-4 (chunk-parallel): G (as G + G_lo, see _chunk_cumsum), Aqk, and for the delta kinds
-    Akk, Ai, W, U, K_dec. Returns a dict; absent entries are None."""
+    Akk, Ai, W, U, K_dec. Returns a dict; absent entries are None. ``values_ok``: see chunk_forward."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     BT, BC = CHUNK, SUB
@@ -587,7 +603,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
-    G, G_lo = gate_sums(g, kind)
+    G, G_lo = gate_sums(g, kind, values_ok)
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
@@ -607,12 +623,13 @@ def chunk_prepare(kind, q, k, v, g, beta, scale):
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
     parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
-        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai)
+        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok)
     return parts
 
 
-def wy_factors(kind, k, v, G, G_lo, beta, ai):
-    """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai)."""
+def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None):
+    """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai).
+    With ``values_ok`` the kernel sets it to 0 if a beta is outside [0, 2]."""
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -622,13 +639,19 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai):
     u = torch.empty_like(v)
     kd = torch.empty_like(k) if gate != GATE_NONE else k
     _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
-                             T, H, K, V, CHUNK, min(BK, KEY_TILE), BV, gate, dot_precision(k.dtype), **LAUNCH["wy"])
+                             values_ok if values_ok is not None else w, T, H, K, V, CHUNK, min(BK, KEY_TILE), BV,
+                             gate, dot_precision(k.dtype), values_ok is not None, **LAUNCH["wy"])
     return w, u, kd
 
 
-def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False):
+def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False, values_ok=None):
     """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
-    (float32) and, when asked, the intermediates the backward pass reuses (G, G_lo, h, V', Aqk, Ai)."""
+    (float32) and, when asked, the intermediates the backward pass reuses (G, G_lo, h, V', Aqk, Ai).
+
+    ``values_ok``: a 0-d int32 tensor, or None. When given, the kernels that read every gate and every
+    beta once anyway (stage 1 and stage 4) also check them, and set it to 0 when a gate is not <= 0 or a
+    beta lies outside [0, 2] (NaN fails both): the value checks then cost no extra pass over the inputs
+    and no host synchronisation (the caller queues one assert on the flag)."""
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -637,7 +660,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     NT = triton.cdiv(T, BT)
     dev, dt, prec = q.device, q.dtype, dot_precision(q.dtype)
 
-    parts = chunk_prepare(kind, q, k, v, g, beta, scale)
+    parts = chunk_prepare(kind, q, k, v, g, beta, scale, values_ok)
     G, aqk = parts["G"], parts["aqk"]
     g_arg = G if G is not None else q
     if delta:

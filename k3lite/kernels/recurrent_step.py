@@ -60,8 +60,8 @@ def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, 
     tl.store(o_ptr + i_bh * V + rv, b_o.to(o_ptr.dtype.element_ty), mask=mv)
 
 
-# One int32 flag per device, 1 while every value the step kernel read was in range. A kernel that finds a bad
-# value writes 0 and the assert after it fails; a failed device assert ends the process's use of the GPU,
+# One int32 flag per device, 1 while every value the step kernel (or the chunked pipeline's stages 1 and 4, see
+# chunk_fwd.chunk_forward) read was in range. A kernel that finds a bad value writes 0 and the assert after it fails; a failed device assert ends the process's use of the GPU,
 # so the flag never has to be set back.
 _VALUES_OK: dict = {}
 
@@ -71,7 +71,7 @@ _GATE_AND_BETA = ("g is a log-space decay and must be <= 0 everywhere, and beta 
 VALUE_MESSAGES = {"gated_delta_rule": _GATE_AND_BETA, "kda": _GATE_AND_BETA, "delta_rule": "beta must lie in [0, 2]"}
 
 
-def _values_ok_flag(device) -> torch.Tensor:
+def values_ok_flag(device) -> torch.Tensor:
     flag = _VALUES_OK.get(device)
     if flag is None:
         flag = _VALUES_OK[device] = torch.ones((), dtype=torch.int32, device=device)
@@ -96,7 +96,7 @@ def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=
     o = torch.empty_like(v)
     new_state = state if inplace else torch.empty_like(state)
     check = q.is_cuda and kind in VALUE_MESSAGES
-    ok = _values_ok_flag(q.device) if check else q
+    ok = values_ok_flag(q.device) if check else q
     _decode_step[(triton.cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, ok, scale, K, V, BK, BV,
                                               GATE_OF_KIND[kind], DELTA_OF_KIND[kind], check, num_warps=num_warps)
     if check:

@@ -55,10 +55,13 @@ def recurrent(q, k, v, g, beta, *, scale=None, initial_state=None):
 
 def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto"):
     """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``."""
-    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=initial_state)
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=False, state=initial_state, values=False)
     chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
-    if _validate.resolve_backend(backend, q) == "triton":
+    fused = _validate.resolve_backend(backend, q) == "triton"
+    if not (fused and q.is_cuda):   # on CUDA the kernels check the values as they read them
+        _validate.check_values(g, beta)
+    if fused:
         return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
                            initial_state=initial_state, chunk_size=chunk_size)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)

@@ -62,10 +62,13 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
     Everything inside a chunk is computed for all chunks at once (:func:`_prepare_chunks`); only
     the hand-over of the memory from one chunk to the next is a loop (:func:`_carry`).
     """
-    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state)
+    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state, values=False)
     chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
-    if _validate.resolve_backend(backend, q) == "triton":
+    fused = _validate.resolve_backend(backend, q) == "triton"
+    if not (fused and q.is_cuda):   # on CUDA the kernels check the values as they read them
+        _validate.check_values(g, beta)
+    if fused:
         return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
                            initial_state=initial_state, chunk_size=chunk_size)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
