@@ -528,8 +528,9 @@ plt.show()
 # **1. Gate cumsum.** Each program owns one chunk of one head (for KDA, one block of its key channels;
 # Gated DeltaNet's one gate per head is a single channel) and writes $G_r = \sum_{s \le r} g_s$ inside the
 # chunk — as two float32 tensors, the float64 running sum split into a high and a low part, so that decays
-# over long spans keep their digits. It walks the rows in order; section 5 times that against a scan
-# across threads:
+# over long spans keep their digits. It takes the chunk eight rows at a time: one tile load, a float64
+# `tl.cumsum` down the tile, plus the total of the tiles before it. Section 5 times this form against a scan
+# over the whole chunk and a loop over single rows:
 
 # %%
 show(chunk_fwd._chunk_cumsum)
@@ -831,7 +832,8 @@ expect("row by row, the cumsum is faster than the scan in both of the scan's tim
 # {glue:text}`ch11_cumsum_time_x`×. A float64 `tl.cumsum` is a scan across threads, and it took
 # {glue:text}`ch11_cumsum_scan_ms` ms where the float32 one had taken {glue:text}`ch11_cumsum_old_ms` ms.
 # Walking the chunk's rows in order, one float64 running sum per channel and no communication between
-# threads, takes {glue:text}`ch11_cumsum_rows_ms` ms: that is the form stage 1 shows now.
+# threads, took {glue:text}`ch11_cumsum_rows_ms` ms; that form was kept until the last subsection of this
+# section replaced it.
 #
 # Against the reference, in the same runs:
 

@@ -4,10 +4,12 @@
 
 1. GPU time per kernel (torch.profiler) of one call of k3lite's Triton pipeline and of the reference
    library (flash-linear-attention, when importable), forward and forward+backward, bf16, D = 128.
-2. With --sweep: every stage of the forward and backward under a few (num_warps, num_stages) settings
+2. Section variants: the forward under other design settings of kernels/chunk_fwd.py (VARIANTS), per-kernel
+   times, and each setting's bf16 error against the float32 pipeline.
+3. With --sweep: every stage of the forward and backward under a few (num_warps, num_stages) settings
    and value-block widths (the LAUNCH and BLOCK_V dicts of kernels/chunk_fwd.py and chunk_bwd_triton.py),
    each kernel's time read off the profiler, and the best setting per stage.
-3. Fused SiTU: the fast and the exact arithmetic path, a few block sizes and warp counts.
+4. Fused SiTU: the fast and the exact arithmetic path, a few block sizes and warp counts.
 Prints tables and writes DIR/profile.json. Used to choose the numbers in LAUNCH; not part of any test.
 """
 
@@ -107,6 +109,62 @@ def sweep(kind, shape, results, stages=None, widths=True):
     results.setdefault("sweep", {})[f"{kind} {shape}"] = {"per_kernel": per_kernel, "best": best}
 
 
+# Forward design variants: module settings of kernels/chunk_fwd.py, each measured against the defaults.
+VARIANTS = {
+    "defaults": {},
+    "cumsum_rows16": {"CUMSUM_ROWS": 16},
+    "cumsum_key_tile64": {"CUMSUM_KEY_TILE": 64},
+    "cumsum_key_tile32": {"CUMSUM_KEY_TILE": 32},
+    "solve_ieee": {"HALF_SOLVE_PRECISION": "ieee"},
+    "a_in_float32": {"A_STORAGE": "float32"},
+}
+
+
+def rel_rms(x, ref):
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def accuracy(kind, shape):
+    """Relative RMS error of the bf16 pipeline's output, final state and input gradients against the float32
+    pipeline on the same (bf16-rounded) inputs; the float32 pipeline is itself tested against the recurrence."""
+    B, T, H = shape
+    t = bench.mixer_inputs(kind, B, T, H, 128, torch.bfloat16, "cuda", True)
+    names = [n for n, x in t.items() if x is not None]
+    results = {}
+    for label, tensors in (("bf16", t), ("f32", {n: (x.detach().float().requires_grad_() if x is not None else None)
+                                                   for n, x in t.items()})):
+        o, state = kernels.run_chunked(kind, tensors["q"], tensors["k"], tensors["v"], tensors["g"], tensors["beta"],
+                                       scale=128 ** -0.5)
+        d_o = torch.randn(o.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+        grads = torch.autograd.grad((o.float() * d_o).sum(), [tensors[n] for n in names])
+        results[label] = {"o": o, "state": state, **{f"d{n}": g for n, g in zip(names, grads)}}
+    return {name: rel_rms(results["bf16"][name], ref) for name, ref in results["f32"].items()}
+
+
+def variants(kinds, shape, results, names):
+    saved = {attr: getattr(chunk_fwd, attr) for v in VARIANTS.values() for attr in v}
+    for kind in kinds:
+        for name in names:
+            chunk_fwd.__dict__.update(saved)
+            chunk_fwd.__dict__.update(VARIANTS[name])
+            row = {}
+            try:
+                row["fwd"] = bench.kernel_times(call(kind, shape, "fwd", "k3lite", None), ITERS)
+                row["fwd_total_ms"] = sum(row["fwd"].values())
+                row["fwd+bwd_total_ms"] = sum(bench.kernel_times(call(kind, shape, "fwd+bwd", "k3lite", None),
+                                                                 3).values())
+                row["rel_rms_vs_float32_pipeline"] = accuracy(kind, shape)
+            except Exception as err:
+                row["error"] = repr(err)[:300]
+            results.setdefault("variants", {}).setdefault(f"{kind} {shape}", {})[name] = row
+            errors = " ".join(f"{n}={e:.1e}" for n, e in row.get("rel_rms_vs_float32_pipeline", {}).items())
+            kernels_ms = " ".join(f"{n}={ms:.3f}" for n, ms in sorted(row.get("fwd", {}).items(), key=lambda kv: -kv[1]))
+            print(f"{kind} {name:18} fwd {row.get('fwd_total_ms', float('nan')):.3f} ms, fwd+bwd "
+                  f"{row.get('fwd+bwd_total_ms', float('nan')):.3f} ms | {kernels_ms} | {errors} {row.get('error', '')}",
+                  flush=True)
+    chunk_fwd.__dict__.update(saved)
+
+
 def situ_variants(results):
     import triton.testing
 
@@ -149,6 +207,7 @@ def main():
     parser.add_argument("--sweep-stages", default="", help="e.g. fwd.intra,bwd.wy (default: every stage)")
     parser.add_argument("--settings", default="", help="e.g. 4x2,8x1 (num_warps x num_stages)")
     parser.add_argument("--no-widths", action="store_true", help="sweep no value-block widths")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="section variants: which of VARIANTS")
     args = parser.parse_args()
     shape = tuple(int(x) for x in args.shape.split(","))
     if args.settings:
@@ -175,6 +234,9 @@ def main():
                     results["profile"][f"{kind} {mode} {impl}"] = times
                     show(f"{kind} {shape} {mode} {impl}", times)
                     path.write_text(json.dumps(results, indent=1))
+    if "variants" in sections:
+        variants(args.kinds.split(","), shape, results, args.variants.split(","))
+        path.write_text(json.dumps(results, indent=1))
     if "sweep" in sections:
         for kind in filter(None, args.sweep.split(",")):
             stages = set(args.sweep_stages.split(",")) if args.sweep_stages else None

@@ -41,7 +41,7 @@ changes nothing that survives. In the two-part form exponents are clamped with m
 exact where the value is used and keeps padded rows and masked entries finite.
 
 Every tl.dot takes its input precision from the DOT_PRECISION constexpr (see dot_precision below):
-"ieee" for float32 inputs, "tf32" otherwise; the triangular solve is always "ieee".
+"ieee" for float32 inputs, "tf32" otherwise; the triangular solve likewise (SOLVE_PRECISION, HALF_SOLVE_PRECISION).
 """
 
 from __future__ import annotations
@@ -125,32 +125,36 @@ def _span(hi_r, lo_r, hi_c, lo_c):
 
 @triton.jit
 def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr, CHECK: tl.constexpr):
+                  BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a float64 running sum
-    # (gates of every size keep their digits), split into the float32 sum and its float32 remainder. One
-    # program per (key block, chunk, head) walks the chunk's rows in order; a gate per head is K = 1. Each gate
+    # (gates of every size keep their digits), split into the float32 sum and its float32 remainder. Each gate
     # is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
-    # inf - inf. A tile-wide float64 tl.cumsum (a scan across threads) took 0.205 ms against 0.125 ms for this
-    # loop (KDA, B=2 T=8192 H=16 K=128, H200, 2026-12-01, figures/bench_h200_kda_2026-12-01.json, where this
-    # kernel is named _chunk_cumsum_rows); the float32 scan before the two-part sums took 0.065 ms.
+    # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile
+    # load, a float64 tl.cumsum down the tile, plus the float64 total of the tiles before it. A gate per head
+    # is K = 1.
+    # Measured on the H200 (KDA at B=2 T=8192 H=16 K=128, GPU ms; figures/bench_h200_2026-12-02.json,
+    # forward_variants_2x8192x16): tiles of 8 rows 0.144, of 16 rows 0.154; a loop over single rows (each load
+    # waits for the stores before it) 0.203; one float64 scan over all 64 rows 0.205 (2026-12-01).
+    # Gated DeltaNet: 0.010 against 0.047 row by row.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
-    cols = i_k * BK + tl.arange(0, BK)
-    base = _head_base(i_b, i_h, T, H, K) + cols
-    acc = tl.zeros([BK], dtype=tl.float64)
-    bad = tl.zeros([BK], dtype=tl.int32)
-    for j in tl.static_range(BT):
-        t = i_t * BT + j
-        m = cols < tl.where(t < T, K, 0)
-        gate = tl.load(g_ptr + base + t * H * K, mask=m, other=0.0)
+    base = _head_base(i_b, i_h, T, H, K)
+    carry = tl.zeros([BK], dtype=tl.float64)
+    bad = tl.zeros([BS, BK], dtype=tl.int32)
+    for i_s in tl.static_range(BT // BS):
+        row0 = i_t * BT + i_s * BS
+        p, m = _tile(g_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
+        gate = tl.load(p, mask=m, other=0.0)
         if CHECK:
             bad += (~(gate <= 0)).to(tl.int32)
-        acc += tl.maximum(gate.to(tl.float64), GATE_FLOOR)
+        floored = tl.maximum(gate.to(tl.float64), GATE_FLOOR)
+        acc = tl.cumsum(floored, axis=0) + carry[None, :]
+        carry += tl.sum(floored, axis=0)
         hi = acc.to(tl.float32)
-        tl.store(hi_ptr + base + t * H * K, hi, mask=m)
-        tl.store(lo_ptr + base + t * H * K, (acc - hi.to(tl.float64)).to(tl.float32), mask=m)
+        _store(hi_ptr + base, hi, row0, i_k * BK, T, K, H * K, BS, BK)
+        _store(lo_ptr + base, (acc - hi.to(tl.float64)).to(tl.float32), row0, i_k * BK, T, K, H * K, BS, BK)
     if CHECK:
         if tl.sum(bad) > 0:
             tl.store(ok_ptr, 0)
@@ -534,8 +538,29 @@ def dot_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-# The triangular inverse amplifies rounding in its inputs; its 16x16 products are few, so always exact.
+# The triangular inverse (_merge_inverse) amplifies rounding in its inputs: exact products for float32 inputs.
 SOLVE_PRECISION = "ieee"
+# For bf16/fp16 inputs TF32 (as flash-linear-attention): on the H200 at (2, 8192, 16) it halved Gated DeltaNet's
+# solve (0.104 -> 0.053 ms) and cut KDA's off-diagonal stage from 0.370 to 0.317 ms, and it left the relative RMS
+# error of the output, the state and every gradient against the float32 pipeline unchanged to two digits
+# (KDA 2.5e-3 - 3.5e-3; figures/bench_h200_2026-12-02.json, forward_variants_2x8192x16).
+HALF_SOLVE_PRECISION = "tf32"
+# Where Aqk and Ai are stored for bf16/fp16 inputs: "input" (their own dtype) or "float32". The forward rounds
+# both to the input dtype anyway where it uses them (tl.dot operands beside V' and K), so its output is the
+# same; stored so, each is half the bytes to write and to read back (KDA forward 1.422 -> 1.385 ms, forward +
+# backward 5.336 -> 5.075 ms). The backward reads them rounded: the error of dv and dbeta against the float32
+# pipeline went from 2.9e-3 to 3.3e-3 (KDA), the others unchanged. flash-linear-attention stores them so too.
+# Akk, the solve's input, stays float32.
+A_STORAGE = "input"
+
+
+def solve_precision(dtype) -> str:
+    return SOLVE_PRECISION if dtype == torch.float32 else HALF_SOLVE_PRECISION
+
+
+def a_dtype(dtype):
+    """Storage dtype of Aqk and Ai for inputs of ``dtype``."""
+    return dtype if A_STORAGE == "input" and dtype != torch.float32 else torch.float32
 
 # Launch settings of each stage: a few explicit numbers, no autotuner. They were picked on an H200
 # with scripts/gpu_profile.py, which times each stage under other settings (it edits this dict).
@@ -554,6 +579,8 @@ DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 32
 # Channels per program of _chunk_cumsum: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
 CUMSUM_KEY_TILE = 128
+# Rows per tile of _chunk_cumsum (see there for the measurements).
+CUMSUM_ROWS = 8
 # Value-block widths: the output stage's; the state pass's (None: state_block_v picks it from the grid size).
 BLOCK_V = {"output": 64, "state": None}
 
@@ -589,7 +616,7 @@ def gate_sums(g, kind, values_ok=None):
     bk_sum = min(_block(gate_width), CUMSUM_KEY_TILE)
     grid = (triton.cdiv(gate_width, bk_sum), triton.cdiv(T, CHUNK), B * H)
     _chunk_cumsum[grid](g, G, G_lo, values_ok if values_ok is not None else G, T, H, gate_width, CHUNK, bk_sum,
-                        values_ok is not None, **LAUNCH["cumsum"])
+                        CUMSUM_ROWS, values_ok is not None, **LAUNCH["cumsum"])
     return G, G_lo
 
 
@@ -606,21 +633,22 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     G, G_lo = gate_sums(g, kind, values_ok)
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
-    aqk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32)
+    aqk = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype))
     akk = torch.empty(B, T, H, BT, device=dev, dtype=torch.float32) if delta else aqk
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
-    ai = torch.empty_like(akk) if delta else None
+    ai = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype)) if delta else None
     if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks sum the raw gates themselves
         _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, g, beta, aqk, akk, scale, T, H, K, BT, BC,
                                                                  DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
         _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
-                                        min(BK, OFFDIAGONAL_BK), prec, SOLVE_PRECISION, **LAUNCH["offdiagonal_solve"])
+                                        min(BK, OFFDIAGONAL_BK), prec, solve_precision(q.dtype),
+                                        **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
         if delta:
-            _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, SOLVE_PRECISION, **LAUNCH["solve"])
+            _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, solve_precision(q.dtype), **LAUNCH["solve"])
     parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
         parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok)
