@@ -355,13 +355,20 @@ MODEL_DECODE_NOTE = (
     "tokens/s = batch x timed steps / wall time of the steps (CUDA events around the loop on a GPU); each "
     "step is one call of the model's own cached decode path, the one generate uses (K3.run(token, cache) "
     "with every KDA layer updating its state in place, through the Triton step on CUDA; GPT2(token, "
-    "cache)), fed fixed token ids (no sampling, no .item() in the loop). cache_fill 'prefill': the cache of "
-    "context L comes from a forward pass over L random tokens; 'random': random keys/values (GPT-2) and "
-    "MLA latents (K3) of the shapes and dtypes a prefill gives, and a K3 cache whose KDA states come from "
-    "a short prefill (a state's size does not grow with L) -- decode time depends on the cache's size, "
-    "not its values, and a full prefill at long L is too slow or too big. GPT-2's KVCache grows by "
-    "torch.cat, so each of its steps also copies its whole cache (the model's own path, measured as is); "
-    "its position table is widened to the longest context. Cache bytes are per sequence at context L.")
+    "cache)), fed fixed token ids (no sampling, no .item() in the loop). Neither path copies its cache in a "
+    "step: both caches are preallocated buffers that a step writes its own token into and then reads once "
+    "(GPT-2's KVCache a [B, capacity, H, D] buffer per layer for keys and one for values, MLA one "
+    "[B, capacity, 512 + 64] buffer of [latent; rope key] rows per layer, both doubling when full); GPT-2 "
+    "attends through scaled_dot_product_attention on transposed views of its buffers on CUDA, and MLA's "
+    "absorbed path is one matmul per sequence with the heads folded into the query rows (scores, then "
+    "probabilities x latents), reading the cached rows in place and in the cache's dtype, with only the "
+    "scores softmaxed in float32. Every cache is built with room for its context plus all warmup and timed "
+    "steps, so no buffer grows inside the timing. cache_fill 'prefill': the cache of context L comes from "
+    "a forward pass over L random tokens; 'random': random keys/values (GPT-2) and MLA latents (K3) of the "
+    "shapes and dtypes a prefill gives, and a K3 cache whose KDA states come from a short prefill (a "
+    "state's size does not grow with L) -- decode time depends on the cache's size, not its values, and a "
+    "full prefill at long L is too slow or too big. GPT-2's position table is widened to the longest "
+    "context. Cache bytes are per sequence at context L (the cached tokens, not the spare room).")
 
 
 def decode_model_configs(gpu: bool, vocab_size: int):
@@ -400,27 +407,35 @@ def _random_like(template: torch.Tensor, length: int, batch: int, gen) -> torch.
     return torch.randn(shape, device=template.device, generator=gen, dtype=template.dtype)
 
 
-def fill_k3_cache(model, prompt, length, fill, gen):
+def fill_k3_cache(model, prompt, length, fill, gen, headroom):
+    """A K3Cache of ``length`` tokens whose MLA buffers have room for ``headroom`` more tokens."""
     from k3lite.k3 import K3Cache
     from k3lite.layers.mla import MLACache
 
-    if fill == "prefill":
-        return model.run(prompt[:, :length]).cache
-    short = model.run(prompt[:, :8]).cache   # shapes, dtypes and real KDA states from a short prefill
-    layers = [MLACache(*(_random_like(t, length, prompt.shape[0], gen) for t in c)) if isinstance(c, MLACache)
-              else c for c in short.layers]
+    # 'random': shapes, dtypes and real KDA states from a short prefill, the MLA rows then made up
+    source = model.run(prompt[:, :length] if fill == "prefill" else prompt[:, :8]).cache
+    batch, layers = prompt.shape[0], []
+    for layer_cache in source.layers:
+        if isinstance(layer_cache, MLACache):
+            tensors = (layer_cache.latent, layer_cache.rope_key)
+            if fill == "random":
+                tensors = [_random_like(t, length, batch, gen) for t in tensors]
+            layer_cache = MLACache.from_tensors(*tensors, capacity=length + headroom)
+        layers.append(layer_cache)
     return K3Cache(layers, length)
 
 
-def fill_gpt2_cache(model, prompt, length, fill, gen):
-    cache = model.new_cache()
+def fill_gpt2_cache(model, prompt, length, fill, gen, headroom):
+    """A KVCache of ``length`` tokens with room for ``headroom`` more tokens."""
+    cache = model.new_cache(capacity=length + headroom)
     if fill == "prefill":
         model(prompt[:, :length], cache)
         return cache
-    model(prompt[:, :1], cache)              # shapes and dtypes of one layer's keys and values
-    for layer in range(len(cache.keys)):
-        cache.keys[layer] = _random_like(cache.keys[layer], length, prompt.shape[0], gen)
-        cache.values[layer] = _random_like(cache.values[layer], length, prompt.shape[0], gen)
+    probe = model.new_cache()
+    model(prompt[:, :1], probe)              # shapes and dtypes of one layer's keys and values
+    for layer, (keys, values) in enumerate(zip(probe.keys, probe.values)):   # one layer at a time: peak memory
+        cache.append(layer, _random_like(keys, length, prompt.shape[0], gen),
+                     _random_like(values, length, prompt.shape[0], gen))
     return cache
 
 
@@ -459,7 +474,8 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
     gpu = device == "cuda"
     dtype = torch.bfloat16 if gpu else torch.float32
     k3_config, gpt2_config = decode_model_configs(gpu, vocab_size)
-    longest = max(contexts) + warmup + repeats * steps + 8   # the caches grow during the timing
+    headroom = warmup + repeats * steps                      # tokens the caches gain while timed
+    longest = max(contexts) + headroom + 8
     gpt2_config = GPT2Config(**{**gpt2_config.__dict__, "n_ctx": longest})
     torch.manual_seed(3)
     k3 = K3(k3_config).to(device=device, dtype=dtype).eval()
@@ -485,7 +501,7 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
         tokens = torch.randint(0, vocab_size, (warmup + steps, batch, 1), device=device, generator=gen)
         row = {"context": length, "cache_fill": fill}
         with torch.no_grad():
-            cache = fill_k3_cache(k3, prompt, length, fill, gen)
+            cache = fill_k3_cache(k3, prompt, length, fill, gen, headroom)
             row["k3_cache_bytes_per_seq"] = cache.nbytes() / batch
             row["k3_kda_state_bytes_per_seq"] = cache.nbytes("kda") / batch
             row["k3_mla_bytes_per_seq"] = cache.nbytes("mla") / batch
@@ -502,7 +518,7 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
             del cache, k3_cache
             if gpu:
                 torch.cuda.empty_cache()
-            kv = fill_gpt2_cache(gpt2, prompt, length, fill, gen)
+            kv = fill_gpt2_cache(gpt2, prompt, length, fill, gen, headroom)
             row["gpt2_cache_bytes_per_seq"] = kv.nbytes() / batch
             gpt2_s = time_decode(lambda token: gpt2(token, kv), tokens, gpu, warmup, repeats)
             del kv

@@ -6,8 +6,9 @@ added back to the residual stream), a final LayerNorm, and logits through the tr
 embedding (input and output embeddings are tied).
 
 Incremental decoding keeps every layer's keys and values in a :class:`KVCache`, so a new token
-costs one row of projections instead of recomputing the whole history. Weights load from, and
-export to, the Hugging Face naming used by real GPT-2 checkpoints (:meth:`GPT2.from_hf`,
+costs one row of projections instead of recomputing the whole history. The cache is preallocated:
+a step writes its own keys and values and reads the history once, copying none of it. Weights load
+from, and export to, the Hugging Face naming used by real GPT-2 checkpoints (:meth:`GPT2.from_hf`,
 :meth:`GPT2.to_hf_state_dict`).
 """
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from k3lite import sampling
 from k3lite._validate import check_token_ids
@@ -77,33 +79,92 @@ class GPT2Config:
 
 
 class KVCache:
-    """Every layer's keys and values so far, each ``[B, T, H, head_dim]`` (the course's layout)."""
+    """Every layer's keys and values so far, each ``[B, T, H, head_dim]`` (the course's layout).
 
-    def __init__(self, n_layer: int):
-        self.keys: list[torch.Tensor | None] = [None] * n_layer
-        self.values: list[torch.Tensor | None] = [None] * n_layer
+    Each layer writes into its own preallocated buffer ``[B, capacity, H, head_dim]``, and
+    ``keys[layer]``, ``values[layer]`` are views of the first ``length`` rows. Growing the history by
+    ``torch.cat`` would copy all of it at every step (a sequence of ``T`` tokens would cost ``O(T^2)``
+    copying); a buffer that doubles when full copies each token about once on average, amortised O(1)
+    per step. ``capacity`` reserves room up front (``generate`` reserves prompt + new tokens, so its
+    loop never grows a buffer).
+    """
+
+    def __init__(self, n_layer: int, *, capacity: int = 0):
+        if not isinstance(n_layer, int) or n_layer < 1:
+            raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
+        if not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
+        self.n_layer, self.reserved = n_layer, capacity
+        self._key_buffers: list[torch.Tensor | None] = [None] * n_layer
+        self._value_buffers: list[torch.Tensor | None] = [None] * n_layer
+        self._lengths = [0] * n_layer   # per layer: during a forward pass, layer 0 is ahead of the rest
+
+    @property
+    def keys(self) -> list[torch.Tensor | None]:
+        """Per layer, the cached keys ``[B, length, H, head_dim]`` (a view of the buffer), or None."""
+        return [_history(buffer, n) for buffer, n in zip(self._key_buffers, self._lengths)]
+
+    @property
+    def values(self) -> list[torch.Tensor | None]:
+        """Per layer, the cached values ``[B, length, H, head_dim]`` (a view of the buffer), or None."""
+        return [_history(buffer, n) for buffer, n in zip(self._value_buffers, self._lengths)]
 
     @property
     def length(self) -> int:
         """Number of tokens already cached (the position the next token will take)."""
-        return 0 if self.keys[0] is None else self.keys[0].shape[1]
+        return self._lengths[0]
 
     @property
     def batch_size(self) -> int | None:
-        return None if self.keys[0] is None else self.keys[0].shape[0]
+        return None if self._key_buffers[0] is None else self._key_buffers[0].shape[0]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Add this step's keys and values for ``layer``; return the whole history of both."""
-        if self.keys[layer] is None:
-            self.keys[layer], self.values[layer] = k, v
-        else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=1)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=1)
-        return self.keys[layer], self.values[layer]
+        """Write this step's keys and values ``[B, T, H, head_dim]`` for ``layer`` after the cached
+        ones; return the whole history of both (views of the buffers: nothing cached is copied)."""
+        start = self._lengths[layer]
+        end = start + k.shape[1]
+        for buffers, new, name in ((self._key_buffers, k, "k"), (self._value_buffers, v, "v")):
+            buffer = _room_for(buffers[layer], new, start, end, self.reserved, name)
+            buffer[:, start:end] = new
+            buffers[layer] = buffer
+        self._lengths[layer] = end
+        return self._key_buffers[layer][:, :end], self._value_buffers[layer][:, :end]
 
     def nbytes(self) -> int:
-        """Bytes held right now by all cached keys and values."""
+        """Bytes of the cached keys and values (``length`` tokens; see :meth:`capacity_nbytes`)."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+    def capacity_nbytes(self) -> int:
+        """Bytes allocated for keys and values, spare room included."""
+        buffers = self._key_buffers + self._value_buffers
+        return sum(t.numel() * t.element_size() for t in buffers if t is not None)
+
+
+def _history(buffer: torch.Tensor | None, length: int) -> torch.Tensor | None:
+    return None if buffer is None else buffer[:, :length]
+
+
+def _room_for(buffer: torch.Tensor | None, new: torch.Tensor, start: int, end: int, reserved: int,
+              name: str) -> torch.Tensor:
+    """``buffer`` if rows ``start:end`` of it can be written in place, else a larger buffer holding its
+    first ``start`` rows: at least twice as large, so growing stays amortised O(1) per token."""
+    if buffer is None:
+        return new.new_empty((new.shape[0], max(end, reserved), *new.shape[2:]))
+    if (new.shape[0], new.shape[2:], new.dtype, new.device) != (buffer.shape[0], buffer.shape[2:], buffer.dtype,
+                                                                 buffer.device):
+        raise ValueError(f"{name} must be [B={buffer.shape[0]}, T, {', '.join(map(str, buffer.shape[2:]))}] "
+                         f"{buffer.dtype} on {buffer.device} like the cache, got {tuple(new.shape)} {new.dtype} "
+                         f"on {new.device}")
+    # While autograd records, an earlier step may have saved this buffer for its backward pass:
+    # writing into it would change what that step saw. Then copy, as torch.cat would.
+    recording = buffer.requires_grad or new.requires_grad
+    fits = end <= buffer.shape[1]
+    if fits and not recording:
+        return buffer
+    capacity = buffer.shape[1] if fits else max(end, 2 * buffer.shape[1])
+    larger = buffer.new_empty((buffer.shape[0], capacity, *buffer.shape[2:]))
+    larger[:, :start] = buffer[:, :start]
+    return larger
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -122,6 +183,21 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return torch.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
+def sdpa_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """:func:`causal_attention` through ``F.scaled_dot_product_attention``: one fused kernel on CUDA.
+
+    SDPA wants ``[B, H, T, D]``; the transposes are views, so the kernel reads the cache buffers in
+    place, with their strides, where ``einsum`` would first make contiguous copies of K and V (the
+    whole cache, every step). The causal mask has to be aligned to the bottom-right corner, query
+    ``t`` at position ``past + t``, which SDPA's ``is_causal`` (top-left) is not once a cache is in
+    front; a single query token is the last position and sees every key, so it needs no mask.
+    """
+    q_len, k_len = q.shape[1], k.shape[1]
+    mask = None if q_len == 1 else causal_lower_right(q_len, k_len)
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+    return out.transpose(1, 2)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPT2Config):
         super().__init__()
@@ -135,7 +211,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(batch, steps, self.n_head, self.head_dim) for t in (q, k, v))
         if cache is not None:
             k, v = cache.append(layer, k, v)
-        out = causal_attention(q, k, v)
+        # On a CPU the formula as written: it is what the chapters print, to the last bit.
+        attend = sdpa_causal_attention if q.is_cuda else causal_attention
+        out = attend(q, k, v)
         return self.proj(out.reshape(batch, steps, width))
 
 
@@ -190,9 +268,10 @@ class GPT2(nn.Module):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
 
-    def new_cache(self) -> KVCache:
-        """An empty cache to pass to :meth:`forward` for incremental decoding."""
-        return KVCache(self.config.n_layer)
+    def new_cache(self, *, capacity: int = 0) -> KVCache:
+        """An empty cache to pass to :meth:`forward` for incremental decoding, with room for
+        ``capacity`` tokens reserved (it grows past that when needed)."""
+        return KVCache(self.config.n_layer, capacity=capacity)
 
     def _check_input(self, idx: torch.Tensor, cache: KVCache | None) -> None:
         if not isinstance(idx, torch.Tensor):
@@ -205,7 +284,7 @@ class GPT2(nn.Module):
         check_token_ids(idx, vocab)
         past = 0
         if cache is not None:
-            if not isinstance(cache, KVCache) or len(cache.keys) != self.config.n_layer:
+            if not isinstance(cache, KVCache) or cache.n_layer != self.config.n_layer:
                 raise ValueError(f"cache must be a KVCache with {self.config.n_layer} layers (use model.new_cache())")
             past = cache.length
             if cache.batch_size not in (None, idx.shape[0]):
@@ -246,7 +325,7 @@ class GPT2(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            cache = self.new_cache() if use_cache else None
+            cache = self.new_cache(capacity=idx.shape[1] + max_new_tokens) if use_cache else None
             sequence, pending = idx, idx
             for _ in range(max_new_tokens):
                 if use_cache:

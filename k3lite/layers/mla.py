@@ -10,7 +10,11 @@ Two ways to compute the same attention:
   attention with keys ``[k_nope_h; k_rope]``;
 * *absorbed* (decoding): fold the key up-projection into the query, ``q~_h = W_UK_h^T q_nope_h``, score
   the latents directly, ``q~_h . c_s + q_rope_h . k_rope_s``, mix latents, and only then expand
-  ``o_h = W_UV_h sum_s p_s c_s``. Nothing per head is ever built for the cached tokens.
+  ``o_h = W_UV_h sum_s p_s c_s``. Nothing per head is ever built for the cached tokens, and since all
+  heads read the same rows, they fold into one matrix product per sequence.
+
+The cache (:class:`MLACache`) is a buffer that doubles when full: a decoding step writes one row and
+reads the rows once, copying nothing.
 
 K3 uses no positional encoding (NoPE): the ``rope_dim`` channels stay, but are not rotated.
 With ``use_rope=True`` they are rotated (decoupled RoPE, as in DeepSeek). K3 also multiplies the
@@ -20,7 +24,7 @@ goes through a low-rank bottleneck ``W_UQ RMSNorm(W_DQ x)``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,15 +32,115 @@ from torch import nn
 from k3lite.layers.norms import RMSNorm, upcast
 
 
-class MLACache(NamedTuple):
-    """What an MLA layer keeps per token: the normalised latent and the shared rope key."""
+@dataclass
+class _Rows:
+    """The buffer ``[B, capacity, kv_lora_rank + rope_dim]`` behind one or more caches. ``filled``: how
+    many rows hold tokens, i.e. the length of the longest cache written into it so far."""
 
-    latent: torch.Tensor    # [B, S, kv_lora_rank]
-    rope_key: torch.Tensor  # [B, S, rope_dim]
+    tensor: torch.Tensor
+    filled: int
+
+
+class MLACache(tuple):
+    """What an MLA layer keeps per token: ``[c; k_rope]``, the normalised latent and the shared rope key.
+
+    The rows live in one buffer ``[B, capacity, kv_lora_rank + rope_dim]`` that doubles when full, so a
+    decoding step writes its own row instead of copying the whole history (``torch.cat`` would). A cache
+    is a length into that buffer and, as a tuple, the pair ``(latent [B, length, kv_lora_rank],
+    rope_key [B, length, rope_dim])`` of views of its first ``length`` rows (:attr:`entries` is both), so
+    ``latent, rope_key = cache`` and ``torch.cat(cache, dim=-1)`` work as they did on the plain pair.
+
+    Caches behave as values, as ``K3.run(tokens, cache)`` expects: :meth:`append` returns a new cache and
+    the old one still describes the old prefix. Rows past a cache's end may already belong to another
+    continuation of it, so :meth:`append` writes in place only when this cache ends where the buffer's
+    written rows end (``length == filled``); a second continuation of the same cache (a branch) copies its
+    prefix into a buffer of its own instead of overwriting the first one's tokens.
+    """
+
+    def __new__(cls, rows: _Rows, length: int, kv_lora_rank: int):
+        entries = rows.tensor[:, :length]
+        cache = super().__new__(cls, (entries[..., :kv_lora_rank], entries[..., kv_lora_rank:]))
+        cache._rows, cache.length, cache.kv_lora_rank = rows, length, kv_lora_rank
+        return cache
+
+    @classmethod
+    def from_tensors(cls, latent: torch.Tensor, rope_key: torch.Tensor, *, capacity: int = 0) -> "MLACache":
+        """A cache of ``latent [B, S, kv_lora_rank]`` and ``rope_key [B, S, rope_dim]``, copied into a
+        buffer with room for ``max(S, capacity)`` tokens (e.g. headroom for the steps to come)."""
+        for name, tensor in (("latent", latent), ("rope_key", rope_key)):
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3:
+                got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise ValueError(f"{name} must be a [B, S, width] tensor, got {got}")
+        if rope_key.shape[:2] != latent.shape[:2] or (rope_key.dtype, rope_key.device) != (latent.dtype, latent.device):
+            raise ValueError(f"rope_key must match latent's [B, S] = {tuple(latent.shape[:2])}, dtype {latent.dtype} "
+                             f"and device, got {tuple(rope_key.shape)} {rope_key.dtype} on {rope_key.device}")
+        if not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
+        batch, length, rank = latent.shape
+        tensor = latent.new_empty((batch, max(length, capacity), rank + rope_key.shape[-1]))
+        tensor[:, :length, :rank] = latent
+        tensor[:, :length, rank:] = rope_key
+        return cls(_Rows(tensor, length), length, rank)
 
     @property
-    def length(self) -> int:
-        return self.latent.shape[1]
+    def entries(self) -> torch.Tensor:
+        """``[B, length, kv_lora_rank + rope_dim]``: the cached ``[c; k_rope]`` rows (a view)."""
+        return self._rows.tensor[:, :self.length]
+
+    @property
+    def latent(self) -> torch.Tensor:
+        """``[B, length, kv_lora_rank]`` (a view)."""
+        return self[0]
+
+    @property
+    def rope_key(self) -> torch.Tensor:
+        """``[B, length, rope_dim]`` (a view)."""
+        return self[1]
+
+    @property
+    def batch_size(self) -> int:
+        return self._rows.tensor.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        """Tokens the buffer has room for before it must grow."""
+        return self._rows.tensor.shape[1]
+
+    def nbytes(self) -> int:
+        """Bytes of the cached tokens (``length`` rows, not the spare room)."""
+        entries = self.entries
+        return entries.numel() * entries.element_size()
+
+    def append(self, latent: torch.Tensor, rope_key: torch.Tensor) -> "MLACache":
+        """This cache followed by ``latent [B, T, kv_lora_rank]`` and ``rope_key [B, T, rope_dim]``."""
+        self._check_new(latent, rope_key)
+        new = torch.cat([latent, rope_key], dim=-1)           # only the T new tokens
+        tensor = self._rows.tensor
+        start, end = self.length, self.length + new.shape[1]
+        fits = end <= tensor.shape[1]
+        # While autograd records, an earlier step may have saved the buffer for its backward pass, and
+        # writing into it would change what that step saw: then copy, as torch.cat would.
+        recording = tensor.requires_grad or new.requires_grad
+        rows = self._rows
+        if not (fits and rows.filled == start and not recording):
+            capacity = tensor.shape[1] if fits else max(end, 2 * tensor.shape[1])   # doubling: O(1) per token
+            rows = _Rows(tensor.new_empty((tensor.shape[0], capacity, tensor.shape[2])), start)
+            rows.tensor[:, :start] = tensor[:, :start]
+        rows.tensor[:, start:end] = new
+        rows.filled = end
+        return MLACache(rows, end, self.kv_lora_rank)
+
+    def _check_new(self, latent: torch.Tensor, rope_key: torch.Tensor) -> None:
+        tensor = self._rows.tensor
+        batch, rank, rope = tensor.shape[0], self.kv_lora_rank, tensor.shape[2] - self.kv_lora_rank
+        same = (latent.dim() == rope_key.dim() == 3 and latent.shape[:2] == rope_key.shape[:2]
+                and (latent.shape[0], latent.shape[2], rope_key.shape[2]) == (batch, rank, rope)
+                and latent.dtype == rope_key.dtype == tensor.dtype
+                and latent.device == rope_key.device == tensor.device)
+        if not same:
+            raise ValueError(f"latent, rope_key must be [B={batch}, T, {rank}] and [B, T, {rope}], {tensor.dtype} on "
+                             f"{tensor.device} like the cache, got {tuple(latent.shape)} and {tuple(rope_key.shape)}, "
+                             f"{latent.dtype} on {latent.device}")
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -52,7 +156,7 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
                      offset: int) -> torch.Tensor:
-    """Softmax attention, ``q [B, H, T, D]`` against ``k [B, H|1, S, D]``, ``v [B, H|1, S, E]``.
+    """Softmax attention, ``q [B, H, T, D]`` against ``k [B, H, S, D]``, ``v [B, H, S, E]``.
 
     Query ``t`` sits at position ``offset + t`` and sees keys ``0 .. offset + t``.
     """
@@ -130,21 +234,20 @@ class MLA(nn.Module):
             positions = torch.arange(offset, offset + length, device=x.device)
             q_rope = rotate(q_rope, positions, self.rope_theta)
             rope_key = rotate(rope_key, positions, self.rope_theta)
-        if cache is not None:
-            if cache.latent.shape[0] != batch:
-                raise ValueError(f"cache batch must be {batch}, got {cache.latent.shape[0]}")
-            latent = torch.cat([cache.latent, latent], dim=1)
-            rope_key = torch.cat([cache.rope_key, rope_key], dim=1)
+        if cache is not None and cache.batch_size != batch:
+            raise ValueError(f"cache batch must be {batch}, got {cache.batch_size}")
         if absorb is None:
             absorb = cache is not None
+        cache = MLACache.from_tensors(latent, rope_key) if cache is None else cache.append(latent, rope_key)
         attend = self._absorbed if absorb else self._expanded
-        out = attend(q_nope, q_rope, latent, rope_key, offset)                # [B, T, H, v]
+        out = attend(q_nope, q_rope, cache, offset)                           # [B, T, H, v]
         out = out.reshape(batch, length, self.num_heads * self.v_dim)
         if self.gate_proj is not None:
             out = out * torch.sigmoid(self.gate_proj(x))
-        return self.o_proj(out), MLACache(latent, rope_key)
+        return self.o_proj(out), cache
 
-    def _expanded(self, q_nope, q_rope, latent, rope_key, offset):
+    def _expanded(self, q_nope, q_rope, cache, offset):
+        latent, rope_key = cache.latent, cache.rope_key
         batch, total = latent.shape[:2]
         kv = self.kv_up(latent).view(batch, total, self.num_heads, self.nope_dim + self.v_dim)
         k_nope, v = kv[..., :self.nope_dim], kv[..., self.nope_dim:]
@@ -153,11 +256,33 @@ class MLA(nn.Module):
         k = torch.cat([k_nope, k_rope], dim=-1).transpose(1, 2)
         return causal_attention(q, k, v.transpose(1, 2), scale=self.scale, offset=offset).transpose(1, 2)
 
-    def _absorbed(self, q_nope, q_rope, latent, rope_key, offset):
+    def _absorbed(self, q_nope, q_rope, cache, offset):
+        """Attention read straight off the cached ``[c; k_rope]`` rows, all heads in one product.
+
+        After absorption every head scores the *same* keys (the cached rows) and mixes the *same*
+        values (the latents): decoding MLA is multi-query attention with one shared head of width
+        ``kv_lora_rank + rope_dim``. So the heads need no axis of their own; folded into the query
+        rows, ``[B, T*H, c + rope]``, each sequence is one matrix product with its cache. Broadcasting
+        ``[B, H, T, .]`` queries against a ``[B, 1, S, .]`` cache instead makes ``torch.matmul`` expand
+        the cache into H copies, the very reads absorption was meant to save.
+
+        The cache is read in place (a transposed view, no copy) and in its own dtype: the products run
+        in it (bf16 ones accumulate in float32; their scores come out rounded to bf16, which a fused
+        kernel such as FlashMLA would avoid), and only the small ``[B, T*H, S]`` scores are taken to
+        float32 for the softmax.
+        """
         w_uk, w_uv = self.up_weights()
+        batch, steps = q_nope.shape[:2]
         q_latent = torch.einsum("bthn,hnc->bthc", q_nope, w_uk)              # q~ = W_UK^T q_nope
-        q = torch.cat([q_latent, q_rope], dim=-1).transpose(1, 2)             # [B, H, T, c + rope]
-        k = torch.cat([latent, rope_key], dim=-1)[:, None]                    # [B, 1, S, c + rope]
-        mixed_latent = causal_attention(q, k, latent[:, None], scale=self.scale, offset=offset)
-        return torch.einsum("bhtc,hvc->bthv", mixed_latent, w_uv)             # o_h = W_UV_h sum p c
+        rows = torch.cat([q_latent, q_rope], dim=-1).reshape(batch, steps * self.num_heads, -1)  # row t*H + h
+        scores = upcast(rows @ cache.entries.transpose(1, 2)) * self.scale    # [B, T*H, S]
+        if steps > 1:   # a single query is the newest token and sees the whole cache
+            query_pos = offset + torch.arange(steps, device=scores.device)
+            key_pos = torch.arange(cache.length, device=scores.device)
+            future = (key_pos[None, :] > query_pos[:, None])[:, None, :]     # [T, 1 (heads), S]
+            scores = scores.view(batch, steps, self.num_heads, -1).masked_fill(future, float("-inf"))
+            scores = scores.view(batch, steps * self.num_heads, -1)
+        probs = scores.softmax(dim=-1).to(cache.entries.dtype)
+        mixed_latent = (probs @ cache.latent).view(batch, steps, self.num_heads, self.kv_lora_rank)
+        return torch.einsum("bthc,hvc->bthv", mixed_latent, w_uv)             # o_h = W_UV_h sum p c
 
