@@ -50,7 +50,7 @@ gpu_tests() {  # GPU
   PYTHONPATH=$P_DEVICE timeout $test_s $tests -k "gated_delta_rule or spike or mixed or layer or k3 or synchron or bad_gate or bad_value" \
     > /tmp/L/test_device.log 2>&1 &
   PYTHONPATH=$P_DEVICE timeout $test_s python3 -m pytest -q -p no:cacheprovider -rf tests/test_moe_gpu.py \
-    tests/test_kernels_gpu_widths.py tests/test_decode_in_place.py > /tmp/L/test_more_device.log 2>&1 &
+    tests/test_kernels_gpu_widths.py tests/test_decode_in_place.py tests/test_decode_caches_gpu.py > /tmp/L/test_more_device.log 2>&1 &
   wait
 }
 run_part() {  # GPU, part
