@@ -30,7 +30,7 @@ def test_gpt2_cached_decoding_on_cuda_equals_recomputation(dtype, tol):
     model = _gpt2(dtype)
     tokens = torch.randint(0, GPT2_SMALL.vocab_size, (2, 40), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     with torch.no_grad():
-        full = _gpt2(torch.float32)(tokens)[0]
+        full = _gpt2(torch.float32)(tokens)            # without a cache, forward returns the logits alone
         logits, cache = model(tokens[:, :20], model.new_cache())
         pieces = [logits]
         block, cache = model(tokens[:, 20:23], cache)     # a block of three after a cache: the causal mask
