@@ -368,7 +368,9 @@ MODEL_DECODE_NOTE = (
     "shapes and dtypes a prefill gives, and a K3 cache whose KDA states come from a short prefill (a "
     "state's size does not grow with L) -- decode time depends on the cache's size, not its values, and a "
     "full prefill at long L is too slow or too big. GPT-2's position table is widened to the longest "
-    "context. Cache bytes are per sequence at context L (the cached tokens, not the spare room).")
+    "context. Cache bytes are per sequence at context L (the cached tokens, not the spare room). "
+    "*_host_ms_per_step: the host's time to issue the timed steps (before the final synchronisation); "
+    "close to *_ms_per_step, the GPU waited for the host (launch-bound), far below it, the GPU work set the pace.")
 
 
 def decode_model_configs(gpu: bool, vocab_size: int):
@@ -439,21 +441,25 @@ def fill_gpt2_cache(model, prompt, length, fill, gen, headroom):
     return cache
 
 
-def time_decode(step, tokens, gpu: bool, warmup: int, repeats: int) -> float:
+def time_decode(step, tokens, gpu: bool, warmup: int, repeats: int) -> tuple[float, float]:
     """Median seconds of the decode steps over ``tokens[warmup:]``, after ``tokens[:warmup]`` untimed
-    (compilation, the allocator's first requests).
-    Only the region is synchronised: nothing in the loop reads a number back to the host."""
+    (compilation, the allocator's first requests), and the median seconds the host took to issue them.
+    Only the region is synchronised: nothing in the loop reads a number back to the host. On a GPU the
+    two times tell the bound apart: when issuing the steps takes as long as running them, the GPU waited
+    for the host (launch overhead); when it takes much less, the GPU work (the cache traffic) sets the pace."""
     for token in tokens[:warmup]:
         step(token)
     timed = tokens[warmup:]
-    times = []
+    times, host_times = [], []
     for _ in range(repeats):
         if gpu:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             start.record()
+            host_start = time.perf_counter()
             for token in timed:
                 step(token)
+            host_times.append(time.perf_counter() - host_start)
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
@@ -462,7 +468,8 @@ def time_decode(step, tokens, gpu: bool, warmup: int, repeats: int) -> float:
             for token in timed:
                 step(token)
             times.append(time.perf_counter() - start_s)
-    return statistics.median(times)
+            host_times.append(times[-1])
+    return statistics.median(times), statistics.median(host_times)
 
 
 def bench_model_decode(contexts, batch, steps, prefill_max, device, results, save, *, vocab_size=8192,
@@ -493,7 +500,7 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
           f"{out['gpt2_params']:,} ({out['gpt2_position_table_params']:,} of them the position table for "
           f"{longest} positions); width {out['width']}, depth {out['depth']}, batch {batch}, {dtype}", flush=True)
     print(f"{'context':>8} {'fill':>7} | {'K3 tok/s':>10} {'GPT-2 tok/s':>11} {'K3/GPT-2':>8} | "
-          f"{'K3 cache/seq':>12} {'GPT-2 cache/seq':>15}", flush=True)
+          f"{'K3 cache/seq':>12} {'GPT-2 cache/seq':>15} | ms per step (of it, host issuing): K3, GPT-2", flush=True)
     gen = torch.Generator(device=device).manual_seed(4)
     for length in contexts:
         fill = "prefill" if length <= prefill_max else "random"
@@ -512,7 +519,7 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
 
             _k3_in_place(k3, True)
             try:
-                k3_s = time_decode(k3_step, tokens, gpu, warmup, repeats)
+                k3_s, k3_host_s = time_decode(k3_step, tokens, gpu, warmup, repeats)
             finally:
                 _k3_in_place(k3, False)
             del cache, k3_cache
@@ -520,12 +527,14 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
                 torch.cuda.empty_cache()
             kv = fill_gpt2_cache(gpt2, prompt, length, fill, gen, headroom)
             row["gpt2_cache_bytes_per_seq"] = kv.nbytes() / batch
-            gpt2_s = time_decode(lambda token: gpt2(token, kv), tokens, gpu, warmup, repeats)
+            gpt2_s, gpt2_host_s = time_decode(lambda token: gpt2(token, kv), tokens, gpu, warmup, repeats)
             del kv
             if gpu:
                 torch.cuda.empty_cache()
         row["k3_ms_per_step"] = k3_s / steps * 1e3
         row["gpt2_ms_per_step"] = gpt2_s / steps * 1e3
+        row["k3_host_ms_per_step"] = k3_host_s / steps * 1e3      # issuing the steps; see time_decode
+        row["gpt2_host_ms_per_step"] = gpt2_host_s / steps * 1e3
         row["k3_tokens_per_s"] = batch * steps / k3_s
         row["gpt2_tokens_per_s"] = batch * steps / gpt2_s
         row["k3_over_gpt2"] = row["k3_tokens_per_s"] / row["gpt2_tokens_per_s"]
@@ -534,7 +543,9 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
         out["rows"].append(row)
         print(f"{length:>8} {fill:>7} | {row['k3_tokens_per_s']:>10.1f} {row['gpt2_tokens_per_s']:>11.1f} "
               f"{row['k3_over_gpt2']:>7.2f}x | {row['k3_cache_bytes_per_seq'] / 2**20:>9.2f} MiB "
-              f"{row['gpt2_cache_bytes_per_seq'] / 2**20:>12.2f} MiB", flush=True)
+              f"{row['gpt2_cache_bytes_per_seq'] / 2**20:>12.2f} MiB | {row['k3_ms_per_step']:.2f} "
+              f"({row['k3_host_ms_per_step']:.2f}), {row['gpt2_ms_per_step']:.2f} ({row['gpt2_host_ms_per_step']:.2f})",
+              flush=True)
         save()
     if any(r["cache_fill"] == "random" for r in out["rows"]):
         print("fill 'random': the caches hold random keys/values (GPT-2) and MLA latents (K3) of a prefill's shapes "

@@ -72,8 +72,11 @@ def test_cpu_model_decode_section_reports_rates_ratios_and_cache_sizes(tmp_path)
     rows = section["rows"]
     assert [(r["context"], r["cache_fill"]) for r in rows] == [(64, "prefill"), (256, "random")]
     for r in rows:
-        for key in ("k3_tokens_per_s", "gpt2_tokens_per_s", "k3_over_gpt2", "k3_ms_per_step", "gpt2_ms_per_step"):
+        for key in ("k3_tokens_per_s", "gpt2_tokens_per_s", "k3_over_gpt2", "k3_ms_per_step", "gpt2_ms_per_step",
+                    "k3_host_ms_per_step", "gpt2_host_ms_per_step"):
             assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        # On a CPU there is no queue: issuing a step is running it.
+        assert r["k3_host_ms_per_step"] == r["k3_ms_per_step"] and r["gpt2_host_ms_per_step"] == r["gpt2_ms_per_step"]
         assert r["k3_over_gpt2"] == r["k3_tokens_per_s"] / r["gpt2_tokens_per_s"]
         bytes_per_number = 4   # float32 on a CPU
         assert r["gpt2_cache_bytes_per_seq"] == 2 * gpt2["n_layer"] * r["context"] * gpt2["n_embd"] * bytes_per_number
