@@ -207,6 +207,18 @@ def test_ops_api_never_synchronises_the_host():
         torch.cuda.set_sync_debug_mode("default")
 
 
+def _assert_fails_after_a_good_call(code, named):
+    """Run ``code`` in its own Python process (a failed device-side assert leaves the CUDA context unusable): it
+    must print 'good call passed', then fail with a report that contains ``named``."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    report = result.stdout + result.stderr   # the device prints the assert's message; the host raises
+    assert "good call passed" in result.stdout, report[-2000:]
+    assert result.returncode != 0 and named in report, report[-2000:]
+
+
 @pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"), ("gated_delta_rule", "g"),
                                     ("gated_delta_rule", "beta_nan"), ("delta_rule", "beta")])
 def test_bad_value_in_chunked_fails_the_process_with_its_message(op, bad):
@@ -215,9 +227,6 @@ def test_bad_value_in_chunked_fails_the_process_with_its_message(op, bad):
     # a good call must pass first. Where the error surfaces is up to CUDA: the assert is sticky, so a launch later
     # in the same call may report it before the call returns (seen on the H200). That the call never waits for
     # the GPU is test_ops_api_never_synchronises_the_host's to show; here: the process fails, naming the argument.
-    import subprocess
-    import sys
-
     def chunked_call(g_value, beta):
         gate_shape = {"kda": "(1, 70, 2, 16)", "gated_delta_rule": "(1, 70, 2)"}.get(op)
         gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
@@ -229,11 +238,8 @@ def test_bad_value_in_chunked_fails_the_process_with_its_message(op, bad):
             f"b = torch.full((1, 70, 2), 0.5, device='cuda'); b[0, 69, 1] = {bad_beta}; "
             f"good = {chunked_call('-0.1', 'torch.full((1, 70, 2), 0.5, device=' + repr('cuda') + ')')}; "
             f"print('good call passed', flush=True); {chunked_call(bad_g, 'b')}")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    report = result.stdout + result.stderr   # the device prints the assert's message; the host raises
     named = "beta must lie in [0, 2]" if bad.startswith("beta") else "g is a log-space decay"
-    assert "good call passed" in result.stdout, report[-2000:]
-    assert result.returncode != 0 and named in report, report[-2000:]
+    _assert_fails_after_a_good_call(code, named)
 
 
 @pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
@@ -242,9 +248,6 @@ def test_bad_value_in_decode_step_fails_the_process_with_its_message(op, bad):
     # The fused step checks g and beta inside its kernel: one flag, one assert. A bad value must end the process
     # with a message naming it, and a good call before it must pass. For the gated kinds one message names both
     # g and beta (the flag does not say which of them was out of range); for DeltaNet it names beta.
-    import subprocess
-    import sys
-
     def step_call(g_value, beta):
         gate_shape = {"kda": "(2, 4, 16)", "gated_delta_rule": "(2, 4)"}.get(op)
         gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
@@ -256,11 +259,7 @@ def test_bad_value_in_decode_step_fails_the_process_with_its_message(op, bad):
             "s = torch.zeros(2, 4, 16, 16, device='cuda'); "
             f"good = {step_call('-0.1', 'torch.full((2, 4), 0.5, device=' + repr('cuda') + ')')}; "
             f"print('good call passed', flush=True); {step_call(bad_g, 'b')}")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    report = result.stdout + result.stderr
-    named = "beta must lie in [0, 2]" if bad == "beta" else "g is a log-space decay"
-    assert "good call passed" in result.stdout, report[-2000:]
-    assert result.returncode != 0 and named in report, report[-2000:]
+    _assert_fails_after_a_good_call(code, "beta must lie in [0, 2]" if bad == "beta" else "g is a log-space decay")
 
 
 @pytest.mark.parametrize("kind", list(OPS))
