@@ -22,13 +22,15 @@ def _gpt2(dtype):
 
 def _mla(dtype):
     torch.manual_seed(2)
-    return MLA(1024, 16, q_lora_rank=512, kv_lora_rank=512, nope_dim=128, rope_dim=64, v_dim=128).to("cuda", dtype).eval()
+    layer = MLA(1024, 16, q_lora_rank=512, kv_lora_rank=512, nope_dim=128, rope_dim=64, v_dim=128)
+    return layer.to("cuda", dtype).eval()
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
 def test_gpt2_cached_decoding_on_cuda_equals_recomputation(dtype, tol):
     model = _gpt2(dtype)
-    tokens = torch.randint(0, GPT2_SMALL.vocab_size, (2, 40), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    gen = torch.Generator("cuda").manual_seed(1)
+    tokens = torch.randint(0, GPT2_SMALL.vocab_size, (2, 40), device="cuda", generator=gen)
     with torch.no_grad():
         full = _gpt2(torch.float32)(tokens)            # without a cache, forward returns the logits alone
         logits, cache = model(tokens[:, :20], model.new_cache())
