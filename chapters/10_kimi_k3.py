@@ -675,7 +675,8 @@ glue("ch10_kl_break_even", f"{kl_break_even:,.0f}", display=False)
 # (`python -m k3lite.bench --sections model_decode`). The cell reads the committed run:
 
 # %%
-decode_run = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02b.json").read_text())["model_decode"]
+decode_file = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02b.json").read_text())
+decode_run = decode_file["model_decode"]
 print(f"{'context':>8} | {'K3 tok/s':>9} {'GPT-2 tok/s':>11} {'K3/GPT-2':>8} | {'K3 ms/step':>10} {'GPT-2 ms/step':>13} | "
       f"{'GPT-2/K3 cache':>14}")
 for row in decode_run["rows"]:
@@ -698,6 +699,11 @@ glue("ch10_gpu_cache_growth", f"{gpt2_cache_growth:.0f}", display=False)
 glue("ch10_gpu_step_growth", f"{gpt2_step_growth:.2f}", display=False)
 glue("ch10_gpu_read_ms_long", f"{gpt2_read_ms[1]:.1f}", display=False)
 glue("ch10_gpu_gpt2_ms_long", f"{last['gpt2_ms_per_step']:.0f}", display=False)
+ops_per_step = decode_file["model_decode_diagnosis"]["ops_per_step"]
+print(f"PyTorch operations per decode step ({ops_per_step['command']}): K3 {ops_per_step['k3']:,d}, "
+      f"GPT-2 {ops_per_step['gpt2']:,d}")
+glue("ch10_k3_ops_per_step", f"{ops_per_step['k3']:,d}", display=False)
+glue("ch10_gpt2_ops_per_step", f"{ops_per_step['gpt2']:,d}", display=False)
 expect("K3 decodes faster than GPT-2 at every measured context", all(r["k3_over_gpt2"] > 1 for r in decode_rows))
 expect("GPT-2's step time grew far less than its cache (less than 1.5x for 32x)",
        gpt2_step_growth < 1.5 and gpt2_cache_growth >= 32)
@@ -708,8 +714,9 @@ expect("GPT-2's step time grew far less than its cache (less than 1.5x for 32x)"
 # before the ratio, though: GPT-2's cache grew {glue:text}`ch10_gpu_cache_growth`× and its step time only
 # {glue:text}`ch10_gpu_step_growth`×. At {glue:text}`ch10_gpu_decode_long_ctx`, reading the whole cache once would
 # take about {glue:text}`ch10_gpu_read_ms_long` ms, and the step took {glue:text}`ch10_gpu_gpt2_ms_long`. Something
-# other than cache traffic sets both models' pace. For K3 it is the host: one step is thousands of small PyTorch
-# calls, each launched from Python. For GPT-2 the cause was not pinned down in that run. So this measurement
+# other than cache traffic sets both models' pace. For K3 it is the host: one step dispatches
+# {glue:text}`ch10_k3_ops_per_step` PyTorch operations, each launched from Python. GPT-2's step dispatches
+# {glue:text}`ch10_gpt2_ops_per_step`, too few for its time, and its cause was not pinned down in that run. So this measurement
 # does not yet test the mechanism behind "up to 6×"; capturing each step in a CUDA graph would take the host out
 # of the loop, and the README says what runs next.
 
