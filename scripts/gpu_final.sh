@@ -20,7 +20,11 @@
 # the MoE/width/in-place ones, but not the other two selections, which a second call on the warm machine ran in
 # 35 and 49 s (compiled kernels cached). So, e.g.,
 # `bash scripts/gpu_final.sh 330 0 kda` + `bash scripts/gpu_final.sh 300 0 gated`, then
-# `bash scripts/gpu_final.sh 250 240 linear,tests` and `... decode`. --merge joins the benchmark files of a call.
+# `bash scripts/gpu_final.sh 250 240 linear,tests` and `... decode`. Later on 2026-12-02, on a fresh machine, the kda
+# part with 287 s gave only its first row (at 123 s; the forward+backward row did not finish), the gated part
+# reached its fifth row at 231 s, the decode part finished in 86 s, and the tests part with 260 s completed only
+# the MoE/width/in-place/decode-cache selection (134 s): give kda 330 and tests 300 on a fresh machine.
+# --merge joins the benchmark files of a call.
 # Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png.
 # Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S] [PARTS (comma-separated)]
 # Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
