@@ -714,9 +714,10 @@ expect("GPT-2's step time grew far less than its cache (less than 1.5x for 32x)"
 # before the ratio, though: GPT-2's cache grew {glue:text}`ch10_gpu_cache_growth`× and its step time only
 # {glue:text}`ch10_gpu_step_growth`×. At {glue:text}`ch10_gpu_decode_long_ctx`, reading the whole cache once would
 # take about {glue:text}`ch10_gpu_read_ms_long` ms, and the step took {glue:text}`ch10_gpu_gpt2_ms_long`. Something
-# other than cache traffic sets both models' pace. For K3 it is the host: one step dispatches
-# {glue:text}`ch10_k3_ops_per_step` PyTorch operations, each launched from Python. GPT-2's step dispatches
-# {glue:text}`ch10_gpt2_ops_per_step`, too few for its time, and its cause was not pinned down in that run. So this measurement
+# other than cache traffic sets both models' pace. For K3 the likely culprit is the host: one step dispatches
+# {glue:text}`ch10_k3_ops_per_step` PyTorch operations, each issued from Python (counted on a CPU, not yet timed
+# on the GPU). GPT-2's step dispatches {glue:text}`ch10_gpt2_ops_per_step`, too few for its time, and its cause
+# was not pinned down in that run. So this measurement
 # does not yet test the mechanism behind "up to 6×"; capturing each step in a CUDA graph would take the host out
 # of the loop, and the README says what runs next.
 
