@@ -9,6 +9,7 @@
 #   gated   benchmark of Gated DeltaNet and DeltaNet
 #   decode  model_decode: a K3-shaped model (KDA:MLA 3:1) against a GPT-2-shaped one with a KV cache,
 #           tokens/s at 4k, 32k and 128k context (the seeds' "up to 6x decode")
+#   probe   scripts/gpu_decode_probe.py: where a decode step of each model spends its time
 #   tests   the GPU tests, under 3.7.1 and under the device's own Triton (the gated kinds, the boundary,
 #           layer and K3 tests, the head-width and in-place decode tests, the MoE's no-host-sync test)
 # Parts are spread round-robin over the visible GPUs; on one GPU they run one after another, so split them
@@ -63,8 +64,10 @@ run_part() {  # GPU, part
     linear) bench $1 bench_linear --kinds linear_attention --sections situ,decode,profile,fwd,fwd+bwd ;;
     gated) bench $1 bench_gated --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd ;;
     decode) bench $1 bench_model_decode --kinds kda --sections model_decode ;;
+    probe) CUDA_VISIBLE_DEVICES=$1 PYTHONPATH=$P_371 timeout $bench_s python3 scripts/gpu_decode_probe.py \
+             > $OUT/decode_probe.log 2>&1 ;;
     tests) gpu_tests $1 ;;
-    *) echo "unknown part $2 (kda, linear, gated, decode, tests)"; return 2 ;;
+    *) echo "unknown part $2 (kda, linear, gated, decode, probe, tests)"; return 2 ;;
   esac
 }
 # Parts go round-robin over the visible GPUs; the parts of one GPU run one after another, so no two
@@ -80,3 +83,4 @@ for f in /tmp/L/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; 
 jsons=$(ls $OUT/bench_*.json 2>/dev/null | grep -v bench_h200)
 [ -n "$jsons" ] && PYTHONPATH=$P_371 python3 -m k3lite.bench --merge $jsons --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
 for f in $OUT/bench_*.log; do echo "== $f"; grep -v Warn $f | tail -16; done
+[ -f $OUT/decode_probe.log ] && { echo "== $OUT/decode_probe.log"; grep -v Warn $OUT/decode_probe.log | tail -60; }
