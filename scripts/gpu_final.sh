@@ -83,4 +83,4 @@ for f in /tmp/L/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; 
 jsons=$(ls $OUT/bench_*.json 2>/dev/null | grep -v bench_h200)
 [ -n "$jsons" ] && PYTHONPATH=$P_371 python3 -m k3lite.bench --merge $jsons --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
 for f in $OUT/bench_*.log; do echo "== $f"; grep -v Warn $f | tail -16; done
-[ -f $OUT/decode_probe.log ] && { echo "== $OUT/decode_probe.log"; grep -v Warn $OUT/decode_probe.log | tail -60; }
+if [ -f $OUT/decode_probe.log ]; then echo "== $OUT/decode_probe.log"; grep -v Warn $OUT/decode_probe.log | tail -60; fi
