@@ -707,6 +707,9 @@ glue("ch10_gpt2_ops_per_step", f"{ops_per_step['gpt2']:,d}", display=False)
 expect("K3 decodes faster than GPT-2 at every measured context", all(r["k3_over_gpt2"] > 1 for r in decode_rows))
 expect("GPT-2's step time grew far less than its cache (less than 1.5x for 32x)",
        gpt2_step_growth < 1.5 and gpt2_cache_growth >= 32)
+expect("so did K3's (its MLA cache grew more than 20x)",
+       last["k3_ms_per_step"] < 1.5 * first["k3_ms_per_step"]
+       and last["k3_cache_bytes_per_seq"] > 20 * first["k3_cache_bytes_per_seq"])
 
 # %% [markdown]
 # K3 decodes {glue:text}`ch10_gpu_decode_ratio_short`× faster at {glue:text}`ch10_gpu_decode_short_ctx` tokens

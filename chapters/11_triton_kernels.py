@@ -1013,14 +1013,16 @@ expect("the KDA forward is still slower than fla on every shape",
 VARIANTS = RUN3["forward_variants_2x8192x16"]["results"]
 for shape_key, by_variant in VARIANTS.items():
     base = by_variant["defaults"]
-    print(f"{shape_key}: forward kernels, GPU ms (H200, bf16); error = worst relative RMS over output, state, gradients")
+    print(f"{shape_key}: forward kernels, GPU ms (H200, bf16); "
+          "error = worst relative RMS over output, state, gradients")
     for name, row in by_variant.items():
         changed = {k.replace("_chunk_cumsum_tiles", "_chunk_cumsum"): v for k, v in row["fwd"].items()
                    if not k.startswith("void")}
         moved = ", ".join(f"{k} {base['fwd'][k]:.3f}->{v:.3f}" for k, v in changed.items()
                           if k in base["fwd"] and abs(v - base["fwd"][k]) > 0.005)
         worst = max(row["rel_rms_vs_float32_pipeline"].values())
-        print(f"  {name:<17} fwd {row['fwd_total_ms']:.3f}  fwd+bwd {row['fwd+bwd_total_ms']:.3f}  error {worst:.1e}  {moved}")
+        print(f"  {name:<17} fwd {row['fwd_total_ms']:.3f}  fwd+bwd {row['fwd+bwd_total_ms']:.3f}  "
+              f"error {worst:.1e}  {moved}")
 kda_variants, gdn_variants = VARIANTS["kda (2, 8192, 16)"], VARIANTS["gated_delta_rule (2, 8192, 16)"]
 glue("ch11_var_kda_before", f"{kda_variants['defaults']['fwd_total_ms']:.3f}", display=False)
 glue("ch11_var_kda_after", f"{kda_variants['all_three']['fwd_total_ms']:.3f}", display=False)
@@ -1028,8 +1030,16 @@ glue("ch11_var_gdn_before", f"{gdn_variants['defaults']['fwd_total_ms']:.3f}", d
 glue("ch11_var_gdn_after", f"{gdn_variants['all_three']['fwd_total_ms']:.3f}", display=False)
 glue("ch11_var_gdn_solve", f"{gdn_variants['defaults']['fwd']['_solve_unit_lower']:.3f} -> "
      f"{gdn_variants['solve_tf32']['fwd']['_solve_unit_lower']:.3f}", display=False)
-glue("ch11_var_tiles8", f"{kda_variants['cumsum_tiles8']['fwd']['_chunk_cumsum_tiles']:.3f}", display=False)
+tiles8_ms = kda_variants["cumsum_tiles8"]["fwd"]["_chunk_cumsum_tiles"]
+glue("ch11_var_tiles8", f"{tiles8_ms:.3f}", display=False)
 glue("ch11_var_rows", f"{kda_variants['defaults']['fwd']['_chunk_cumsum']:.3f}", display=False)
+# Both stage-1 forms of this run also check every gate (the value check of g moved into stage 1 before it);
+# the row loop of the run before (rows_run, section 5 above) did not.
+glue("ch11_var_check_cost", f"{kda_variants['defaults']['fwd']['_chunk_cumsum'] - rows_run['_chunk_cumsum']:.3f}",
+     display=False)
+glue("ch11_var_tiles_vs_unchecked", f"{tiles8_ms - rows_run['_chunk_cumsum']:.3f}", display=False)
+expect("with the check inside, the row loop got slower than it was without it",
+       kda_variants["defaults"]["fwd"]["_chunk_cumsum"] > rows_run["_chunk_cumsum"])
 dv_errors = [kda_variants[n]["rel_rms_vs_float32_pipeline"]["dv"] for n in ("defaults", "a_in_input_dtype")]
 glue("ch11_var_dv", f"{dv_errors[0]:.1e} -> {dv_errors[1]:.1e}", display=False)
 errors_of = lambda row: row["rel_rms_vs_float32_pipeline"]  # noqa: E731
@@ -1051,16 +1061,19 @@ expect("bf16 A matrices raised the largest error by less than 20 %",
            for v in VARIANTS.values()))
 
 # %% [markdown]
-# Tiles win for the reason the row loop lost to nothing else: a tile of 8 rows is one load with all its rows in
-# flight, where each row of the loop waited for the stores before it (stage 1: {glue:text}`ch11_var_rows` ms row by
-# row, {glue:text}`ch11_var_tiles8` ms in tiles of 8). TF32 halves Gated DeltaNet's solve
-# ({glue:text}`ch11_var_gdn_solve` ms) and leaves every error where it was: next to the bf16 rounding of the inputs,
-# W and U, its rounding does not show. bf16 A matrices cost the backward a little accuracy in the gradients that
-# read them (KDA's dv: {glue:text}`ch11_var_dv`). Together, the KDA forward went from
-# {glue:text}`ch11_var_kda_before` to {glue:text}`ch11_var_kda_after` ms of GPU time and Gated DeltaNet's from
-# {glue:text}`ch11_var_gdn_before` to {glue:text}`ch11_var_gdn_after`; the package keeps all three. The same run moved
-# the value checks of g and β into stages 1 and 4, and through the public API the forward then took what its kernels
-# take, to within {glue:text}`ch11_second_api_gap` (README, second run of 2026-12-02). The KDA forward is still
+# Stage 1 first. Before these runs, the value check of g moved into stage 1, so both forms here also test every
+# gate. The check made the row loop {glue:text}`ch11_var_check_cost` ms slower than it was in section 5's run
+# ({glue:text}`ch11_var_rows` ms against {glue:text}`ch11_cumsum_rows_ms`); in tiles of 8 rows stage 1 takes
+# {glue:text}`ch11_var_tiles8` ms, {glue:text}`ch11_var_tiles_vs_unchecked` ms more than the unchecked loop, and in
+# exchange the API no longer reads all of g once more for its own check. Why the row loop suffered more from the
+# check than the tiles did was not measured; a tile issues all its rows' loads at once, where the loop issues one
+# row at a time. TF32 halves Gated DeltaNet's solve ({glue:text}`ch11_var_gdn_solve` ms) and leaves every error
+# where it was: next to the bf16 rounding of the inputs, W and U, its rounding does not show. bf16 A matrices cost
+# the backward a little accuracy in the gradients that read them (KDA's dv: {glue:text}`ch11_var_dv`). Together,
+# the KDA forward went from {glue:text}`ch11_var_kda_before` to {glue:text}`ch11_var_kda_after` ms of GPU time and
+# Gated DeltaNet's from {glue:text}`ch11_var_gdn_before` to {glue:text}`ch11_var_gdn_after`; the package keeps all
+# three. Through the public API the forward now takes what its kernels take, to within
+# {glue:text}`ch11_second_api_gap` (README, second run of 2026-12-02). The KDA forward is still
 # {glue:text}`ch11_second_kda_vs_fla`× fla's.
 
 # %% [markdown] slideshow={"slide_type": "slide"}

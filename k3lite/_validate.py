@@ -13,8 +13,8 @@ waits for every queued kernel, 0.1-0.3 ms per call, the whole budget of a decode
 become device-side asserts (``torch._assert_async``) that fail, naming the argument, when the stream is
 next synchronised; on CPU they raise a ``ValueError`` at once. The Triton kernels on CUDA go one step
 further: the fused decode step, and stages 1 and 4 of the chunked pipeline, check g and beta as they read them
-and clear one flag, so a call adds one assert and no reductions (the ops pass ``values=False`` here and call
-:func:`check_values` when the kernels will not check).
+and clear one flag, so a call adds one assert and no reductions (the ops pass ``values=False`` here, then call
+:func:`check_values` with ``in_kernel`` saying whether such a kernel follows).
 """
 
 from __future__ import annotations
@@ -225,8 +225,14 @@ def check_inputs(q, k, v, g=None, beta=None, *, per_channel_gate: bool = False, 
     return dims
 
 
-def check_values(g=None, beta=None) -> None:
-    """The value checks :func:`check_inputs` skips with ``values=False`` (None entries are skipped)."""
+def check_values(g=None, beta=None, *, in_kernel: bool = False) -> None:
+    """The value checks :func:`check_inputs` skips with ``values=False`` (None entries are skipped).
+
+    ``in_kernel=True``: the call goes on to a Triton kernel that checks the values as it reads them on CUDA
+    (the fused decode step; stages 1 and 4 of the chunked pipeline), so on CUDA nothing is checked here."""
+    given = g if g is not None else beta
+    if in_kernel and given is not None and given.is_cuda:
+        return
     if g is not None:
         check_gate_values(g)
     if beta is not None:

@@ -31,6 +31,17 @@ def _mla(use_rope=False):
     return layer.eval()
 
 
+def run_in_pieces(run, inputs, ends, cache=None):
+    """Feed ``inputs [B, T, ...]`` to ``run(piece, cache) -> (out, cache)``: pieces ending at ``ends``, then one
+    token at a time to the end. Returns the outputs joined along time, and the last cache."""
+    bounds = [0, *ends, *range(ends[-1] + 1, inputs.shape[1] + 1)]
+    outputs = []
+    for start, end in zip(bounds, bounds[1:]):
+        out, cache = run(inputs[:, start:end], cache)
+        outputs.append(out)
+    return torch.cat(outputs, dim=1), cache
+
+
 # ----- GPT-2 -----------------------------------------------------------------------------------------
 
 def test_kv_cache_appends_in_place_and_doubles_when_full():
@@ -95,14 +106,8 @@ def test_gpt2_decoding_through_sdpa_equals_recomputation(monkeypatch):
     with torch.no_grad():
         full = model(tokens)
         monkeypatch.setattr(gpt2_module, "causal_attention", sdpa_causal_attention)
-        logits, cache = model(tokens[:, :6], model.new_cache(capacity=8))
-        pieces = [logits]
-        block, cache = model(tokens[:, 6:9], cache)
-        pieces.append(block)
-        for t in range(9, 20):
-            step, cache = model(tokens[:, t:t + 1], cache)
-            pieces.append(step)
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+        decoded, cache = run_in_pieces(model, tokens, [6, 9], model.new_cache(capacity=8))
+    torch.testing.assert_close(decoded, full, atol=1e-5, rtol=1e-5)
     assert cache.length == 20 and cache.keys[1].shape == (2, 20, 4, 8)
 
 
@@ -110,14 +115,10 @@ def test_gpt2_cached_decoding_with_autograd_recording_still_backpropagates():
     """With gradients on, appends copy instead of writing over tensors an earlier step saved."""
     model = _gpt2().train()
     tokens = torch.randint(0, TINY_GPT2.vocab_size, (1, 8), generator=torch.Generator().manual_seed(2))
-    logits, cache = model(tokens[:, :4], model.new_cache(capacity=16))
-    outputs = [logits]
-    for t in range(4, 8):
-        step, cache = model(tokens[:, t:t + 1], cache)
-        outputs.append(step)
-    torch.cat(outputs, dim=1).sum().backward()
+    decoded, _ = run_in_pieces(model, tokens, [4], model.new_cache(capacity=16))
+    decoded.sum().backward()
     assert model.wte.weight.grad is not None
-    torch.testing.assert_close(torch.cat(outputs, dim=1), model(tokens), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(decoded, model(tokens), atol=1e-5, rtol=1e-5)
 
 
 # ----- MLA -------------------------------------------------------------------------------------------
@@ -193,14 +194,10 @@ def test_mla_branching_from_one_cache_leaves_each_continuation_intact():
 def test_mla_cached_decoding_with_autograd_recording_still_backpropagates():
     layer = _mla().train()
     x = torch.randn(1, 6, 32)
-    y, cache = layer(x[:, :2])
-    pieces = [y]
-    for t in range(2, 6):
-        y, cache = layer(x[:, t:t + 1], cache)
-        pieces.append(y)
-    torch.cat(pieces, dim=1).sum().backward()
+    decoded, _ = run_in_pieces(layer, x, [2])
+    decoded.sum().backward()
     assert layer.kv_down.weight.grad is not None
-    torch.testing.assert_close(torch.cat(pieces, dim=1), layer(x)[0], atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(decoded, layer(x)[0], atol=2e-6, rtol=1e-5)
 
 
 def test_mla_cache_is_the_pair_of_views_counts_bytes_and_checks_its_input():

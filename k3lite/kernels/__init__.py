@@ -196,8 +196,7 @@ def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None,
     """
     scale = check_call(kind, q, k, v, g, beta, initial_state, state_name="initial_state", time_axis=True,
                        chunk_size=chunk_size, scale=scale, values=False)
-    if not q.is_cuda:
-        _validate.check_values(g, beta)
+    _validate.check_values(g, beta, in_kernel=True)
     return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state)
 
 
@@ -219,8 +218,7 @@ def step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=Fa
     """
     scale = check_call(kind, q, k, v, g, beta, state, state_name="state", time_axis=False, scale=scale,
                        values=False)
-    if not q.is_cuda:
-        _validate.check_values(g, beta)
+    _validate.check_values(g, beta, in_kernel=True)
     if _validate.needs_grad(q, k, v, g, beta, state):
         raise ValueError("the fused decode step has no backward and an input requires grad; use "
                          f"k3lite.ops.{kind}.step, which takes the differentiable PyTorch step then")

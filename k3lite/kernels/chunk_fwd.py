@@ -132,10 +132,10 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
     # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile
     # load, a float64 tl.cumsum down the tile, plus the float64 total of the tiles before it. A gate per head
     # is K = 1.
-    # Measured on the H200 (KDA at B=2 T=8192 H=16 K=128, GPU ms; figures/bench_h200_2026-12-02.json,
-    # forward_variants_2x8192x16): tiles of 8 rows 0.144, of 16 rows 0.154; a loop over single rows (each load
-    # waits for the stores before it) 0.203; one float64 scan over all 64 rows 0.205 (2026-12-01).
-    # Gated DeltaNet: 0.010 against 0.047 row by row.
+    # Measured on the H200 with the check of g inside (KDA at B=2 T=8192 H=16 K=128, GPU ms;
+    # figures/bench_h200_2026-12-02.json, forward_variants_2x8192x16): tiles of 8 rows 0.144, of 16 rows 0.154,
+    # a loop over single rows 0.203 (0.124 the day before, without the check). Gated DeltaNet: 0.010 in tiles,
+    # 0.047 row by row. One float64 scan over all 64 rows took 0.205 (2026-12-01, without the check).
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)

@@ -54,8 +54,7 @@ def chunked(q, k, v, beta, *, chunk_size=64, scale=None, initial_state=None, bac
     chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
     fused = _validate.resolve_backend(backend, q) == "triton"
-    if not (fused and q.is_cuda):   # on CUDA the kernels check the values as they read them
-        _validate.check_values(beta=beta)
+    _validate.check_values(beta=beta, in_kernel=fused)
     if fused:
         return triton_call("chunked", KIND, q, k, v, None, beta, scale=scale,
                            initial_state=initial_state, chunk_size=chunk_size)
@@ -104,8 +103,7 @@ def step(q, k, v, beta, *, state=None, scale=None, backend="auto"):
     scale = _validate.resolve_scale(scale, dims.K)
     # The fused kernel has no backward: with an input that requires grad, the PyTorch step runs.
     fused = _validate.resolve_backend(backend, q) == "triton" and not _validate.needs_grad(q, k, v, beta, state)
-    if not (fused and q.is_cuda):   # on CUDA the fused step checks beta inside its kernel
-        _validate.check_values(beta=beta)
+    _validate.check_values(beta=beta, in_kernel=fused)
     if fused:
         return triton_call("step", KIND, q, k, v, None, beta, state=state, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
