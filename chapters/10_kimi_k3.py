@@ -669,14 +669,17 @@ glue("ch10_kl_break_even", f"{kl_break_even:,.0f}", display=False)
 # Linear's measured 6.3x at 1M context needs something besides bytes per sequence: the memory freed lets a GPU decode larger batches at once.
 
 # %% [markdown]
-# **The same question on a GPU, measured.** The benchmark times single-token decode of two small models of one
-# width (1024) and depth (8) on an H200, batch 8, bf16: a K3-shaped one (6 KDA + 2 MLA layers) and a
-# GPT-2-shaped one with a KV cache, both writing their caches in place
-# (`python -m k3lite.bench --sections model_decode`). The cell reads the committed run:
+# **The same question on a GPU, measured.** The benchmark times single-token decode on an H200 of two small
+# models of one width and depth: a K3-shaped one (KDA and MLA layers in K3's mix) and a GPT-2-shaped one with
+# a KV cache, both writing their caches in place (`python -m k3lite.bench --sections model_decode`). The cell
+# reads the committed run and prints the models' sizes with it:
 
 # %%
 decode_file = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02b.json").read_text())
 decode_run = decode_file["model_decode"]
+layer_mix = ", ".join(f"{decode_run['k3_layers'].count(kind)} {kind.upper()}" for kind in ("kda", "mla"))
+print(f"width {decode_run['width']}, depth {decode_run['depth']} (K3: {layer_mix}), batch {decode_run['batch']}, "
+      f"{decode_run['dtype'].removeprefix('torch.')}")
 print(f"{'context':>8} | {'K3 tok/s':>9} {'GPT-2 tok/s':>11} {'K3/GPT-2':>8} | {'K3 ms/step':>10} {'GPT-2 ms/step':>13} | "
       f"{'GPT-2/K3 cache':>14}")
 for row in decode_run["rows"]:

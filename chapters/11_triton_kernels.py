@@ -528,7 +528,7 @@ plt.show()
 # **1. Gate cumsum.** Each program owns one chunk of one head (for KDA, one block of its key channels;
 # Gated DeltaNet's one gate per head is a single channel) and writes $G_r = \sum_{s \le r} g_s$ inside the
 # chunk — as two float32 tensors, the float64 running sum split into a high and a low part, so that decays
-# over long spans keep their digits. It takes the chunk eight rows at a time: one tile load, a float64
+# over long spans keep their digits. It takes the chunk `CUMSUM_ROWS` rows at a time: one tile load, a float64
 # `tl.cumsum` down the tile, plus the total of the tiles before it. Section 5 times this form against a scan
 # over the whole chunk and a loop over single rows:
 
@@ -1004,7 +1004,7 @@ expect("the KDA forward is still slower than fla on every shape",
 #
 # Three more settings of `chunk_fwd.py` were profiled one at a time, each against the defaults of that commit in
 # the same process, with the error of each against the float32 pipeline on the same inputs
-# (`scripts/gpu_profile.py --sections variants`): stage 1 in tiles of 8 or 16 rows instead of a loop over single
+# (`scripts/gpu_profile.py --sections variants`): stage 1 in tiles of a few rows instead of a loop over single
 # rows; TF32 products inside the triangular solve for bf16 inputs instead of exact float32; and $A_{qk}$ and
 # $A^{-1}$ stored in bf16 instead of float32, since the forward rounds both to bf16 anyway where it multiplies them
 # with $V'$ and $K$:
@@ -1030,7 +1030,8 @@ glue("ch11_var_gdn_before", f"{gdn_variants['defaults']['fwd_total_ms']:.3f}", d
 glue("ch11_var_gdn_after", f"{gdn_variants['all_three']['fwd_total_ms']:.3f}", display=False)
 glue("ch11_var_gdn_solve", f"{gdn_variants['defaults']['fwd']['_solve_unit_lower']:.3f} -> "
      f"{gdn_variants['solve_tf32']['fwd']['_solve_unit_lower']:.3f}", display=False)
-tiles8_ms = kda_variants["cumsum_tiles8"]["fwd"]["_chunk_cumsum_tiles"]
+tiles8_ms = kda_variants[f"cumsum_tiles{chunk_fwd.CUMSUM_ROWS}"]["fwd"]["_chunk_cumsum_tiles"]   # the kept form
+glue("ch11_tile_rows", str(chunk_fwd.CUMSUM_ROWS), display=False)
 glue("ch11_var_tiles8", f"{tiles8_ms:.3f}", display=False)
 glue("ch11_var_rows", f"{kda_variants['defaults']['fwd']['_chunk_cumsum']:.3f}", display=False)
 # Both stage-1 forms of this run also check every gate (the value check of g moved into stage 1 before it);
@@ -1040,6 +1041,8 @@ glue("ch11_var_check_cost", f"{kda_variants['defaults']['fwd']['_chunk_cumsum'] 
 glue("ch11_var_tiles_vs_unchecked", f"{tiles8_ms - rows_run['_chunk_cumsum']:.3f}", display=False)
 expect("with the check inside, the row loop got slower than it was without it",
        kda_variants["defaults"]["fwd"]["_chunk_cumsum"] > rows_run["_chunk_cumsum"])
+solve_ms = [gdn_variants[n]["fwd"]["_solve_unit_lower"] for n in ("defaults", "solve_tf32")]
+expect("TF32 about halves Gated DeltaNet's solve (to at most 55 % of its time)", solve_ms[1] <= 0.55 * solve_ms[0])
 dv_errors = [kda_variants[n]["rel_rms_vs_float32_pipeline"]["dv"] for n in ("defaults", "a_in_input_dtype")]
 glue("ch11_var_dv", f"{dv_errors[0]:.1e} -> {dv_errors[1]:.1e}", display=False)
 errors_of = lambda row: row["rel_rms_vs_float32_pipeline"]  # noqa: E731
@@ -1063,7 +1066,7 @@ expect("bf16 A matrices raised the largest error by less than 20 %",
 # %% [markdown]
 # Stage 1 first. Before these runs, the value check of g moved into stage 1, so both forms here also test every
 # gate. The check made the row loop {glue:text}`ch11_var_check_cost` ms slower than it was in section 5's run
-# ({glue:text}`ch11_var_rows` ms against {glue:text}`ch11_cumsum_rows_ms`); in tiles of 8 rows stage 1 takes
+# ({glue:text}`ch11_var_rows` ms against {glue:text}`ch11_cumsum_rows_ms`); in tiles of {glue:text}`ch11_tile_rows` rows stage 1 takes
 # {glue:text}`ch11_var_tiles8` ms, {glue:text}`ch11_var_tiles_vs_unchecked` ms more than the unchecked loop, and in
 # exchange the API no longer reads all of g once more for its own check. Why the row loop suffered more from the
 # check than the tiles did was not measured; a tile issues all its rows' loads at once, where the loop issues one
