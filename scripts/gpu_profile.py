@@ -117,9 +117,6 @@ VARIANTS = {
     "cumsum_key_tile32": {"CUMSUM_KEY_TILE": 32},
     "solve_ieee": {"HALF_SOLVE_PRECISION": "ieee"},
     "a_in_float32": {"A_STORAGE": "float32"},
-    "kda_stages_separate": {"KDA_FUSED_STAGES": False},
-    "fused_warps2": {"LAUNCH": {**chunk_fwd.LAUNCH, "offdiagonal_solve_wy": dict(num_warps=2)}},
-    "fused_warps8": {"LAUNCH": {**chunk_fwd.LAUNCH, "offdiagonal_solve_wy": dict(num_warps=8)}},
 }
 
 

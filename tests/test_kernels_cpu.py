@@ -112,34 +112,6 @@ def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
     assert (G.double() + G_lo.double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
 
 
-@pytest.mark.parametrize("T", [1, 70, 130])
-def test_kda_fused_stages_equal_the_separate_kernels(T, monkeypatch):
-    # KDA's _offdiagonal_solve sums the gates (stage 1) and forms W, U, K_dec (stage 4) itself: its G must be the
-    # float64 chunk cumsum split in two, like _chunk_cumsum's, and every intermediate must match the pipeline with
-    # the stages as kernels of their own. A -1e4 spike, a -inf and gentle gates in one chunk.
-    from k3lite.kernels import chunk_fwd
-
-    q, k, v, g, beta, _ = make_inputs("kda", T, -3.0, seed=5)
-    g[:, T // 3] = -1e4
-    g[:, T // 2] = -float("inf")
-    g[:, T // 2 + 1:] *= 1e-3
-    runs = {}
-    for fused in (True, False):
-        monkeypatch.setattr(chunk_fwd, "KDA_FUSED_STAGES", fused)
-        runs[fused] = chunk_fwd.chunk_prepare("kda", q, k, v, g, beta, K ** -0.5)
-    ref = torch.cat([c.cumsum(dim=1) for c in g.double().clamp_min(-1024.0).split(chunk_fwd.CHUNK, dim=1)], dim=1)
-    G, G_lo = runs[True]["G"], runs[True]["G_lo"]
-    assert torch.equal(G, ref.float())
-    assert (G.double() + G_lo.double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
-    # Aqk's blocks above the diagonal are never written (the stages that read Aqk mask them): compare below it.
-    causal = (torch.arange(chunk_fwd.CHUNK)[None, :] <= torch.arange(T)[:, None] % chunk_fwd.CHUNK)[None, :, None]
-    for name in ("aqk", "ai", "w", "u", "kd"):
-        fused, separate = runs[True][name], runs[False][name]
-        if name == "aqk":
-            fused, separate = fused.where(causal, 0.0), separate.where(causal, 0.0)
-        assert rel_err(fused, separate) < 1e-6, name
-
-
 @pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
                                       ("gated_delta_rule", None), ("gated_delta_rule", "g"),
                                       ("gated_delta_rule", "beta_nan"), ("delta_rule", None), ("delta_rule", "beta"),

@@ -124,30 +124,6 @@ def _span(hi_r, lo_r, hi_c, lo_c):
 
 
 @triton.jit
-def _split(acc):
-    # A float64 sum as two float32 parts: the sum rounded, and what the rounding dropped.
-    hi = acc.to(tl.float32)
-    return hi, (acc - hi.to(tl.float64)).to(tl.float32)
-
-
-@triton.jit
-def _sum_gate_rows(g_ptr, hi_ptr, lo_ptr, row0, col0, T, n_cols, stride, carry, bad,
-                   BS: tl.constexpr, BK: tl.constexpr, CHECK: tl.constexpr):
-    # The next BS rows of stage 1: load the [BS, BK] gate tile at (row0, col0), raise it to GATE_FLOOR, add
-    # the float64 running sum down the rows to carry (the sum of the rows before), store G = hi + lo.
-    # Returns the tile's hi and lo, the new carry, and (with CHECK) bad counting gates that are not <= 0.
-    p, m = _tile(g_ptr, row0, col0, T, n_cols, stride, BS, BK)
-    gate = tl.load(p, mask=m, other=0.0)
-    if CHECK:
-        bad += (~(gate <= 0)).to(tl.int32)
-    floored = tl.maximum(gate.to(tl.float64), GATE_FLOOR)
-    hi, lo = _split(tl.cumsum(floored, axis=0) + carry[None, :])
-    _store(hi_ptr, hi, row0, col0, T, n_cols, stride, BS, BK)
-    _store(lo_ptr, lo, row0, col0, T, n_cols, stride, BS, BK)
-    return hi, lo, carry + tl.sum(floored, axis=0), bad
-
-
-@triton.jit
 def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                   BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a float64 running sum
@@ -168,8 +144,17 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
     carry = tl.zeros([BK], dtype=tl.float64)
     bad = tl.zeros([BS, BK], dtype=tl.int32)
     for i_s in tl.static_range(BT // BS):
-        hi, lo, carry, bad = _sum_gate_rows(g_ptr + base, hi_ptr + base, lo_ptr + base, i_t * BT + i_s * BS,
-                                            i_k * BK, T, K, H * K, carry, bad, BS, BK, CHECK)
+        row0 = i_t * BT + i_s * BS
+        p, m = _tile(g_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
+        gate = tl.load(p, mask=m, other=0.0)
+        if CHECK:
+            bad += (~(gate <= 0)).to(tl.int32)
+        floored = tl.maximum(gate.to(tl.float64), GATE_FLOOR)
+        acc = tl.cumsum(floored, axis=0) + carry[None, :]
+        carry += tl.sum(floored, axis=0)
+        hi = acc.to(tl.float32)
+        _store(hi_ptr + base, hi, row0, i_k * BK, T, K, H * K, BS, BK)
+        _store(lo_ptr + base, (acc - hi.to(tl.float64)).to(tl.float32), row0, i_k * BK, T, K, H * K, BS, BK)
     if CHECK:
         if tl.sum(bad) > 0:
             tl.store(ok_ptr, 0)
@@ -261,21 +246,14 @@ def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_lc, b_ga, b_la, acc_qk, acc_kk, 
 
 
 @triton.jit
-def _offdiagonal_solve(q_ptr, k_ptr, v_ptr, graw_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr,
-                       w_ptr, u_ptr, kd_ptr, ok_ptr, scale, T,
-                       H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                       BK: tl.constexpr, WK: tl.constexpr, BV: tl.constexpr,
-                       DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr,
-                       SUM_GATES: tl.constexpr, WY: tl.constexpr, CHECK: tl.constexpr):
+def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
+                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
     # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
     #   block (i, j): anchor a = i*BC - 1 (the last row before block i), for each slice of BK channels
     #       A[r, c] += sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))  -> tl.dot
     #   Aqk blocks go to memory; Akk blocks stay in registers and meet the diagonal blocks that
     #   _diagonal_rows wrote, in the same block merge as _solve_unit_lower.
-    # SUM_GATES: stage 1 happens here, on the rows this program loads anyway: each slice's gates are summed
-    # sub-chunk by sub-chunk (_sum_gate_rows, the same float64 sums as _chunk_cumsum), G and G_lo are stored
-    # for the later stages, and the anchors are the running sums themselves. Otherwise G, G_lo come from memory.
-    # WY: stage 4 follows in the same program (_wy_chunk), reading back the Ai, G and G_lo it has just written.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
@@ -284,57 +262,38 @@ def _offdiagonal_solve(q_ptr, k_ptr, v_ptr, graw_ptr, g_ptr, gl_ptr, beta_ptr, a
     r1, r2, r3 = r0 + BC, r0 + 2 * BC, r0 + 3 * BC
     z = tl.zeros([BC, BC], dtype=tl.float32)
     q10, k10, q20, k20, q21, k21, q30, k30, q31, k31, q32, k32 = z, z, z, z, z, z, z, z, z, z, z, z
-    bad = tl.zeros([BC, BK], dtype=tl.int32)
     for i_k in range(0, tl.cdiv(K, BK)):
         c0 = i_k * BK
-        if SUM_GATES:
-            carry = tl.zeros([BK], dtype=tl.float64)
-            g0, l0, carry, bad = _sum_gate_rows(graw_ptr + base, g_ptr + base, gl_ptr + base, r0, c0, T, K, S,
-                                                carry, bad, BC, BK, CHECK)
-            ga1, la1 = _split(carry)
-            g1, l1, carry, bad = _sum_gate_rows(graw_ptr + base, g_ptr + base, gl_ptr + base, r1, c0, T, K, S,
-                                                carry, bad, BC, BK, CHECK)
-            ga2, la2 = _split(carry)
-            g2, l2, carry, bad = _sum_gate_rows(graw_ptr + base, g_ptr + base, gl_ptr + base, r2, c0, T, K, S,
-                                                carry, bad, BC, BK, CHECK)
-            ga3, la3 = _split(carry)
-            g3, l3, carry, bad = _sum_gate_rows(graw_ptr + base, g_ptr + base, gl_ptr + base, r3, c0, T, K, S,
-                                                carry, bad, BC, BK, CHECK)
-        else:
-            g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
-            l0 = _load_f32(gl_ptr + base, r0, c0, T, K, S, BC, BK)
-            g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
-            l1 = _load_f32(gl_ptr + base, r1, c0, T, K, S, BC, BK)
-            g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
-            l2 = _load_f32(gl_ptr + base, r2, c0, T, K, S, BC, BK)
-            g3 = _load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK)
-            l3 = _load_f32(gl_ptr + base, r3, c0, T, K, S, BC, BK)
-            ga1 = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
-            la1 = _load_row(gl_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
-            ga2 = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
-            la2 = _load_row(gl_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
-            ga3 = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
-            la3 = _load_row(gl_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
         k0 = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
+        g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
+        l0 = _load_f32(gl_ptr + base, r0, c0, T, K, S, BC, BK)
         k1 = _load_f32(k_ptr + base, r1, c0, T, K, S, BC, BK)
+        g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
+        l1 = _load_f32(gl_ptr + base, r1, c0, T, K, S, BC, BK)
         k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
-        d = tl.exp(tl.minimum(_span(g1, l1, ga1[None, :], la1[None, :]), 0.0))
+        g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
+        l2 = _load_f32(gl_ptr + base, r2, c0, T, K, S, BC, BK)
+        ga = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
+        la = _load_row(gl_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(g1, l1, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
-        q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, l0, ga1, la1, q10, k10, DOT_PRECISION)
-        d = tl.exp(tl.minimum(_span(g2, l2, ga2[None, :], la2[None, :]), 0.0))
+        q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, l0, ga, la, q10, k10, DOT_PRECISION)
+        ga = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
+        la = _load_row(gl_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(g2, l2, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
         kd = k2 * d
-        q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga2, la2, q20, k20, DOT_PRECISION)
-        q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga2, la2, q21, k21, DOT_PRECISION)
-        d = tl.exp(tl.minimum(_span(g3, l3, ga3[None, :], la3[None, :]), 0.0))
+        q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q20, k20, DOT_PRECISION)
+        q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q21, k21, DOT_PRECISION)
+        ga = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
+        la = _load_row(gl_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
+        d = tl.exp(tl.minimum(_span(_load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK),
+                                    _load_f32(gl_ptr + base, r3, c0, T, K, S, BC, BK), ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
         kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
-        q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga3, la3, q30, k30, DOT_PRECISION)
-        q31, k31 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga3, la3, q31, k31, DOT_PRECISION)
-        q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, l2, ga3, la3, q32, k32, DOT_PRECISION)
-    if CHECK and SUM_GATES:
-        if tl.sum(bad) > 0:
-            tl.store(ok_ptr, 0)
+        q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q30, k30, DOT_PRECISION)
+        q31, k31 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q31, k31, DOT_PRECISION)
+        q32, k32 = _offdiagonal_pair(qd, kd, k2, g2, l2, ga, la, q32, k32, DOT_PRECISION)
     A = H * BT
     a_base = _head_base(i_b, i_h, T, H, BT)
     _store(aqk_ptr + a_base, q10 * scale, r1, 0, T, A, A, BC, BC)
@@ -350,12 +309,6 @@ def _offdiagonal_solve(q_ptr, k_ptr, v_ptr, graw_ptr, g_ptr, gl_ptr, beta_ptr, a
     _merge_inverse(akk_ptr + a_base, ai_ptr + a_base, r0, T, A, k10 * beta1[:, None], k20 * beta2[:, None],
                    k21 * beta2[:, None], k30 * beta3[:, None], k31 * beta3[:, None], k32 * beta3[:, None],
                    BC, SOLVE_PRECISION)
-    if WY:
-        # Ai, G and G_lo of this chunk were stored by this program's threads in other layouts than the ones
-        # _wy_chunk loads them in: the barrier makes every thread's stores visible to all before they are read.
-        tl.debug_barrier()
-        _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, i_t, i_b, i_h,
-                  T, H, K, V, BT, WK, BV, GATE_CHANNEL, DOT_PRECISION, CHECK)
 
 
 @triton.jit
@@ -438,16 +391,7 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
     # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
     # With CHECK, the value check of beta (read here once per token): outside [0, 2] or NaN clears ok_ptr.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
-    _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, i_t, i_bh // H, i_bh % H,
-              T, H, K, V, BT, BK, BV, GATE, DOT_PRECISION, CHECK)
-
-
-@triton.jit
-def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, i_t, i_b, i_h, T,
-              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-              BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-              CHECK: tl.constexpr):
-    # Stage 4 for chunk i_t of head i_h, batch i_b (see _wy_factors).
+    i_b, i_h = i_bh // H, i_bh % H
     t_last = tl.minimum(i_t * BT + BT, T) - 1
     p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
@@ -626,14 +570,10 @@ LAUNCH = {
     "solve": dict(num_warps=2),
     "diagonal": dict(num_warps=1),
     "offdiagonal_solve": dict(num_warps=2),
-    "offdiagonal_solve_wy": dict(num_warps=4),
     "wy": dict(num_warps=4),
     "state": dict(num_warps=4),
     "output": dict(num_warps=4),
 }
-# KDA: stages 1 and 4 inside _offdiagonal_solve (SUM_GATES, WY), which loads the chunk's gates and keys anyway,
-# instead of their own kernels (_chunk_cumsum, _wy_factors) that read them from memory again.
-KDA_FUSED_STAGES = True
 # KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
 DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 32
@@ -690,12 +630,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
-    fused = gate == GATE_CHANNEL and KDA_FUSED_STAGES
-    if fused:  # stage 1 runs inside _offdiagonal_solve, which fills these
-        G, G_lo = torch.empty(g.shape, device=dev, dtype=torch.float32), torch.empty(g.shape, device=dev,
-                                                                                      dtype=torch.float32)
-    else:
-        G, G_lo = gate_sums(g, kind, values_ok)
+    G, G_lo = gate_sums(g, kind, values_ok)
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype))
@@ -706,22 +641,16 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks sum the raw gates themselves
         _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, g, beta, aqk, akk, scale, T, H, K, BT, BC,
                                                                  DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
-        V = v.shape[-1]
-        w, u, kd = (torch.empty_like(k), torch.empty_like(v), torch.empty_like(k)) if fused else (k, v, k)
-        _offdiagonal_solve[(NT, B * H)](q, k, v, g, G, G_lo, beta, aqk, akk, ai, w, u, kd,
-                                        values_ok if values_ok is not None else akk, scale, T, H, K, V, BT, BC,
-                                        min(BK, OFFDIAGONAL_BK), min(BK, KEY_TILE), min(VALUE_TILE, _block(V)),
-                                        prec, solve_precision(q.dtype), fused, fused, fused and values_ok is not None,
-                                        **LAUNCH["offdiagonal_solve_wy" if fused else "offdiagonal_solve"])
+        _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
+                                        min(BK, OFFDIAGONAL_BK), prec, solve_precision(q.dtype),
+                                        **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
         if delta:
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, solve_precision(q.dtype), **LAUNCH["solve"])
     parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
-    if fused:
-        parts["w"], parts["u"], parts["kd"] = w, u, kd
-    elif delta:
+    if delta:
         parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok)
     return parts
 
