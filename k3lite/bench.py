@@ -14,7 +14,8 @@ shows that the code runs, not how fast anything is.
 ``--sections model_decode`` (only when named) times whole-model decoding instead: a K3-shaped model
 (KDA:MLA 3:1) against a GPT-2-shaped one of the same width and depth, each continuing its own cache of
 L tokens (4096, 32768, 131072 on a GPU), tokens/s and the K3/GPT-2 ratio per L, and the cache bytes per
-sequence (see ``bench_model_decode``).
+sequence; on a GPU also each model's device time per step, measured twice, as the profiler's sum of its kernels
+and as the replay of one step captured in a CUDA graph (see ``bench_model_decode``).
 
 Results are printed as a table and written as JSON (with the command, date, device and versions).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -351,6 +353,12 @@ def bench_situ(rows, cols, device, measure, results, save):
 
 # ----- model decode: a K3-shaped model against a GPT-2-shaped one, both with their caches -------------
 
+# The second pass of bench_model_decode (GPU only), on a fresh cache per model and context: steps profiled for
+# the device time, then run on a side stream before the capture, then captured; replays timed.
+PROFILED_STEPS = 3
+GRAPH_WARMUP_STEPS = 3
+GRAPH_REPLAYS = 20
+
 MODEL_DECODE_NOTE = (
     "tokens/s = batch x timed steps / wall time of the steps (CUDA events around the loop on a GPU); each "
     "step is one call of the model's own cached decode path, the one generate uses (K3.run(token, cache) "
@@ -370,7 +378,26 @@ MODEL_DECODE_NOTE = (
     "full prefill at long L is too slow or too big. GPT-2's position table is widened to the longest "
     "context. Cache bytes are per sequence at context L (the cached tokens, not the spare room). "
     "*_host_ms_per_step: the host's time to issue the timed steps (before the final synchronisation); "
-    "close to *_ms_per_step, the GPU waited for the host (launch-bound), far below it, the GPU work set the pace.")
+    "close to *_ms_per_step, the GPU waited for the host (launch-bound), far below it, the GPU work set the pace. "
+    "*_ms_per_step and the tokens/s are what eager PyTorch delivers, Python's launch overhead included. Two more "
+    "measures, on a GPU only (None on a CPU), leave the host out: *_device_ms_per_step = the device time of "
+    f"every kernel, copy and memset of {PROFILED_STEPS} steps, summed from torch.profiler's CUDA events and "
+    "divided by the steps (time in which the GPU waited for the host is not counted; kernels are summed, not "
+    "overlapped); *_graph_ms_per_step = one decode step captured in a torch.cuda.CUDAGraph (after "
+    f"{GRAPH_WARMUP_STEPS} warm-up steps on a side stream) and replayed {GRAPH_REPLAYS} times between CUDA "
+    "events, per replay (the median of 3 such runs). A replay re-runs the captured step at the "
+    "same cache position: it writes the same cache slot again (GPT-2's keys and values, MLA's latent row) and "
+    f"reads the same cached tokens (L + {PROFILED_STEPS + GRAPH_WARMUP_STEPS}, the profiled and warm-up steps "
+    "before it, plus its own), while every KDA state keeps being updated in place, so it is a step at a fixed "
+    "context with no host overhead: what a decode engine replaying CUDA graphs of these same kernels would "
+    "reach (one that also fused kernels could go lower), not what eager generate gets. Both are measured in a "
+    "second pass, after every wall-time row, on caches built again for them (same context and fill, room for "
+    "their steps: no buffer grows or moves, checked), so that neither the profiler (which may stay attached to "
+    "the process once used) nor a graph's memory pool is around while a wall time is taken. A model whose step "
+    "cannot be captured gets *_graph_error instead of a time, a failed profile *_device_error. "
+    "k3_over_gpt2_device and k3_over_gpt2_graph are the tokens/s ratios, GPT-2's ms over K3's. GPT-2's SDPA "
+    "leaves out cuDNN's backend (flash, memory-efficient or math attention): cuDNN built a new plan for every "
+    "key length, about 6.7 ms of host time per call on an H200 (k3lite.gpt2.SDPA_BACKENDS).")
 
 
 def decode_model_configs(gpu: bool, vocab_size: int):
@@ -441,6 +468,28 @@ def fill_gpt2_cache(model, prompt, length, fill, gen, headroom):
     return cache
 
 
+def k3_decode_step(model, cache):
+    """``(step, current_cache)``: ``step(token)`` continues the K3 cache by one token (``K3.run``, what
+    ``generate`` calls) and keeps the new cache; ``current_cache()`` returns it. ``step`` returns the logits,
+    the new cache and the cache it read: a step captured in a CUDA graph reads that cache's tensors (the
+    convolution tails) at every replay, so they must stay alive as long as the graph (see :func:`capture_step`)."""
+    holder = [cache]
+
+    def step(token):
+        before = holder[0]
+        result = model.run(token, before)
+        holder[0] = result.cache
+        return result.logits, result.cache, before
+
+    return step, lambda: holder[0]
+
+
+def gpt2_decode_step(model, cache):
+    """``(step, current_cache)`` for GPT-2: ``step(token)`` is ``model(token, cache)``, which writes the token
+    into the KVCache in place and returns ``(logits, cache)``."""
+    return (lambda token: model(token, cache)), (lambda: cache)
+
+
 def time_decode(step, tokens, gpu: bool, warmup: int, repeats: int) -> tuple[float, float]:
     """Median seconds of the decode steps over ``tokens[warmup:]``, after ``tokens[:warmup]`` untimed
     (compilation, the allocator's first requests), and the median seconds the host took to issue them.
@@ -472,9 +521,138 @@ def time_decode(step, tokens, gpu: bool, warmup: int, repeats: int) -> tuple[flo
     return statistics.median(times), statistics.median(host_times)
 
 
+def device_ms_per_step(step, tokens) -> float:
+    """Milliseconds of device work per step: ``step(token)`` for each of ``tokens`` under torch.profiler, the
+    durations of every CUDA event (kernels, copies, memsets) summed and divided by the steps. Time in which
+    the device sat idle, waiting for the host to launch the next kernel, is not counted."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    # Profiles and CUDA graphs alternate in bench_model_decode. Kineto versions that tear CUPTI down after each
+    # profile can crash re-initialising it once graphs exist; PyTorch's own workaround (torch.profiler, for
+    # inductor's CUDA graphs) is to keep CUPTI attached. Recent Kineto tears down only when asked to (=1).
+    os.environ.setdefault("TEARDOWN_CUPTI", "0")
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for token in tokens:
+            step(token)
+        torch.cuda.synchronize()
+    # The events on the device itself, each once: a CPU-side op's device time is the sum of its kernels', which
+    # are events of their own; user annotations on the GPU timeline span kernels and would count them twice.
+    busy_us = sum(event.device_time_total for event in prof.events()
+                  if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False))
+    if not busy_us > 0:
+        raise RuntimeError("the profiler recorded no device time (CUPTI unavailable?)")
+    return busy_us / len(tokens) / 1e3
+
+
+def capture_step(step, token, warmup: int = GRAPH_WARMUP_STEPS):
+    """``(graph, output)``: one call of ``step(token)`` captured in a ``torch.cuda.CUDAGraph``.
+
+    As the PyTorch documentation asks, ``warmup`` calls run first on a side stream (kernels compiled and
+    chosen, workspaces allocated outside the graph). Each call, the captured one too, continues the caches
+    ``step`` owns; the capture itself runs no kernel, it records them. ``output``, ``step``'s return value
+    of the captured call, lives as long as the caller keeps it: ``step`` should return every tensor the graph
+    reads that nothing else keeps alive (K3's previous cache, whose convolution tails the step reads), and
+    replaying then recomputes it in place. A replay repeats exactly the captured step: same input tensors,
+    same cache position."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step(token)
+    current = torch.cuda.current_stream()
+    current.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            output = step(token)
+    finally:
+        torch.cuda.set_stream(current)   # torch.cuda.graph leaves its capture stream current when capture_end fails
+    return graph, output
+
+
+def graph_ms_per_step(graph, replays: int = GRAPH_REPLAYS, repeats: int = 3) -> float:
+    """Median over ``repeats`` of the milliseconds per replay of ``graph``, ``replays`` replays between two CUDA
+    events (one replay first, untimed: the first launch uploads the graph)."""
+    graph.replay()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return statistics.median(times)
+
+
+def _cache_buffers(cache) -> tuple:
+    """Where each buffer of a GPT-2 KVCache or a K3Cache starts (its views start at row 0), and how much room it
+    has (GPT-2: bytes of all buffers, MLA: tokens): a step that grew or copied a buffer changes this. K3's KDA
+    states are in it too: with ``update_state_in_place`` a step keeps them where they are."""
+    from k3lite.k3 import K3Cache
+    from k3lite.layers.kda_layer import KDACache
+    from k3lite.layers.mla import MLACache
+
+    if isinstance(cache, K3Cache):
+        found = []
+        for layer_cache in cache.layers:
+            if isinstance(layer_cache, MLACache):
+                found.append((layer_cache.entries.data_ptr(), layer_cache.capacity))
+            elif isinstance(layer_cache, KDACache):
+                found.append((layer_cache.recurrent_state.data_ptr(), None))
+        return tuple(found)
+    return tuple(t.data_ptr() for t in cache.keys + cache.values), cache.capacity_nbytes()
+
+
+def device_and_graph_times(name, step, tokens, cache_of, row):
+    """On a GPU: ``row[name + "_device_ms_per_step"]`` (:func:`device_ms_per_step` over ``PROFILED_STEPS``
+    steps), then ``row[name + "_graph_ms_per_step"]`` (:func:`capture_step`, then :func:`graph_ms_per_step`),
+    each None with ``row[name + "_device_error"]`` / ``_graph_error`` when it fails. ``step`` continues a cache
+    with room for ``PROFILED_STEPS + GRAPH_WARMUP_STEPS + 1`` more tokens, which ``cache_of()`` returns; no
+    buffer of it may grow or move (checked), and the cache is spent afterwards (the graph's steps leave it at a
+    position no other measurement should continue from)."""
+    row[f"{name}_device_ms_per_step"] = row[f"{name}_graph_ms_per_step"] = None
+    buffers = _cache_buffers(cache_of())
+    try:
+        row[f"{name}_device_ms_per_step"] = device_ms_per_step(step, tokens[:PROFILED_STEPS])
+    except Exception as err:  # e.g. no CUPTI: the other numbers stand
+        row[f"{name}_device_error"] = repr(err)[:200]
+    graph = output = None
+    try:
+        graph, output = capture_step(step, tokens[0])
+        if _cache_buffers(cache_of()) != buffers:
+            raise RuntimeError("a cache buffer grew or moved in the profiled, warm-up or captured steps (too little "
+                               "room): the replay would time a copy")
+        row[f"{name}_graph_ms_per_step"] = graph_ms_per_step(graph)
+    except Exception as err:  # an op that synchronises the host or cannot be captured: record it and go on
+        row[f"{name}_graph_error"] = repr(err)[:200]
+    finally:
+        del graph, output
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _times(ratio):
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _ratio(gpt2_ms, k3_ms):
+    """K3's tokens/s over GPT-2's at one batch size: GPT-2's ms per step over K3's (None without both)."""
+    return gpt2_ms / k3_ms if gpt2_ms and k3_ms else None
+
+
 def bench_model_decode(contexts, batch, steps, prefill_max, device, results, save, *, vocab_size=8192,
                        warmup=2, repeats=3):
-    """Tokens/s of single-token decode, K3-shaped against GPT-2-shaped, at each context length."""
+    """Tokens/s of single-token decode, K3-shaped against GPT-2-shaped, at each context length.
+
+    Two passes. The first times eager steps (wall time, :func:`time_decode`) at every context; on a GPU the second
+    then rebuilds each cache and measures the device time (:func:`device_ms_per_step`) and a CUDA-graph replay
+    (:func:`capture_step`, :func:`graph_ms_per_step`) of each model: neither the profiler, which may stay attached
+    to the process once used, nor a graph's memory pool is around while a wall time is taken."""
     from k3lite.gpt2 import GPT2, GPT2Config
     from k3lite.k3 import K3
 
@@ -482,7 +660,8 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
     dtype = torch.bfloat16 if gpu else torch.float32
     k3_config, gpt2_config = decode_model_configs(gpu, vocab_size)
     headroom = warmup + repeats * steps                      # tokens the caches gain while timed
-    longest = max(contexts) + headroom + 8
+    graph_room = PROFILED_STEPS + GRAPH_WARMUP_STEPS + 1     # the second pass's: profiled, warm-up, captured
+    longest = max(contexts) + (max(headroom, graph_room) if gpu else headroom) + 8
     gpt2_config = GPT2Config(**{**gpt2_config.__dict__, "n_ctx": longest})
     torch.manual_seed(3)
     k3 = K3(k3_config).to(device=device, dtype=dtype).eval()
@@ -502,33 +681,34 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
     print(f"{'context':>8} {'fill':>7} | {'K3 tok/s':>10} {'GPT-2 tok/s':>11} {'K3/GPT-2':>8} | "
           f"{'K3 cache/seq':>12} {'GPT-2 cache/seq':>15} | ms per step (of it, host issuing): K3, GPT-2", flush=True)
     gen = torch.Generator(device=device).manual_seed(4)
+    inputs = {}
     for length in contexts:
         fill = "prefill" if length <= prefill_max else "random"
         prompt = torch.randint(0, vocab_size, (batch, length if fill == "prefill" else 8), device=device, generator=gen)
         tokens = torch.randint(0, vocab_size, (warmup + steps, batch, 1), device=device, generator=gen)
+        inputs[length] = prompt, tokens
         row = {"context": length, "cache_fill": fill}
         with torch.no_grad():
             cache = fill_k3_cache(k3, prompt, length, fill, gen, headroom)
             row["k3_cache_bytes_per_seq"] = cache.nbytes() / batch
             row["k3_kda_state_bytes_per_seq"] = cache.nbytes("kda") / batch
             row["k3_mla_bytes_per_seq"] = cache.nbytes("mla") / batch
-            k3_cache = [cache]
-
-            def k3_step(token):
-                k3_cache[0] = k3.run(token, k3_cache[0]).cache
-
+            k3_step, _ = k3_decode_step(k3, cache)
+            del cache
             _k3_in_place(k3, True)
             try:
                 k3_s, k3_host_s = time_decode(k3_step, tokens, gpu, warmup, repeats)
             finally:
                 _k3_in_place(k3, False)
-            del cache, k3_cache
+            del k3_step
             if gpu:
                 torch.cuda.empty_cache()
             kv = fill_gpt2_cache(gpt2, prompt, length, fill, gen, headroom)
             row["gpt2_cache_bytes_per_seq"] = kv.nbytes() / batch
-            gpt2_s, gpt2_host_s = time_decode(lambda token: gpt2(token, kv), tokens, gpu, warmup, repeats)
+            gpt2_step, _ = gpt2_decode_step(gpt2, kv)
             del kv
+            gpt2_s, gpt2_host_s = time_decode(gpt2_step, tokens, gpu, warmup, repeats)
+            del gpt2_step
             if gpu:
                 torch.cuda.empty_cache()
         row["k3_ms_per_step"] = k3_s / steps * 1e3
@@ -539,6 +719,8 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
         row["gpt2_tokens_per_s"] = batch * steps / gpt2_s
         row["k3_over_gpt2"] = row["k3_tokens_per_s"] / row["gpt2_tokens_per_s"]
         row["gpt2_over_k3_cache_bytes"] = row["gpt2_cache_bytes_per_seq"] / row["k3_cache_bytes_per_seq"]
+        for kind in ("device", "graph"):   # measured in the second pass, on a GPU; None on a CPU
+            row[f"k3_{kind}_ms_per_step"] = row[f"gpt2_{kind}_ms_per_step"] = row[f"k3_over_gpt2_{kind}"] = None
         row["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
         out["rows"].append(row)
         print(f"{length:>8} {fill:>7} | {row['k3_tokens_per_s']:>10.1f} {row['gpt2_tokens_per_s']:>11.1f} "
@@ -550,6 +732,43 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
     if any(r["cache_fill"] == "random" for r in out["rows"]):
         print("fill 'random': the caches hold random keys/values (GPT-2) and MLA latents (K3) of a prefill's shapes "
               "and dtypes, no prefill run (decode time depends on the cache's size, not its values)", flush=True)
+    if not gpu:
+        print("device time and graph replay per step: measured on a GPU only (None in the rows)", flush=True)
+        return
+    device_and_graph_pass(k3, gpt2, out["rows"], inputs, gen, graph_room, save)
+
+
+def device_and_graph_pass(k3, gpt2, rows, inputs, gen, room, save):
+    """bench_model_decode's second pass (GPU): for each row, a fresh cache of each model (its context and fill,
+    ``room`` tokens to spare, ``inputs[context] = (prompt, tokens)``), then :func:`device_and_graph_times`."""
+    print(f"{'context':>8} | device ms per step: K3, GPT-2 (K3/GPT-2) | graph replay ms per step: K3, GPT-2 "
+          f"(K3/GPT-2)   [fresh caches; see the note]", flush=True)
+    for row in rows:
+        length, fill = row["context"], row["cache_fill"]
+        prompt, tokens = inputs[length]
+        with torch.no_grad():
+            k3_step, k3_current = k3_decode_step(k3, fill_k3_cache(k3, prompt, length, fill, gen, room))
+            _k3_in_place(k3, True)
+            try:
+                device_and_graph_times("k3", k3_step, tokens, k3_current, row)
+            finally:
+                _k3_in_place(k3, False)
+            del k3_step, k3_current
+            torch.cuda.empty_cache()
+            gpt2_step, gpt2_current = gpt2_decode_step(gpt2, fill_gpt2_cache(gpt2, prompt, length, fill, gen, room))
+            device_and_graph_times("gpt2", gpt2_step, tokens, gpt2_current, row)
+            del gpt2_step, gpt2_current
+            torch.cuda.empty_cache()
+        for kind in ("device", "graph"):
+            row[f"k3_over_gpt2_{kind}"] = _ratio(row[f"gpt2_{kind}_ms_per_step"], row[f"k3_{kind}_ms_per_step"])
+        row["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
+        print(f"{length:>8} | {fmt(row['k3_device_ms_per_step'])}, {fmt(row['gpt2_device_ms_per_step'])} "
+              f"({_times(row['k3_over_gpt2_device'])}) | {fmt(row['k3_graph_ms_per_step'])}, "
+              f"{fmt(row['gpt2_graph_ms_per_step'])} ({_times(row['k3_over_gpt2_graph'])})", flush=True)
+        for key in ("k3_device_error", "gpt2_device_error", "k3_graph_error", "gpt2_graph_error"):
+            if key in row:
+                print(f"{'':>8} {key}: {row[key]}", flush=True)
+        save()
 
 
 def plot(results, path):

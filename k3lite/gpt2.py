@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from k3lite import sampling
@@ -183,7 +184,17 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return torch.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
-def sdpa_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+# The SDPA backends the model lets PyTorch choose from: every one but cuDNN's. cuDNN's backend builds a new
+# execution plan for every new key length, and in decode the key length grows by one at every step. On an H200
+# (batch 8, width 1024, depth 8, bf16, context 4096; scripts/gpu_decode_probe.py, 2026-12-02) a GPT-2 decode
+# step took 54.56 ms with SDPA free to pick cuDNN and 3.16 ms with cuDNN's backend switched off: the profiler
+# showed 6.7 ms of host time per aten::_cudnn_attention_forward call against 39 us of GPU time. Choosing costs
+# host time too: entering sdpa_kernel took 10 us per call on a 2-core CPU machine (2026-12-02), once per layer.
+SDPA_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def sdpa_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                          backends: tuple[SDPBackend, ...] | None = SDPA_BACKENDS) -> torch.Tensor:
     """:func:`causal_attention` through ``F.scaled_dot_product_attention``: one fused kernel on CUDA.
 
     SDPA wants ``[B, H, T, D]``; the transposes are views, so the kernel reads the cache buffers in
@@ -191,10 +202,23 @@ def sdpa_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> 
     whole cache, every step). The causal mask has to be aligned to the bottom-right corner, query
     ``t`` at position ``past + t``, which SDPA's ``is_causal`` (top-left) is not once a cache is in
     front; a single query token is the last position and sees every key, so it needs no mask.
+
+    ``backends``: the SDPA backends allowed during the call (``torch.nn.attention.sdpa_kernel``, which
+    overrides the global ``torch.backends.cuda.enable_*_sdp`` flags while it lasts and restores them
+    after). The default, :data:`SDPA_BACKENDS`, is flash, memory-efficient and math attention, leaving out
+    cuDNN's backend, which plans anew for every key length (see the comment above :data:`SDPA_BACKENDS`);
+    ``None`` lets PyTorch pick by its global flags, cuDNN included where enabled (what this function did
+    before, kept to measure the difference). On a CPU only the flash and math backends exist, both allowed
+    by the default and by PyTorch's default flags, so with those flags a CPU picks, and computes, the same.
     """
     q_len, k_len = q.shape[1], k.shape[1]
     mask = None if q_len == 1 else causal_lower_right(q_len, k_len)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if backends is None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    else:
+        with sdpa_kernel(list(backends)):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.transpose(1, 2)
 
 

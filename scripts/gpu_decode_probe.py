@@ -5,8 +5,13 @@
 The benchmark (python -m k3lite.bench --sections model_decode) found both models' step times flat in the
 context length on the H200 (figures/bench_h200_2026-12-02b.json, model_decode_diagnosis): something other than
 the cache traffic bounds them. This script builds the same K3-shaped and GPT-2-shaped models at a 4096-token
-cache, times a step, times GPT-2's step again with SDPA's cuDNN backend switched off, and prints the profiler's
-table of each step (host time per op first, then GPU time).
+cache, times a step of each, times GPT-2's step again with SDPA free to pick its cuDNN backend (as k3lite.gpt2
+did before 2026-12-02), and prints the profiler's table of each step (host time per op first, then GPU time).
+
+What it found on an H200 (2026-12-02, batch 8, width 1024, depth 8, bf16): SDPA's cuDNN backend builds a new
+plan for every new key length, which decode grows by one each step (6.7 ms of host time per call against 39 us
+of GPU time; GPT-2's step took 54.56 ms, 3.16 ms without cuDNN, now k3lite.gpt2's default), and K3's step is
+host-bound (26.9 ms of wall time per step against ~2.4 ms of kernels, from about 870 kernel launches).
 
     python scripts/gpu_decode_probe.py --count
 
@@ -18,6 +23,7 @@ floor under the step time that no cache size changes.
 
 import collections
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -27,6 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import k3lite.gpt2 as gpt2_module  # noqa: E402
 from k3lite import bench  # noqa: E402
 from k3lite.gpt2 import GPT2, GPT2Config  # noqa: E402
 from k3lite.k3 import K3  # noqa: E402
@@ -50,13 +57,12 @@ def profile_steps(step, tokens, title):
         torch.cuda.synchronize()
     print(title)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6, max_name_column_width=50))
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=50))
 
 
 def count_ops():
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    import k3lite.gpt2 as gpt2_module
     from k3lite.layers import moe
 
     # The CUDA-path choices, taken on any device:
@@ -98,7 +104,78 @@ def count_ops():
             print(f"{name}: {sum(counts.values())} operations per decode step ({by_module})")
 
 
+def mla_products(batch, context, heads=16, rank=512, rope=64, block=4096):
+    """GPU ms of the absorbed MLA decode's products at one context, alone, and of alternatives to them."""
+    import torch.nn.functional as F
+    import triton.testing
+
+    from k3lite.layers.mla import MLACache
+
+    gen = torch.Generator("cuda").manual_seed(5)
+    rows = torch.randn(batch, context, rank + rope, device="cuda", generator=gen).bfloat16()
+    cache = MLACache.from_tensors(rows[..., :rank].contiguous(), rows[..., rank:].contiguous(), capacity=context + 8)
+    entries, latent = cache.entries, cache.latent
+    queries = torch.randn(batch, heads, rank + rope, device="cuda", generator=gen).bfloat16()
+    probs = torch.randn(batch, heads, context, device="cuda", generator=gen).softmax(-1).bfloat16()
+
+    def split_batches():   # the reduction over the context cut in blocks: a batched product per sequence
+        n = context // block
+        out = []
+        for b in range(batch):
+            p = probs[b, :, :n * block].view(heads, n, block).transpose(0, 1)
+            part = torch.bmm(p, latent[b, :n * block].unflatten(0, (n, block))).sum(0)
+            out.append(part + probs[b, :, n * block:] @ latent[b, n * block:])
+        return torch.stack(out)
+
+    def sdpa(backend):
+        from torch.nn.attention import sdpa_kernel
+        q = queries[:, :, None]
+        k = entries[:, None].expand(batch, heads, context, rank + rope)
+        v = latent[:, None].expand(batch, heads, context, rank)
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, scale=0.1)
+
+    from torch.nn.attention import SDPBackend
+    cases = {"scores = rows @ entries^T": lambda: queries @ entries.transpose(1, 2),
+             "softmax float32": lambda: probs.float().softmax(-1),
+             "probs @ latent": lambda: probs @ latent,
+             f"probs @ latent, blocks of {block} per sequence": split_batches,
+             "SDPA efficient, heads expanded": lambda: sdpa(SDPBackend.EFFICIENT_ATTENTION),
+             "SDPA flash, heads expanded": lambda: sdpa(SDPBackend.FLASH_ATTENTION)}
+    bytes_read = entries.numel() * 2
+    print(f"MLA products, batch {batch}, context {context}: the cache is {bytes_read / 1e9:.2f} GB "
+          f"({bytes_read / 4.8e12 * 1e3:.3f} ms at 4.8 TB/s)")
+    for name, fn in cases.items():
+        try:
+            print(f"  {name:48} {triton.testing.do_bench(fn, warmup=5, rep=40, return_mode='median'):.3f} ms", flush=True)
+        except Exception as err:
+            print(f"  {name:48} failed: {repr(err)[:150]}", flush=True)
+
+
+def long_context(context=131072):
+    torch.manual_seed(3)
+    k3_config, _ = bench.decode_model_configs(True, 8192)
+    k3 = K3(k3_config).to("cuda", torch.bfloat16).eval()
+    gen = torch.Generator("cuda").manual_seed(4)
+    prompt = torch.randint(0, 8192, (BATCH, 8), device="cuda", generator=gen)
+    tokens = torch.randint(0, 8192, (40, BATCH, 1), device="cuda", generator=gen)
+    with torch.no_grad():
+        mla_products(BATCH, context)
+        cache = [bench.fill_k3_cache(k3, prompt, context, "random", gen, HEADROOM)]
+        bench._k3_in_place(k3, True)
+
+        def k3_step(token):
+            cache[0] = k3.run(token, cache[0]).cache
+
+        for token in tokens[:3]:
+            k3_step(token)
+        profile_steps(k3_step, tokens, f"K3 step at context {context}")
+
+
 def main():
+    if "--long" in sys.argv:
+        long_context()
+        return
     if "--count" in sys.argv:
         count_ops()
         return
@@ -118,12 +195,19 @@ def main():
 
         for token in tokens[:3]:
             gpt2_step(token)
-        print(f"GPT-2: {ms_per_step(gpt2_step, tokens):.2f} ms per step")
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        gpt2_step(tokens[0])
-        print(f"GPT-2, cuDNN SDPA off: {ms_per_step(gpt2_step, tokens):.2f} ms per step")
-        torch.backends.cuda.enable_cudnn_sdp(True)
+        print(f"GPT-2 (SDPA without cuDNN, k3lite.gpt2's default): {ms_per_step(gpt2_step, tokens):.2f} ms per step")
         profile_steps(gpt2_step, tokens, "GPT-2 step")
+        # The attention as it was: SDPA picks by PyTorch's global flags, whose defaults allow cuDNN. The model's
+        # own SDPA call overrides those flags (sdpa_kernel), so switching enable_cudnn_sdp alone would change nothing.
+        default_attention = gpt2_module.sdpa_causal_attention
+        gpt2_module.sdpa_causal_attention = functools.partial(default_attention, backends=None)
+        try:
+            torch.backends.cuda.enable_cudnn_sdp(True)
+            gpt2_step(tokens[0])
+            print(f"GPT-2, SDPA free to pick cuDNN: {ms_per_step(gpt2_step, tokens):.2f} ms per step")
+            profile_steps(gpt2_step, tokens, "GPT-2 step, SDPA free to pick cuDNN")
+        finally:
+            gpt2_module.sdpa_causal_attention = default_attention
         cache = [bench.fill_k3_cache(k3, prompt, CONTEXT, "random", gen, HEADROOM)]
         bench._k3_in_place(k3, True)
 

@@ -2,6 +2,8 @@
 
 import json
 
+import torch
+
 from k3lite import bench
 
 
@@ -86,3 +88,93 @@ def test_cpu_model_decode_section_reports_rates_ratios_and_cache_sizes(tmp_path)
     # A KDA state does not grow with the context; attention caches do.
     assert rows[0]["k3_kda_state_bytes_per_seq"] == rows[1]["k3_kda_state_bytes_per_seq"] > 0
     assert rows[1]["gpt2_over_k3_cache_bytes"] > rows[0]["gpt2_over_k3_cache_bytes"] > 1
+
+
+def test_cpu_model_decode_rows_leave_the_device_and_graph_times_to_a_gpu():
+    # The profiler's device time and the CUDA-graph replay need a GPU: on a CPU the keys are there, as None.
+    results = {"meta": {}}
+    bench.bench_model_decode([16], 2, 1, 16, "cpu", results, lambda: None)
+    (row,) = results["model_decode"]["rows"]
+    for key in ("k3_device_ms_per_step", "gpt2_device_ms_per_step", "k3_graph_ms_per_step", "gpt2_graph_ms_per_step",
+                "k3_over_gpt2_device", "k3_over_gpt2_graph"):
+        assert key in row and row[key] is None, key
+    assert not [key for key in row if key.endswith("_error")]
+    note = results["model_decode"]["note"]
+    assert "CUDAGraph" in note and "torch.profiler" in note and "not what eager generate gets" in note
+
+
+def _cpu_decode_models():
+    from k3lite.gpt2 import GPT2, GPT2Config
+    from k3lite.k3 import K3
+
+    k3_config, gpt2_config = bench.decode_model_configs(False, 64)
+    torch.manual_seed(0)
+    return K3(k3_config).eval(), GPT2(GPT2Config(**{**gpt2_config.__dict__, "n_ctx": 64})).eval()
+
+
+def _fake_gpu(monkeypatch, capture=None):
+    """bench's GPU measurements with the CUDA parts faked: the capture runs the warm-up steps and the captured
+    one eagerly (what they do to the caches), the timings return fixed numbers."""
+    def fake_capture(step, token, warmup=bench.GRAPH_WARMUP_STEPS):
+        for _ in range(warmup):
+            step(token)
+        return "graph", step(token)
+
+    def fake_device_ms(step, tokens):
+        for token in tokens:
+            step(token)
+        return 2.0
+
+    monkeypatch.setattr(bench, "device_ms_per_step", fake_device_ms)
+    monkeypatch.setattr(bench, "capture_step", capture or fake_capture)
+    monkeypatch.setattr(bench, "graph_ms_per_step", lambda graph: 1.0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+
+def test_the_second_pass_fills_the_rows_when_the_caches_have_room(monkeypatch, capsys):
+    # bench_model_decode's GPU pass, on a CPU with the CUDA parts faked: fresh caches with room for the profiled,
+    # warm-up and captured steps, every measure and ratio in the row, nothing grown (no *_graph_error).
+    _fake_gpu(monkeypatch)
+    k3, gpt2 = _cpu_decode_models()
+    rows = [{"context": 8, "cache_fill": "prefill"}, {"context": 24, "cache_fill": "random"}]
+    inputs = {8: (torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (4, 2, 1))),
+              24: (torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (4, 2, 1)))}
+    room = bench.PROFILED_STEPS + bench.GRAPH_WARMUP_STEPS + 1      # what bench_model_decode passes
+    bench.device_and_graph_pass(k3, gpt2, rows, inputs, torch.Generator().manual_seed(0), room, lambda: None)
+    for row in rows:
+        assert {key: row[key] for key in row if "device" in key or "graph" in key} == {
+            "k3_device_ms_per_step": 2.0, "k3_graph_ms_per_step": 1.0, "gpt2_device_ms_per_step": 2.0,
+            "gpt2_graph_ms_per_step": 1.0, "k3_over_gpt2_device": 1.0, "k3_over_gpt2_graph": 1.0}
+    assert not any(mixer.update_state_in_place for mixer in (layer.mixer for layer in k3.layers)
+                   if hasattr(mixer, "update_state_in_place"))
+    printed = capsys.readouterr().out
+    assert "graph replay ms per step" in printed and "_error" not in printed
+
+
+def test_device_and_graph_times_refuse_a_cache_that_grew_and_record_a_failed_capture(monkeypatch):
+    _fake_gpu(monkeypatch)
+    k3, gpt2 = _cpu_decode_models()
+    prompt, tokens = torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (4, 2, 1))
+    with torch.no_grad():
+        k3_step, k3_current = bench.k3_decode_step(k3, bench.fill_k3_cache(k3, prompt, 8, "prefill", None, 2))
+        gpt2_step, gpt2_current = bench.gpt2_decode_step(gpt2, bench.fill_gpt2_cache(gpt2, prompt, 8, "prefill",
+                                                                                      None, 2))
+        row = {}
+        bench._k3_in_place(k3, True)     # as in the bench: the KDA states stay where they are
+        try:
+            bench.device_and_graph_times("k3", k3_step, tokens, k3_current, row)
+        finally:
+            bench._k3_in_place(k3, False)
+        bench.device_and_graph_times("gpt2", gpt2_step, tokens, gpt2_current, row)
+        for name in ("k3", "gpt2"):   # too little room: a buffer grew, and the replay would time a copy
+            assert row[f"{name}_graph_ms_per_step"] is None and row[f"{name}_device_ms_per_step"] == 2.0
+            assert "a cache buffer grew or moved" in row[f"{name}_graph_error"]
+
+        def no_capture(step, token, warmup=0):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+        _fake_gpu(monkeypatch, no_capture)
+        row = {}
+        bench.device_and_graph_times("gpt2", gpt2_step, tokens, gpt2_current, row)
+    assert row["gpt2_graph_ms_per_step"] is None and "not permitted" in row["gpt2_graph_error"]

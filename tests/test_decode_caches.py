@@ -240,3 +240,29 @@ def test_k3_two_continuations_of_one_cache_both_equal_recomputation():
     torch.testing.assert_close(one_more.logits[:, -1], expected_one_more, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(other.logits, expected_other, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(then.logits[:, -1], expected_then, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("use_rope", [False, True])
+def test_mla_decoding_over_a_padded_key_length_equals_the_exact_length(monkeypatch, use_rope):
+    # On CUDA the absorbed path rounds the key length up (mla.KEY_ALIGN_CUDA) and masks the rows past the cache's
+    # end; here the same rounding on a CPU, to 8 rows, against none: in-place steps, a buffer that grows, and a
+    # branch that copies its prefix. The padding rows hold zeros, which would change every output if not masked.
+    from k3lite.layers import mla
+
+    layer = _mla(use_rope=use_rope).double()
+    generator = torch.Generator().manual_seed(11)
+    prefix, first, second = (torch.randn(2, n, 32, generator=generator, dtype=torch.float64) for n in (5, 4, 3))
+    outputs = {}
+    for align in (1, 8):
+        monkeypatch.setattr(mla, "key_alignment", lambda device, align=align: align)
+        with torch.no_grad():
+            _, shared = layer(prefix)
+            shared = MLACache.from_tensors(shared.latent, shared.rope_key, capacity=6)
+            steps, cache = [], shared
+            for t in range(first.shape[1]):                       # one query per step, written in place
+                y, cache = layer(first[:, t:t + 1], cache)
+                steps.append(y)
+            y_branch, _ = layer(second, shared)                   # 3 queries; `first`'s rows lie past its end
+        outputs[align] = torch.cat(steps + [y_branch], dim=1)
+        assert cache.capacity % align == 0
+    torch.testing.assert_close(outputs[8], outputs[1], atol=1e-12, rtol=0)

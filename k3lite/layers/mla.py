@@ -32,6 +32,24 @@ from torch import nn
 from k3lite.layers.norms import RMSNorm, upcast
 
 
+# Rows a CUDA decoding step reads past the cache's end, up to the next multiple of this (masked out, and
+# zeros or another branch's tokens, never uninitialised memory: buffers are allocated zeroed). With a key
+# length that is not a multiple of 8, cuBLAS falls back to kernels without tensor cores for the two
+# products of the absorbed path: on an H200 (batch 8, context 131072, 2 MLA layers, bf16, 2026-12-02,
+# scripts/gpu_decode_probe.py --long) they took 5.4 of a K3 step's 7.9 ms of kernel time, against
+# 0.31 + 0.26 ms per layer at an aligned length.
+KEY_ALIGN_CUDA = 64
+
+
+def key_alignment(device: torch.device) -> int:
+    """How many rows the absorbed path rounds the key length up to on ``device`` (1: none)."""
+    return KEY_ALIGN_CUDA if device.type == "cuda" else 1
+
+
+def _room(rows: int, align: int) -> int:
+    return -(-rows // align) * align
+
+
 @dataclass
 class _Rows:
     """The buffer ``[B, capacity, kv_lora_rank + rope_dim]`` behind one or more caches. ``filled``: how
@@ -77,7 +95,8 @@ class MLACache(tuple):
         if not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
         batch, length, rank = latent.shape
-        tensor = latent.new_empty((batch, max(length, capacity), rank + rope_key.shape[-1]))
+        room = _room(max(length, capacity), key_alignment(latent.device))
+        tensor = latent.new_zeros((batch, room, rank + rope_key.shape[-1]))
         tensor[:, :length, :rank] = latent
         tensor[:, :length, rank:] = rope_key
         return cls(_Rows(tensor, length), length, rank)
@@ -86,6 +105,12 @@ class MLACache(tuple):
     def entries(self) -> torch.Tensor:
         """``[B, length, kv_lora_rank + rope_dim]``: the cached ``[c; k_rope]`` rows (a view)."""
         return self._rows.tensor[:, :self.length]
+
+    def padded_entries(self, align: int) -> torch.Tensor:
+        """:attr:`entries` and the rows after them up to a length that is a multiple of ``align`` (as far
+        as the buffer goes): ``[B, S_pad, kv_lora_rank + rope_dim]``, a view. The extra rows are not this
+        cache's tokens; whoever reads them masks them out."""
+        return self._rows.tensor[:, :min(_room(self.length, align), self.capacity)]
 
     @property
     def latent(self) -> torch.Tensor:
@@ -124,7 +149,8 @@ class MLACache(tuple):
         rows = self._rows
         if not (fits and rows.filled == start and not recording):
             capacity = tensor.shape[1] if fits else max(end, 2 * tensor.shape[1])   # doubling: O(1) per token
-            rows = _Rows(tensor.new_empty((tensor.shape[0], capacity, tensor.shape[2])), start)
+            capacity = _room(capacity, key_alignment(tensor.device))
+            rows = _Rows(tensor.new_zeros((tensor.shape[0], capacity, tensor.shape[2])), start)
             rows.tensor[:, :start] = tensor[:, :start]
         rows.tensor[:, start:end] = new
         rows.filled = end
@@ -269,20 +295,22 @@ class MLA(nn.Module):
         The cache is read in place (a transposed view, no copy) and in its own dtype: the products run
         in it (bf16 ones accumulate in float32; their scores come out rounded to bf16, which a fused
         kernel such as FlashMLA would avoid), and only the small ``[B, T*H, S]`` scores are taken to
-        float32 for the softmax.
+        float32 for the softmax. On CUDA the products run over the cache rounded up to
+        :data:`KEY_ALIGN_CUDA` rows, the rows past its end masked like future tokens (see there: cuBLAS).
         """
         w_uk, w_uv = self.up_weights()
         batch, steps = q_nope.shape[:2]
         q_latent = torch.einsum("bthn,hnc->bthc", q_nope, w_uk)              # q~ = W_UK^T q_nope
         rows = torch.cat([q_latent, q_rope], dim=-1).reshape(batch, steps * self.num_heads, -1)  # row t*H + h
-        scores = upcast(rows @ cache.entries.transpose(1, 2)) * self.scale    # [B, T*H, S]
-        if steps > 1:   # a single query is the newest token and sees the whole cache
+        entries = cache.padded_entries(key_alignment(rows.device))           # [B, S (+ padding), c + rope]
+        scores = upcast(rows @ entries.transpose(1, 2)) * self.scale          # [B, T*H, S (+ padding)]
+        if steps > 1 or entries.shape[1] > cache.length:   # one query, the newest token, sees the whole cache
             query_pos = offset + torch.arange(steps, device=scores.device)
-            key_pos = torch.arange(cache.length, device=scores.device)
-            future = (key_pos[None, :] > query_pos[:, None])[:, None, :]     # [T, 1 (heads), S]
+            key_pos = torch.arange(entries.shape[1], device=scores.device)
+            future = (key_pos[None, :] > query_pos[:, None])[:, None, :]     # [T, 1 (heads), S]: padding too
             scores = scores.view(batch, steps, self.num_heads, -1).masked_fill(future, float("-inf"))
             scores = scores.view(batch, steps * self.num_heads, -1)
-        probs = scores.softmax(dim=-1).to(cache.entries.dtype)
-        mixed_latent = (probs @ cache.latent).view(batch, steps, self.num_heads, self.kv_lora_rank)
+        probs = scores.softmax(dim=-1).to(entries.dtype)
+        mixed_latent = (probs @ entries[..., :self.kv_lora_rank]).view(batch, steps, self.num_heads, self.kv_lora_rank)
         return torch.einsum("bthc,hvc->bthv", mixed_latent, w_uv)             # o_h = W_UV_h sum p c
 
