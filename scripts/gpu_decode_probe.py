@@ -11,7 +11,7 @@ did before 2026-12-02), and prints the profiler's table of each step (host time 
 What it found on an H200 (2026-12-02, batch 8, width 1024, depth 8, bf16): SDPA's cuDNN backend builds a new
 plan for every new key length, which decode grows by one each step (6.7 ms of host time per call against 39 us
 of GPU time; GPT-2's step took 54.56 ms, 3.16 ms without cuDNN, now k3lite.gpt2's default), and K3's step is
-host-bound (26.9 ms of wall time per step against ~2.4 ms of kernels, from about 870 kernel launches).
+host-bound (26.9 ms of wall time per step against ~2.4 ms of kernels, from about 1,000 kernel launches: 2,603 cudaLaunchKernel and 429 cuLaunchKernelEx in 3 steps).
 
     python scripts/gpu_decode_probe.py --count
 
