@@ -117,7 +117,6 @@ VARIANTS = {
     "cumsum_key_tile32": {"CUMSUM_KEY_TILE": 32},
     "solve_ieee": {"HALF_SOLVE_PRECISION": "ieee"},
     "a_in_float32": {"A_STORAGE": "float32"},
-    "no_prefetch": {"PREFETCH_STATE_LOADS": False},
 }
 
 
@@ -143,19 +142,11 @@ def accuracy(kind, shape):
 
 
 def variants(kinds, shape, results, names):
-    # A setting lives in chunk_fwd, or in both modules (PREFETCH_STATE_LOADS: forward and reverse state pass).
-    modules = [chunk_fwd, chunk_bwd_triton]
-    saved = [{attr: getattr(m, attr) for v in VARIANTS.values() for attr in v if hasattr(m, attr)} for m in modules]
-
-    def apply(settings):
-        for module, own in zip(modules, saved):
-            module.__dict__.update({k: v for k, v in settings.items() if k in own})
-
+    saved = {attr: getattr(chunk_fwd, attr) for v in VARIANTS.values() for attr in v}
     for kind in kinds:
         for name in names:
-            for module, own in zip(modules, saved):
-                module.__dict__.update(own)
-            apply(VARIANTS[name])
+            chunk_fwd.__dict__.update(saved)
+            chunk_fwd.__dict__.update(VARIANTS[name])
             row = {}
             try:
                 row["fwd"] = bench.kernel_times(call(kind, shape, "fwd", "k3lite", None), ITERS)
@@ -171,8 +162,7 @@ def variants(kinds, shape, results, names):
             print(f"{kind} {name:18} fwd {row.get('fwd_total_ms', float('nan')):.3f} ms, fwd+bwd "
                   f"{row.get('fwd+bwd_total_ms', float('nan')):.3f} ms | {kernels_ms} | {errors} {row.get('error', '')}",
                   flush=True)
-    for module, own in zip(modules, saved):
-        module.__dict__.update(own)
+    chunk_fwd.__dict__.update(saved)
 
 
 def situ_variants(results):

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
-                        SUB, VALUE_TILE, _block, _chunk_decay,
+                        SUB, VALUE_TILE, _block,
                         _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
                         state_block_v, wy_factors)
 
@@ -74,7 +74,7 @@ def _load_t(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.c
 def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                            BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
-                           DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr):
+                           DOT_PRECISION: tl.constexpr):
     # Stage 2, sequential in reverse; one program owns D[:, v-block] of one head (D = dL/dh_{c+1}):
     #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
     # D is kept in float32 as two halves of BK/2 key rows, D1 and D2, and every product takes the inputs' dtype
@@ -101,24 +101,8 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         d2 = tl.zeros([HALF, BV], dtype=tl.float32)
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
-    # With PREFETCH, the two loads of a chunk that are no tl.dot operand (dV'_o and the chunk's decay), which
-    # Triton does not pipeline, are issued one chunk ahead: their latency then overlaps this chunk's products
-    # instead of stalling the sequential chain.
-    b_dv_next = _load_f32(dv_ptr + vbase, (NT - 1) * BT, i_v * BV, T, V, H * V, BT, BV)
-    dec1_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, 0, T, H, K, BT, HALF, GATE)
-    dec2_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, HALF, T, H, K, BT, HALF, GATE)
     for i in range(0, NT):
         i_t = NT - 1 - i
-        if PREFETCH:
-            b_dv, dec1, dec2 = b_dv_next, dec1_next, dec2_next
-            i_next = tl.maximum(i_t - 1, 0)
-            b_dv_next = _load_f32(dv_ptr + vbase, i_next * BT, i_v * BV, T, V, H * V, BT, BV)
-            dec1_next = _chunk_decay(g_ptr, i_b, i_h, i_next, 0, T, H, K, BT, HALF, GATE)
-            dec2_next = _chunk_decay(g_ptr, i_b, i_h, i_next, HALF, T, H, K, BT, HALF, GATE)
-        else:
-            b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-            dec1 = _chunk_decay(g_ptr, i_b, i_h, i_t, 0, T, H, K, BT, HALF, GATE)
-            dec2 = _chunk_decay(g_ptr, i_b, i_h, i_t, HALF, T, H, K, BT, HALF, GATE)
         h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
         tl.store(dh_ptr + h_off + off1, d1.to(dh_ptr.dtype.element_ty), mask=m1)
         tl.store(dh_ptr + h_off + off2, d2.to(dh_ptr.dtype.element_ty), mask=m2)
@@ -126,12 +110,18 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         p_k2, m_k2 = _tile(kd_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
         b_k1 = tl.load(p_k1, mask=m_k1, other=0.0)
         dtype = b_k1.dtype
+        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_dv += tl.dot(b_k1, d1.to(dtype), input_precision=DOT_PRECISION)
         b_dv += tl.dot(tl.load(p_k2, mask=m_k2, other=0.0), d2.to(dtype), input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        if GATE != GATE_NONE:
-            d1 = d1 * dec1[:, None]
-            d2 = d2 * dec2[:, None]
+        t_last = tl.minimum(i_t * BT + BT, T) - 1
+        if GATE == GATE_SCALAR:   # g_ptr: G [B, T, H], one decay per head
+            decay = tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
+            d1 = d1 * decay
+            d2 = d2 * decay
+        if GATE == GATE_CHANNEL:
+            d1 = d1 * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, HALF))[:, None]
+            d2 = d2 * tl.exp(_load_row(g_ptr + kbase + HALF, t_last, T, K - HALF, H * K, HALF))[:, None]
         b_q1 = _load_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
         b_q2 = _load_t(q_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
         p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
@@ -543,8 +533,6 @@ ELEMENTWISE_BLOCK = 1024
 # Value-block width of the reverse state pass (None: state_block_v from 32 down; 64 was slower, 1.875 ms against
 # 1.366 at 32 for Gated DeltaNet at (1, 32768, 16) on the H200).
 BLOCK_V = {"state_halves": None}
-# The reverse state pass loads each chunk's dV'_o and decay one chunk ahead (see _bwd_state_pass_halves).
-PREFETCH_STATE_LOADS = True
 
 
 
@@ -596,8 +584,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     # The key rows split in two halves, each at least 16 wide for the tensor cores.
     _bwd_state_pass_halves[(triton.cdiv(V, BV_state), B * H)](
         q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 2 * SUB), BV_state, gate, delta, d_state is not None, prec, PREFETCH_STATE_LOADS,
-        **launch)
+        H, K, V, BT, max(BK, 2 * SUB), BV_state, gate, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)

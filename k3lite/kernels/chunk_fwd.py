@@ -116,21 +116,6 @@ def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
 
 
 @triton.jit
-def _chunk_decay(g_ptr, i_b, i_h, i_t, col0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                 WIDTH: tl.constexpr, GATE: tl.constexpr):
-    # exp(G_C) of chunk i_t (G at its last row) for key channels col0 .. col0 + WIDTH: one value per head
-    # (GATE_SCALAR, g_ptr is G [B, T, H]) repeated, or one per channel (GATE_CHANNEL); ones without a gate.
-    t_last = tl.minimum(i_t * BT + BT, T) - 1
-    ones = tl.full([WIDTH], 1.0, tl.float32)
-    if GATE == GATE_SCALAR:
-        return ones * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
-    elif GATE == GATE_CHANNEL:
-        return tl.exp(_load_row(g_ptr + _head_base(i_b, i_h, T, H, K) + col0, t_last, T, K - col0, H * K, WIDTH))
-    else:
-        return ones
-
-
-@triton.jit
 def _span(hi_r, lo_r, hi_c, lo_c):
     # G_r - G_c for G = hi + lo. Where both sums hold the same large gate, hi_r - hi_c is exact (the two are
     # within a factor 2 of each other) and lo_r - lo_c brings back the small gates the float32 sums rounded
@@ -456,7 +441,7 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
 def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
-                HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr):
+                HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
     #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + K_dec^T V'
     # (k_ptr holds K_dec = exp(G_C - G) * K when there is a gate, written by _wy_factors.)
@@ -472,24 +457,11 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         b_s = tl.zeros([BK, BV], dtype=tl.float32)
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
-    # With PREFETCH, U and the decay (loads Triton does not pipeline: no tl.dot operand) come one chunk ahead,
-    # so their latency overlaps this chunk's products (see _bwd_state_pass_halves).
-    p_u, m_u = _tile(u_ptr + vbase, 0, i_v * BV, T, V, H * V, BT, BV)
-    b_u_next = tl.load(p_u, mask=m_u, other=0.0)
-    decay_next = _chunk_decay(g_ptr, i_b, i_h, 0, 0, T, H, K, BT, BK, GATE)
     for i_t in range(0, NT):
-        if PREFETCH:
-            b_vn, decay = b_u_next, decay_next
-            i_next = tl.minimum(i_t + 1, NT - 1)
-            p_u, m_u = _tile(u_ptr + vbase, i_next * BT, i_v * BV, T, V, H * V, BT, BV)
-            b_u_next = tl.load(p_u, mask=m_u, other=0.0)
-            decay_next = _chunk_decay(g_ptr, i_b, i_h, i_next, 0, T, H, K, BT, BK, GATE)
-        else:
-            p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-            b_vn = tl.load(p_u, mask=m_u, other=0.0)
-            decay = _chunk_decay(g_ptr, i_b, i_h, i_t, 0, T, H, K, BT, BK, GATE)
         h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
         tl.store(h_ptr + h_off + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
+        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_vn = tl.load(p_u, mask=m_u, other=0.0)
         dtype = b_vn.dtype
         if DELTA:
             p_w, m_w = _tile(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
@@ -499,8 +471,12 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
             tl.store(p_vn, b_vn, mask=m_vn)
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
-        if GATE != GATE_NONE:
-            b_s = b_s * decay[:, None]
+        t_last = tl.minimum(i_t * BT + BT, T) - 1
+        if GATE == GATE_SCALAR:
+            b_s = b_s * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
+        if GATE == GATE_CHANNEL:
+            g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
+            b_s = b_s * tl.exp(g_last)[:, None]
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
     tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
 
@@ -608,9 +584,6 @@ CUMSUM_ROWS = 8
 # Value-block widths: the output stage's; the state pass's (None: state_block_v picks it from the grid size).
 BLOCK_V = {"output": 64, "state": None}
 
-
-# The sequential state pass loads each chunk's U and decay one chunk ahead (see _state_pass).
-PREFETCH_STATE_LOADS = True
 
 # Streaming multiprocessors of the H200, the machine the launch settings were chosen on.
 SM_COUNT = 132
@@ -728,8 +701,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     h0 = initial_state if initial_state is not None else ht
     BV_state = min(BLOCK_V["state"] or state_block_v(B * H, V, BV), _block(V))
     _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
-                                                   gate, delta, initial_state is not None, prec,
-                                                   PREFETCH_STATE_LOADS, **LAUNCH["state"])
+                                                   gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
     BV_out = min(BLOCK_V["output"], _block(V))
     _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
