@@ -29,8 +29,12 @@ is taken on both parts of G (_span, with the forward's G_lo), so small gates aft
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from . import _ensure_backend
+
+_ensure_backend()  # on CPU Triton's interpreter must be on before triton is imported (see k3lite.kernels)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
                         SUB, VALUE_TILE, _block,

@@ -47,8 +47,12 @@ Every tl.dot takes its input precision from the DOT_PRECISION constexpr (see dot
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from . import _ensure_backend
+
+_ensure_backend()  # on CPU Triton's interpreter must be on before triton is imported (see k3lite.kernels)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 # Tokens per chunk: a 64-row tile fills the tensor cores' M dimension for every product of a chunk, and
 # the sequential state pass then takes T / 64 steps.

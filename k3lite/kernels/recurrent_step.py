@@ -18,8 +18,12 @@ the kernel's own time (figures/bench_h200_2026-12-02.json).
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from . import _ensure_backend
+
+_ensure_backend()  # on CPU Triton's interpreter must be on before triton is imported (see k3lite.kernels)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR
 

@@ -25,8 +25,12 @@ divisions per element (a fused SiLU-and-mul, one division, took 0.041 ms).
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from . import _ensure_backend
+
+_ensure_backend()  # on CPU Triton's interpreter must be on before triton is imported (see k3lite.kernels)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 BLOCK = 2048
 WARPS = 8
