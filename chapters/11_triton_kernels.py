@@ -1079,6 +1079,42 @@ expect("bf16 A matrices raised the largest error by less than 20 %",
 # {glue:text}`ch11_second_api_gap` (README, second run of 2026-12-02). The KDA forward is still
 # {glue:text}`ch11_second_kda_vs_fla`× fla's.
 
+# %% [markdown]
+# ### A fusion that did not pay
+#
+# Stages 1, 3 and 4 of KDA read the same rows: the gates, the keys, the values of one chunk. One kernel for all
+# three would load each row once and never write $G$ out only to read it back: stage 1's sums would happen on the
+# tiles `_offdiagonal_solve` loads anyway, and stage 4 would follow in the same program, reading back the $A^{-1}$
+# that program has just written. Fewer bytes, fewer launches: the argument for fusing sounds complete. It was built
+# (commit d94d144: CPU tests passed, outputs equal to the separate kernels to 1e-6) and measured against the three
+# kernels in one process:
+
+# %%
+FUSED = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02c.json").read_text())["kda_fused_stages_experiment"]
+fused_runs = FUSED["results"]["kda (2, 8192, 16)"]
+separate_stages = {k: v for k, v in fused_runs["kda_stages_separate"]["fwd"].items()
+                   if k in ("_chunk_cumsum", "_offdiagonal_solve", "_wy_factors")}
+separate_ms = sum(separate_stages.values())
+fused_ms = {warps: fused_runs[name]["fwd"]["_offdiagonal_solve"]
+            for warps, name in ((2, "fused_warps2"), (4, "defaults"), (8, "fused_warps8"))}
+print("KDA, B=2 T=8192 H=16, bf16, H200: GPU ms")
+print("  three kernels: " + " + ".join(f"{k} {v:.3f}" for k, v in separate_stages.items()) + f" = {separate_ms:.3f}")
+for warps, ms in fused_ms.items():
+    print(f"  one fused kernel, {warps} warps: {ms:.3f}")
+print(f"  whole forward: {fused_runs['kda_stages_separate']['fwd_total_ms']:.3f} separate, "
+      f"{fused_runs['defaults']['fwd_total_ms']:.3f} fused (4 warps)")
+glue("ch11_fused_ms", f"{min(fused_ms.values()):.3f}", display=False)
+glue("ch11_separate_ms", f"{separate_ms:.3f}", display=False)
+expect("every fused form was slower than the three kernels it replaced", min(fused_ms.values()) > separate_ms)
+
+# %% [markdown]
+# The best fused form took {glue:text}`ch11_fused_ms` ms against {glue:text}`ch11_separate_ms` for the three kernels,
+# and the package keeps the three. Why it lost was not profiled further. A plausible cause, not measured: a program
+# that holds the solve's 16×16 blocks, the running sums and then stage 4's $[64, 64]$ tiles needs many registers,
+# so fewer programs fit on a multiprocessor at once, and a memory-bound kernel needs many programs in flight to hide
+# the latency of its loads. Fewer warps and more warps were both slower still, which that alone does not explain. Saved
+# bytes are an argument, not a measurement.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises
 #
