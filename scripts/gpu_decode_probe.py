@@ -104,6 +104,19 @@ def count_ops():
             print(f"{name}: {sum(counts.values())} operations per decode step ({by_module})")
 
 
+def warm_k3_step(k3, prompt, context, gen, tokens):
+    """A decode step of ``k3`` over a cache of ``context`` random MLA rows, KDA states in place, run 3 times."""
+    cache = [bench.fill_k3_cache(k3, prompt, context, "random", gen, HEADROOM)]
+    bench._k3_in_place(k3, True)
+
+    def k3_step(token):
+        cache[0] = k3.run(token, cache[0]).cache
+
+    for token in tokens[:3]:
+        k3_step(token)
+    return k3_step
+
+
 def mla_products(batch, context, heads=16, rank=512, rope=64, block=4096):
     """GPU ms of the absorbed MLA decode's products at one context, alone, and of alternatives to them."""
     import torch.nn.functional as F
@@ -161,14 +174,7 @@ def long_context(context=131072):
     tokens = torch.randint(0, 8192, (40, BATCH, 1), device="cuda", generator=gen)
     with torch.no_grad():
         mla_products(BATCH, context)
-        cache = [bench.fill_k3_cache(k3, prompt, context, "random", gen, HEADROOM)]
-        bench._k3_in_place(k3, True)
-
-        def k3_step(token):
-            cache[0] = k3.run(token, cache[0]).cache
-
-        for token in tokens[:3]:
-            k3_step(token)
+        k3_step = warm_k3_step(k3, prompt, context, gen, tokens)
         profile_steps(k3_step, tokens, f"K3 step at context {context}")
 
 
@@ -208,14 +214,7 @@ def main():
             profile_steps(gpt2_step, tokens, "GPT-2 step, SDPA free to pick cuDNN")
         finally:
             gpt2_module.sdpa_causal_attention = default_attention
-        cache = [bench.fill_k3_cache(k3, prompt, CONTEXT, "random", gen, HEADROOM)]
-        bench._k3_in_place(k3, True)
-
-        def k3_step(token):
-            cache[0] = k3.run(token, cache[0]).cache
-
-        for token in tokens[:3]:
-            k3_step(token)
+        k3_step = warm_k3_step(k3, prompt, CONTEXT, gen, tokens)
         print(f"K3: {ms_per_step(k3_step, tokens):.2f} ms per step")
         profile_steps(k3_step, tokens, "K3 step")
 

@@ -333,27 +333,26 @@ def test_interpreter_refuses_half_precision():
         kernels.situ_glu(q, q)
 
 
-def _without_interpreter_switch():
+def _last_number_printed_by_a_fresh_python(code):
     # This process imported k3lite.kernels, which set TRITON_INTERPRET=1; a child inheriting it would import
     # triton interpreted from the start, and the cases below would pass without testing anything.
     import os
+    import subprocess
+    import sys
 
-    return {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return float(result.stdout.strip().splitlines()[-1])
 
 
 def test_interpreter_works_when_triton_was_imported_first():
     # torch.utils.flop_counter imports triton in compiled mode; the kernels must still interpret.
-    import subprocess
-    import sys
-
     code = ("import torch.utils.flop_counter, sys; assert 'triton' in sys.modules; "
             "import torch; from k3lite import kernels; q = torch.randn(1, 3, 1, 16); "
             "o, s = kernels.chunked('linear_attention', q, q, q, scale=1.0); x = q[0, :, 0]; "
             "print(float((o[0, :, 0] - (x @ x.T).tril() @ x).abs().max()))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env=_without_interpreter_switch())
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert float(result.stdout.strip().splitlines()[-1]) < 1e-4
+    assert _last_number_printed_by_a_fresh_python(code) < 1e-4
 
 
 def test_a_kernel_module_imported_directly_after_triton_still_interprets():
@@ -361,19 +360,13 @@ def test_a_kernel_module_imported_directly_after_triton_still_interprets():
     # (torch.nn.attention imports triton in compiled mode) and no call through the entry points yet, that module
     # used to mix interpreted kernels with compiled-mode helpers (tl.max) and fail: "Cannot call @triton.jit'd
     # outside of the scope of a kernel". Every kernel module now switches the interpreter on as it is imported.
-    import subprocess
-    import sys
-
     code = ("import k3lite.gpt2, sys; assert 'triton' in sys.modules; import torch; "
             "from k3lite.kernels import recurrent_step; from k3lite import ops; "
             "q, k, v = torch.randn(3, 2, 1, 16).unbind(0); g = -torch.rand(2, 1, 16); beta = torch.rand(2, 1); "
             "s = torch.randn(2, 1, 16, 16); o, _ = recurrent_step.decode_step('kda', q, k, v, g, beta, s, 0.25); "
             "ref, _ = ops.kda.step(q, k, v, g, beta, state=s, scale=0.25, backend='torch'); "
             "print(float((o - ref).abs().max()))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env=_without_interpreter_switch())
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert float(result.stdout.strip().splitlines()[-1]) < 1e-5
+    assert _last_number_printed_by_a_fresh_python(code) < 1e-5
 
 
 def test_unknown_kind_is_rejected():
