@@ -84,7 +84,8 @@ class MLACache(tuple):
     @classmethod
     def from_tensors(cls, latent: torch.Tensor, rope_key: torch.Tensor, *, capacity: int = 0) -> "MLACache":
         """A cache of ``latent [B, S, kv_lora_rank]`` and ``rope_key [B, S, rope_dim]``, copied into a
-        buffer with room for ``max(S, capacity)`` tokens (e.g. headroom for the steps to come)."""
+        buffer with room for ``max(S, capacity)`` tokens (e.g. headroom for the steps to come), rounded up to
+        a multiple of :func:`key_alignment` rows (64 on CUDA, 1 elsewhere). The spare rows are zeros."""
         for name, tensor in (("latent", latent), ("rope_key", rope_key)):
             if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3:
                 got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
