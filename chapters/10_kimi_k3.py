@@ -735,6 +735,26 @@ expect("the graph replays agree with the device times (within 25 %)",
        all(0.75 < row[f"{m}_graph_ms_per_step"] / row[f"{m}_device_ms_per_step"] < 1.25
            for row in decode_rows for m in ("k3", "gpt2")))
 
+# %% tags=["plumbing"]
+contexts = np.array([row["context"] for row in decode_rows])
+fig, ax = plt.subplots(figsize=(7.2, 4.4))
+for model, label in (("k3", "K3-shaped (6 KDA + 2 MLA)"), ("gpt2", "GPT-2-shaped, KV cache")):
+    color = viz.MECHANISM_COLORS[model]
+    ax.plot(contexts, [row[f"{model}_device_ms_per_step"] for row in decode_rows], "o-", color=color,
+            label=f"{label}: device time")
+    ax.plot(contexts, [row[f"{model}_graph_ms_per_step"] for row in decode_rows], "s--", color=color, linewidth=1,
+            label=f"{label}: CUDA-graph replay")
+ax.plot(contexts, decode_run["batch"] * contexts * first["gpt2_cache_bytes_per_seq"] / first["context"] / 4e12 * 1e3,
+        ":", color=viz.PALETTE["black"], linewidth=1, label="reading GPT-2's cache once at 4 TB/s")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xticks(contexts, [f"{n // 1024}k" for n in contexts])
+ax.set_xlabel("context length (tokens)")
+ax.set_ylabel("GPU time per decode step (ms), batch 8")
+ax.set_title("Measured on an H200: GPT-2's step grows with its cache, K3's barely")
+ax.legend(fontsize=7.5, loc="upper left")
+plt.show()
+
 # %% [markdown]
 # Three readings, three answers. **Eager PyTorch** makes K3 the slower model: {glue:text}`ch10_gpu_eager_ratio_short`×
 # GPT-2's tokens/s at {glue:text}`ch10_gpu_short_ctx` and {glue:text}`ch10_gpu_eager_ratio_long`× at
