@@ -768,8 +768,9 @@ plt.show()
 # {glue:text}`ch10_gpu_device_ratio_short`× at {glue:text}`ch10_gpu_short_ctx`, {glue:text}`ch10_gpu_device_ratio_mid`×
 # at {glue:text}`ch10_gpu_mid_ctx`, {glue:text}`ch10_gpu_device_ratio_long`× at {glue:text}`ch10_gpu_long_ctx`
 # (graph replay: {glue:text}`ch10_gpu_graph_ratio_long`×). K3's step has a floor of about
-# {glue:text}`ch10_gpu_k3_device_short` ms, hundreds of small kernels (the KDA layers' gates and convolutions, the
-# MoE's experts, AttnRes) that each cost microseconds, where GPT-2's short-context step costs
+# {glue:text}`ch10_gpu_k3_device_short` ms: about a thousand kernel launches per step (profiled), most of them small
+# (the KDA layers' gates, norms and convolutions, the MoE's experts, AttnRes), each costing microseconds, where
+# GPT-2's short-context step costs
 # {glue:text}`ch10_gpu_gpt2_device_short` ms. Production kernels fuse those away; ours do not.
 #
 # So the data support the seeds' direction and not their number, at these sizes. "Up to 6×" is Kimi Linear's
@@ -778,8 +779,8 @@ plt.show()
 # {glue:text}`ch10_gpu_device_ratio_long`× faster at {glue:text}`ch10_gpu_long_ctx`. Two bugs found on the way are
 # worth knowing. GPT-2's attention at first went through SDPA's cuDNN backend, which builds a new plan for every new
 # key length, so {glue:text}`ch10_cudnn_ms` ms per step instead of {glue:text}`ch10_no_cudnn_ms`. MLA's two products
-# ran on slow fallback kernels whenever the cache length was odd, until the cache was padded to a multiple of 64
-# rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by kernel before its ratio means
+# got slow cuBLAS kernels at the unaligned cache lengths of decoding (131,072 plus a few tokens), some without tensor
+# cores, until the cache was read padded to a multiple of 64 rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by kernel before its ratio means
 # anything.
 
 # %% [markdown]
