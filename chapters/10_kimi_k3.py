@@ -42,6 +42,7 @@ from k3lite.checks import expect
 from k3lite.gpt2 import GPT2, GPT2Config
 from k3lite.k3 import K3, K3Config
 from k3lite.layers.attnres import num_block_sources
+from k3lite.layers.mla import KEY_ALIGN_CUDA
 from k3lite.ops import gated_delta_rule, situ
 from k3lite.runtime import device, pick, seed_everything
 from k3lite.train import train
@@ -703,6 +704,8 @@ print(f"from {first['context'] // 1024}k to {last['context'] // 1024}k: GPT-2's 
       f"{k3_cache_growth:.0f}x and its device time {k3_device_growth:.2f}x")
 print(f"eager K3: issuing a step takes the host {host_share:.0%} of the step's time or more (the GPU waits: launch-bound)")
 probe = decode_file["decode_probe_4096"]
+k3_launches_per_step = sum(probe["k3_kernel_launches_3_steps"].values()) / 3   # profiled over 3 steps at 4k
+print(f"kernel launches per K3 step (profiled, 4k): {k3_launches_per_step:,.0f}")
 ops_per_step = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02b.json").read_text())["model_decode_diagnosis"]["ops_per_step"]
 print(f"PyTorch operations per decode step: K3 {ops_per_step['k3']:,d}, GPT-2 {ops_per_step['gpt2']:,d}")
 glue("ch10_gpu_short_ctx", f"{first['context'] // 1024}k", display=False)
@@ -724,6 +727,8 @@ glue("ch10_gpu_gpt2_device_long", f"{last['gpt2_device_ms_per_step']:.1f}", disp
 glue("ch10_gpu_read_ms_long", f"{gpt2_read_ms:.1f}", display=False)
 glue("ch10_k3_ops_per_step", f"{ops_per_step['k3']:,d}", display=False)
 glue("ch10_gpt2_ops_per_step", f"{ops_per_step['gpt2']:,d}", display=False)
+glue("ch10_k3_launches", f"{k3_launches_per_step:,.0f}", display=False)
+glue("ch10_mla_align", str(KEY_ALIGN_CUDA), display=False)
 glue("ch10_cudnn_ms", f"{probe['gpt2_ms_per_step_sdpa_default_flags']:.1f}", display=False)
 glue("ch10_no_cudnn_ms", f"{probe['gpt2_ms_per_step_cudnn_sdpa_off']:.1f}", display=False)
 expect("eager K3 is launch-bound: the host's issuing time is at least 95 % of every step", host_share > 0.95)
@@ -768,7 +773,7 @@ plt.show()
 # {glue:text}`ch10_gpu_device_ratio_short`× at {glue:text}`ch10_gpu_short_ctx`, {glue:text}`ch10_gpu_device_ratio_mid`×
 # at {glue:text}`ch10_gpu_mid_ctx`, {glue:text}`ch10_gpu_device_ratio_long`× at {glue:text}`ch10_gpu_long_ctx`
 # (graph replay: {glue:text}`ch10_gpu_graph_ratio_long`×). K3's step has a floor of about
-# {glue:text}`ch10_gpu_k3_device_short` ms: about a thousand kernel launches per step (profiled), most of them small
+# {glue:text}`ch10_gpu_k3_device_short` ms: {glue:text}`ch10_k3_launches` kernel launches per step (profiled), most of them small
 # (the KDA layers' gates, norms and convolutions, the MoE's experts, AttnRes), each costing microseconds, where
 # GPT-2's short-context step costs
 # {glue:text}`ch10_gpu_gpt2_device_short` ms. Production kernels fuse those away; ours do not.
@@ -779,8 +784,9 @@ plt.show()
 # {glue:text}`ch10_gpu_device_ratio_long`× faster at {glue:text}`ch10_gpu_long_ctx`. Two bugs found on the way are
 # worth knowing. GPT-2's attention at first went through SDPA's cuDNN backend, which builds a new plan for every new
 # key length, so {glue:text}`ch10_cudnn_ms` ms per step instead of {glue:text}`ch10_no_cudnn_ms`. MLA's two products
-# got slow cuBLAS kernels at the unaligned cache lengths of decoding (131,072 plus a few tokens), some without tensor
-# cores, until the cache was read padded to a multiple of 64 rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by kernel before its ratio means
+# got slow cuBLAS kernels at the unaligned cache lengths of decoding ({glue:text}`ch10_gpu_long_ctx` plus a few
+# tokens), some without tensor cores, until the cache was read padded to a multiple of {glue:text}`ch10_mla_align`
+# rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by kernel before its ratio means
 # anything.
 
 # %% [markdown]

@@ -106,12 +106,8 @@ def count_ops():
 
 def warm_k3_step(k3, prompt, context, gen, tokens):
     """A decode step of ``k3`` over a cache of ``context`` random MLA rows, KDA states in place, run 3 times."""
-    cache = [bench.fill_k3_cache(k3, prompt, context, "random", gen, HEADROOM)]
+    k3_step, _ = bench.k3_decode_step(k3, bench.fill_k3_cache(k3, prompt, context, "random", gen, HEADROOM))
     bench._k3_in_place(k3, True)
-
-    def k3_step(token):
-        cache[0] = k3.run(token, cache[0]).cache
-
     for token in tokens[:3]:
         k3_step(token)
     return k3_step

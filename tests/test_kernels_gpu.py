@@ -207,12 +207,31 @@ def test_ops_api_never_synchronises_the_host():
         torch.cuda.set_sync_debug_mode("default")
 
 
-def _assert_fails_after_a_good_call(code, named):
-    """Run ``code`` in its own Python process (a failed device-side assert leaves the CUDA context unusable): it
-    must print 'good call passed', then fail with a report that contains ``named``."""
+def _good_then_bad_call(op, call, heads, bad, *, setup="", kwargs=""):
+    """Code for a fresh Python: ``k3lite.ops.<op>.<call>`` on CUDA with good values, then 'good call passed'
+    printed, then the same call with ``bad`` ("g", "g_nan", "beta", "beta_nan"; for beta only the last head of the
+    last token is bad). ``heads``: the leading axes of beta, x is ``heads + (16,)``, g like beta (one gate per
+    head) or like x (KDA)."""
+    gate_shape = {"kda": heads + (16,), "gated_delta_rule": heads}.get(op)
+
+    def one_call(g_value, beta):
+        gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
+        return f"m.{call}(x, x, x{gate}, {beta}{kwargs}, backend='triton'); torch.cuda.synchronize()"
+
+    bad_g = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
+    bad_beta = {"beta": "2.5", "beta_nan": "float('nan')"}.get(bad, "0.5")
+    return (f"import torch; from k3lite.ops import {op} as m; x = torch.randn({heads + (16,)}, device='cuda'); {setup}"
+            f"good_beta = torch.full({heads}, 0.5, device='cuda'); b = good_beta.clone(); b.view(-1)[-1] = {bad_beta}; "
+            f"{one_call('-0.1', 'good_beta')}; print('good call passed', flush=True); {one_call(bad_g, 'b')}")
+
+
+def _assert_fails_after_a_good_call(code, bad):
+    """Run ``code`` (from _good_then_bad_call) in its own Python process (a failed device-side assert leaves the
+    CUDA context unusable): it must print 'good call passed', then fail with a report naming the bad argument."""
     import subprocess
     import sys
 
+    named = "beta must lie in [0, 2]" if bad.startswith("beta") else "g is a log-space decay"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     report = result.stdout + result.stderr   # the device prints the assert's message; the host raises
     assert "good call passed" in result.stdout, report[-2000:]
@@ -227,19 +246,8 @@ def test_bad_value_in_chunked_fails_the_process_with_its_message(op, bad):
     # a good call must pass first. Where the error surfaces is up to CUDA: the assert is sticky, so a launch later
     # in the same call may report it before the call returns (seen on the H200). That the call never waits for
     # the GPU is test_ops_api_never_synchronises_the_host's to show; here: the process fails, naming the argument.
-    def chunked_call(g_value, beta):
-        gate_shape = {"kda": "(1, 70, 2, 16)", "gated_delta_rule": "(1, 70, 2)"}.get(op)
-        gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
-        return f"m.chunked(x, x, x{gate}, {beta}, backend='triton'); torch.cuda.synchronize()"
-
-    bad_g = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
-    bad_beta = {"beta": "2.5", "beta_nan": "float('nan')"}.get(bad, "0.5")
-    code = (f"import torch; from k3lite.ops import {op} as m; x = torch.randn(1, 70, 2, 16, device='cuda'); "
-            f"b = torch.full((1, 70, 2), 0.5, device='cuda'); b[0, 69, 1] = {bad_beta}; "
-            f"good = {chunked_call('-0.1', 'torch.full((1, 70, 2), 0.5, device=' + repr('cuda') + ')')}; "
-            f"print('good call passed', flush=True); {chunked_call(bad_g, 'b')}")
-    named = "beta must lie in [0, 2]" if bad.startswith("beta") else "g is a log-space decay"
-    _assert_fails_after_a_good_call(code, named)
+    # 70 tokens: the bad beta sits in the last, partial chunk.
+    _assert_fails_after_a_good_call(_good_then_bad_call(op, "chunked", (1, 70, 2), bad), bad)
 
 
 @pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
@@ -248,18 +256,9 @@ def test_bad_value_in_decode_step_fails_the_process_with_its_message(op, bad):
     # The fused step checks g and beta inside its kernel: one flag, one assert. A bad value must end the process
     # with a message naming it, and a good call before it must pass. For the gated kinds one message names both
     # g and beta (the flag does not say which of them was out of range); for DeltaNet it names beta.
-    def step_call(g_value, beta):
-        gate_shape = {"kda": "(2, 4, 16)", "gated_delta_rule": "(2, 4)"}.get(op)
-        gate = f", torch.full({gate_shape}, {g_value}, device='cuda')" if gate_shape else ""
-        return f"m.step(x, x, x{gate}, {beta}, state=s, backend='triton'); torch.cuda.synchronize()"
-
-    bad_g = {"g": "0.5", "g_nan": "float('nan')"}.get(bad, "-0.1")
-    code = (f"import torch; from k3lite.ops import {op} as m; x = torch.randn(2, 4, 16, device='cuda'); "
-            f"b = torch.full((2, 4), {'2.5' if bad == 'beta' else '0.5'}, device='cuda'); "
-            "s = torch.zeros(2, 4, 16, 16, device='cuda'); "
-            f"good = {step_call('-0.1', 'torch.full((2, 4), 0.5, device=' + repr('cuda') + ')')}; "
-            f"print('good call passed', flush=True); {step_call(bad_g, 'b')}")
-    _assert_fails_after_a_good_call(code, "beta must lie in [0, 2]" if bad == "beta" else "g is a log-space decay")
+    code = _good_then_bad_call(op, "step", (2, 4), bad, setup="s = torch.zeros(2, 4, 16, 16, device='cuda'); ",
+                               kwargs=", state=s")
+    _assert_fails_after_a_good_call(code, bad)
 
 
 @pytest.mark.parametrize("kind", list(OPS))
