@@ -37,7 +37,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
-                        SUB, VALUE_TILE, _block,
+                        SUB, VALUE_TILE, _block, _chunk_decay,
                         _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
                         state_block_v, wy_factors)
 
@@ -105,8 +105,21 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         d2 = tl.zeros([HALF, BV], dtype=tl.float32)
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
+    # The two loads of a chunk that are no tl.dot operand, dV'_o and the chunk's decay, are not pipelined by
+    # Triton: issued in the chunk that uses them, their latency sat on the sequential chain. They are issued one
+    # chunk ahead instead (the last iteration re-reads chunk 0, unused). With num_stages=3 this took Gated
+    # DeltaNet's pass at (1, 32768, 16) from 0.988 to 0.658 ms, DeltaNet's from 1.013 to 0.676, KDA's from
+    # 1.029 to 0.926 (H200, bf16, one run; scripts/gpu_profile.py; 2026-12-02).
+    b_dv_next = _load_f32(dv_ptr + vbase, (NT - 1) * BT, i_v * BV, T, V, H * V, BT, BV)
+    dec1_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, 0, T, H, K, BT, HALF, GATE)
+    dec2_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, HALF, T, H, K, BT, HALF, GATE)
     for i in range(0, NT):
         i_t = NT - 1 - i
+        b_dv, dec1, dec2 = b_dv_next, dec1_next, dec2_next
+        i_next = tl.maximum(i_t - 1, 0)
+        b_dv_next = _load_f32(dv_ptr + vbase, i_next * BT, i_v * BV, T, V, H * V, BT, BV)
+        dec1_next = _chunk_decay(g_ptr, i_b, i_h, i_next, 0, T, H, K, BT, HALF, GATE)
+        dec2_next = _chunk_decay(g_ptr, i_b, i_h, i_next, HALF, T, H, K, BT, HALF, GATE)
         h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
         tl.store(dh_ptr + h_off + off1, d1.to(dh_ptr.dtype.element_ty), mask=m1)
         tl.store(dh_ptr + h_off + off2, d2.to(dh_ptr.dtype.element_ty), mask=m2)
@@ -114,18 +127,12 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         p_k2, m_k2 = _tile(kd_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
         b_k1 = tl.load(p_k1, mask=m_k1, other=0.0)
         dtype = b_k1.dtype
-        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_dv += tl.dot(b_k1, d1.to(dtype), input_precision=DOT_PRECISION)
         b_dv += tl.dot(tl.load(p_k2, mask=m_k2, other=0.0), d2.to(dtype), input_precision=DOT_PRECISION)
         _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        t_last = tl.minimum(i_t * BT + BT, T) - 1
-        if GATE == GATE_SCALAR:   # g_ptr: G [B, T, H], one decay per head
-            decay = tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
-            d1 = d1 * decay
-            d2 = d2 * decay
-        if GATE == GATE_CHANNEL:
-            d1 = d1 * tl.exp(_load_row(g_ptr + kbase, t_last, T, K, H * K, HALF))[:, None]
-            d2 = d2 * tl.exp(_load_row(g_ptr + kbase + HALF, t_last, T, K - HALF, H * K, HALF))[:, None]
+        if GATE != GATE_NONE:
+            d1 = d1 * dec1[:, None]
+            d2 = d2 * dec2[:, None]
         b_q1 = _load_t(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
         b_q2 = _load_t(q_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF)
         p_do, m_do = _tile(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
@@ -229,7 +236,7 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr,
 
 
 @triton.jit
-def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_ptr, dbeta_ptr, dakk_ptr, T,
+def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dv_out_ptr, dk_ptr, dg_ptr, dbeta_ptr, dakk_ptr, T,
             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
             BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Stage 4, one program per chunk. U = Ai X_u, W = Ai X_w with X_u = beta V, X_w = beta exp(G) K:
@@ -256,7 +263,7 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dk_ptr, dg_pt
         b_du = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV).to(dtype)
         b_v = _load_f32(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_dxu = tl.dot(b_ait, b_du, input_precision=DOT_PRECISION)
-        _store(dv_ptr + vbase, b_dxu * b_beta[:, None], i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        _store(dv_out_ptr + vbase, b_dxu * b_beta[:, None], i_t * BT, i_v * BV, T, V, H * V, BT, BV)  # final dv
         d_beta += tl.sum(b_dxu * b_v, axis=1)
         d_ai += tl.dot(b_du, tl.trans((b_v * b_beta[:, None]).to(dtype)), input_precision=DOT_PRECISION)
     for i_k in range(0, tl.cdiv(K, BK)):
@@ -327,8 +334,8 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
 
 
 @triton.jit
-def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
-               H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr,
+               dq_out_ptr, dk_out_ptr, dbeta_out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                GATED: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Stage 5, one program per (chunk, sub-block i of BC rows). With e[r, c, d] = exp(G_rd - G_cd), c <= r,
     # dA = scale dAqk (query side) and dB = dAkk (key side, rows scaled by beta in the forward):
@@ -439,14 +446,15 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
                                              K, 1, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
 
-    p_dq, m_dq = _tile(dq_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
-    tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
-    dk = dkc + b_beta[:, None] * dkr
-    p_dk, m_dk = _tile(dk_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
-    tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dk, mask=m_dk)
+    # The last stage to touch dq, dk and dbeta: the sums go to the *_out tensors, in the inputs' dtypes.
+    _store(dq_out_ptr + kbase, dq + _load_f32(dq_ptr + kbase, row0, 0, T, K, H * K, BC, BK), row0, 0, T, K, H * K,
+           BC, BK)
+    dk = dkc + b_beta[:, None] * dkr + _load_f32(dk_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+    _store(dk_out_ptr + kbase, dk, row0, 0, T, K, H * K, BC, BK)
     if DELTA:
         p_db, m_db = _vec(dbeta_ptr + b_base, row0, T, H, BC)
-        tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + tl.sum(b_k * dkr, axis=1), mask=m_db)
+        p_dbo, _ = _vec(dbeta_out_ptr + b_base, row0, T, H, BC)
+        tl.store(p_dbo, tl.load(p_db, mask=m_db, other=0.0) + tl.sum(b_k * dkr, axis=1), mask=m_db)
     if GATED:
         p_dg, m_dg = _tile(dg_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
         dg = b_q * dq + b_k * (b_beta[:, None] * dkr - dkc)
@@ -454,9 +462,9 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
 
 
 @triton.jit
-def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, T,
-                     H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr,
-                     DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr,
+                     dq_out_ptr, dk_out_ptr, dbeta_out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Stage 5 for GATE_NONE and GATE_SCALAR (no gate, one gate per head): the decay exp(G_r - G_c) is a scalar
     # per (r, c), so it goes onto the [BT, BT] gradients once, dA = scale dAqk (.) decay, dB = dAkk (.) decay,
     # and per key block:  dq = dA K,  dkr = dB K,  dkc = dA^T Q + (diag(beta) dB)^T K,
@@ -499,10 +507,11 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, 
         dkc += tl.dot(tl.trans(d_bb), b_kn, input_precision=DOT_PRECISION)
         b_q = b_qn.to(tl.float32)
         b_k = b_kn.to(tl.float32)
-        p_dq, m_dq = _tile(dq_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-        tl.store(p_dq, tl.load(p_dq, mask=m_dq, other=0.0) + dq, mask=m_dq)
-        p_dk, m_dk = _tile(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-        tl.store(p_dk, tl.load(p_dk, mask=m_dk, other=0.0) + dkc + b_beta[:, None] * dkr, mask=m_dk)
+        # The last stage to touch dq and dk: the sums go to the *_out tensors, in the inputs' dtype.
+        _store(dq_out_ptr + kbase, dq + _load_f32(dq_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK),
+               i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        dk = dkc + b_beta[:, None] * dkr + _load_f32(dk_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+        _store(dk_out_ptr + kbase, dk, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         d_beta += tl.sum(b_k * dkr, axis=1)
         if GATE == GATE_SCALAR:
             d_g_row += tl.sum(b_q * dq + b_k * (b_beta[:, None] * dkr - dkc), axis=1)
@@ -511,7 +520,8 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, 
         tl.store(p_dgr, tl.load(p_dgr, mask=m_dgr, other=0.0) + d_g_row, mask=m_dgr)
     if DELTA:
         p_db, m_db = _vec(dbeta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
-        tl.store(p_db, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
+        p_dbo, _ = _vec(dbeta_out_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+        tl.store(p_dbo, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
 
 
 @triton.jit
@@ -531,7 +541,10 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 # Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; scripts/gpu_profile.py edits them).
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
-LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=2)
+# The reverse state pass: with its loads one chunk ahead, num_stages=3 (H200, bf16, 2026-12-02: at (1, 32768, 16)
+# 0.658 / 0.676 / 0.926 ms for Gated DeltaNet / DeltaNet / KDA against 0.933 / 0.942 / 0.943 at 2 stages; at
+# (2, 8192) and (8, 2048) within 0.02 ms of 2 stages for the gated kinds, 0.10 ms faster for DeltaNet).
+LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=3)
 # Elements per program of the elementwise _gated_queries: 1024 = 8 per thread at 4 warps, wide vector loads.
 ELEMENTWISE_BLOCK = 1024
 # Value-block width of the reverse state pass (None: state_block_v from 32 down; 64 was slower, 1.875 ms against
@@ -541,7 +554,8 @@ BLOCK_V = {"state_halves": None}
 
 
 def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_state):
-    """Gradients (dq, dk, dv, dg, dbeta, d initial_state), float32, None where an input is absent.
+    """Gradients (dq, dk, dv, dg, dbeta, d initial_state), each in its input's dtype (d initial_state float32),
+    None where an input is absent. Every sum is accumulated in float32; only the finished gradient is rounded.
 
     q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; kept: the forward's intermediates (chunk_forward
     with keep_intermediates): G and G_lo, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
@@ -604,24 +618,31 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
+    # The stage that finishes a gradient writes it in its input's dtype (a bf16 run then needs no casting pass
+    # afterwards: 0.28 ms for dq, dk, dv at (1, 32768, 16) on the H200); float32 gradients are written in place.
+    out = lambda acc, x: acc if x.dtype == torch.float32 else torch.empty(acc.shape, device=dev, dtype=x.dtype)  # noqa: E731
+    dq_out, dk_out = out(dq, q), out(dk, k)
+    dv_out = out(dv, v) if delta else dv   # linear attention: dv is final after the state pass
+    dbeta_out = out(dbeta, beta) if delta else dq
     # One gate per head: stages 4 and 5 read it as a row and add its gradient, summed over channels, to dG_row.
     dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR else dG
     if delta:
-        _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dk, dG_row, dbeta, dakk, T, H, K, V, BT,
-                             BKb, BV, gate, prec, **LAUNCH["wy"])
+        _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dv_out, dk, dG_row, dbeta, dakk, T, H, K, V,
+                             BT, BKb, BV, gate, prec, **LAUNCH["wy"])
     if gate == GATE_CHANNEL:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
-                                             dbeta if delta else dq, T, H, K, BT, BC, BK, gated, delta, prec,
-                                             **LAUNCH["intra"])
+                                             dbeta if delta else dq, dq_out, dk_out, dbeta_out, T, H, K, BT, BC, BK,
+                                             gated, delta, prec, **LAUNCH["intra"])
     else:
         _bwd_intra_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG_row,
-                                      dbeta if delta else dq, T, H, K, BT, BKb, gate, delta, prec,
-                                      **LAUNCH["intra_dense"])
+                                      dbeta if delta else dq, dq_out, dk_out, dbeta_out, T, H, K, BT, BKb, gate,
+                                      delta, prec, **LAUNCH["intra_dense"])
     dg = None
     if gated:
-        dg = torch.empty(g.shape, **f32)
+        dg = torch.empty(g.shape, device=dev, dtype=g.dtype)
         if gate == GATE_SCALAR:  # one gate per head: stage 3's partial sums, plus the rows, reverse cumsum
             _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, SUB, **LAUNCH["gate_cumsum"])
         else:
             _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])
-    return dq, dk, dv, dg, dbeta, (dh0 if initial_state is not None else None)
+    return (dq_out, dk_out, dv_out, dg, dbeta_out if delta else None,
+            (dh0 if initial_state is not None else None))

@@ -120,6 +120,21 @@ def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
 
 
 @triton.jit
+def _chunk_decay(g_ptr, i_b, i_h, i_t, col0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                 WIDTH: tl.constexpr, GATE: tl.constexpr):
+    # exp(G_C) of chunk i_t (G at its last row) for key channels col0 .. col0 + WIDTH: one value per head
+    # (GATE_SCALAR, g_ptr is G [B, T, H]) repeated, or one per channel (GATE_CHANNEL); ones without a gate.
+    t_last = tl.minimum(i_t * BT + BT, T) - 1
+    ones = tl.full([WIDTH], 1.0, tl.float32)
+    if GATE == GATE_SCALAR:
+        return ones * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
+    elif GATE == GATE_CHANNEL:
+        return tl.exp(_load_row(g_ptr + _head_base(i_b, i_h, T, H, K) + col0, t_last, T, K - col0, H * K, WIDTH))
+    else:
+        return ones
+
+
+@triton.jit
 def _span(hi_r, lo_r, hi_c, lo_c):
     # G_r - G_c for G = hi + lo. Where both sums hold the same large gate, hi_r - hi_c is exact (the two are
     # within a factor 2 of each other) and lo_r - lo_c brings back the small gates the float32 sums rounded
