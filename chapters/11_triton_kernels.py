@@ -1157,7 +1157,7 @@ expect("every Gated DeltaNet and DeltaNet row of the run is within 1.1x of fla t
        all(r["ratio_ops_vs_fla"] <= 1.1 for r in gated_rows))
 
 # %% tags=["plumbing"]
-fig, ax = plt.subplots(figsize=(7, 3.4))
+fig, ax = plt.subplots(figsize=(7, 4.0))
 labels = {"gated_delta_rule": "Gated DeltaNet", "delta_rule": "DeltaNet", "kda": "KDA"}
 ys = range(len(pass_rows))
 ax.barh([y + 0.2 for y in ys], [b for b, _ in pass_rows.values()], height=0.4, color=red, alpha=0.8,
@@ -1167,7 +1167,8 @@ ax.barh([y - 0.2 for y in ys], [a for _, a in pass_rows.values()], height=0.4, c
 ax.set_yticks(list(ys), [labels[k] for k in pass_rows])
 ax.set_xlabel("GPU time of the reverse state pass (ms)")
 ax.set_title("Reverse state pass, B=1 T=32768 H=16 D=128 bf16, H200 (2026-12-02)", fontsize=9)
-ax.legend(fontsize=8, loc="lower right")
+ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]
