@@ -109,7 +109,7 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     # Triton: issued in the chunk that uses them, their latency sat on the sequential chain. They are issued one
     # chunk ahead instead (the last iteration re-reads chunk 0, unused). With num_stages=3 this took Gated
     # DeltaNet's pass at (1, 32768, 16) from 0.988 to 0.658 ms, DeltaNet's from 1.013 to 0.676, KDA's from
-    # 1.029 to 0.926 (H200, bf16, one run; scripts/gpu_profile.py; 2026-12-02).
+    # 1.029 to 0.926 (H200, bf16, 2026-12-02; the sweep is in figures/bench_h200_2026-12-02d.json).
     b_dv_next = _load_f32(dv_ptr + vbase, (NT - 1) * BT, i_v * BV, T, V, H * V, BT, BV)
     dec1_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, 0, T, H, K, BT, HALF, GATE)
     dec2_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, HALF, T, H, K, BT, HALF, GATE)
@@ -335,8 +335,9 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
 
 @triton.jit
 def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr,
-               dq_out_ptr, dk_out_ptr, dbeta_out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-               GATED: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
+               dq_out_ptr, dk_out_ptr, dbeta_out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+               BC: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr,
+               DOT_PRECISION: tl.constexpr):
     # Stage 5, one program per (chunk, sub-block i of BC rows). With e[r, c, d] = exp(G_rd - G_cd), c <= r,
     # dA = scale dAqk (query side) and dB = dAkk (key side, rows scaled by beta in the forward):
     #   rows of block i:     dq_r  = sum_c dA[r, c] k_c e[r, c],   dkr_r = sum_c dB[r, c] k_c e[r, c]
@@ -620,7 +621,9 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
     # The stage that finishes a gradient writes it in its input's dtype (a bf16 run then needs no casting pass
     # afterwards: 0.28 ms for dq, dk, dv at (1, 32768, 16) on the H200); float32 gradients are written in place.
-    out = lambda acc, x: acc if x.dtype == torch.float32 else torch.empty(acc.shape, device=dev, dtype=x.dtype)  # noqa: E731
+    def out(acc, x):
+        return acc if x.dtype == torch.float32 else torch.empty(acc.shape, device=dev, dtype=x.dtype)
+
     dq_out, dk_out = out(dq, q), out(dk, k)
     dv_out = out(dv, v) if delta else dv   # linear attention: dv is final after the state pass
     dbeta_out = out(dbeta, beta) if delta else dq

@@ -490,12 +490,8 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
             tl.store(p_vn, b_vn, mask=m_vn)
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
-        t_last = tl.minimum(i_t * BT + BT, T) - 1
-        if GATE == GATE_SCALAR:
-            b_s = b_s * tl.exp(tl.load(g_ptr + (i_b * T + t_last) * H + i_h))
-        if GATE == GATE_CHANNEL:
-            g_last = tl.load(g_ptr + kbase + t_last * H * K + rk, mask=rk < K, other=0.0)
-            b_s = b_s * tl.exp(g_last)[:, None]
+        if GATE != GATE_NONE:
+            b_s = b_s * _chunk_decay(g_ptr, i_b, i_h, i_t, 0, T, H, K, BT, BK, GATE)[:, None]
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
     tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
 
