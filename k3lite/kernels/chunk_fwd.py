@@ -584,14 +584,20 @@ LAUNCH = {
     "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
     "diagonal": dict(num_warps=1),
-    "offdiagonal_solve": dict(num_warps=2),
+    "offdiagonal_solve": dict(num_warps=1, num_stages=2),
     "wy": dict(num_warps=4),
+    "wy_channel": dict(num_warps=4, num_stages=1),  # _wy_factors for KDA
     "state": dict(num_warps=4),
     "output": dict(num_warps=4),
 }
 # KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
+# Measured on the H200, bf16, GPU ms at (2, 8192, 16) / (1, 32768, 16) (figures/bench_h200_2026-12-02e.json):
+# _offdiagonal_solve with 32-wide slices and 2 warps 0.301 / 0.549, with 16-wide slices and 1 warp, 2 stages
+# 0.211 / 0.436 (fewer live registers per slice: the twelve 16x16 accumulators stay resident);
+# KDA's _wy_factors at 3 pipeline stages 0.228 / 0.445, at 1 stage 0.177 / 0.354. Gated DeltaNet's and
+# DeltaNet's _wy_factors are 4 % faster at 3 stages (0.234 against 0.244 ms at 32k), so they keep "wy".
 DIAGONAL_HEADS = 2
-OFFDIAGONAL_BK = 32
+OFFDIAGONAL_BK = 16
 # Channels per program of _chunk_cumsum: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
 CUMSUM_KEY_TILE = 128
 # Rows per tile of _chunk_cumsum (see there for the measurements).
@@ -684,7 +690,8 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None):
     kd = torch.empty_like(k) if gate != GATE_NONE else k
     _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
                              values_ok if values_ok is not None else w, T, H, K, V, CHUNK, min(BK, KEY_TILE), BV,
-                             gate, dot_precision(k.dtype), values_ok is not None, **LAUNCH["wy"])
+                             gate, dot_precision(k.dtype), values_ok is not None,
+                             **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
 
 
