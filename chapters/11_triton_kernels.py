@@ -1193,6 +1193,150 @@ plt.show()
 # input's dtype. With both changes, all {glue:text}`ch11_gated_rows` Gated DeltaNet and DeltaNet rows of the
 # benchmark came within {glue:text}`ch11_gated_worst`× of fla through the public API.
 
+# %% [markdown]
+# ### Launch settings, and a narrower remainder that did not pay
+#
+# After the backward, the KDA forward was the one row still well behind fla. Two of its stages, the off-diagonal
+# blocks with the solve and the WY factors, do most of their work in `tl.dot` on small tiles, and for such
+# kernels two launch numbers matter: how many warps share a program, and how many loop iterations the pipeliner
+# keeps in flight (`num_stages`). A sweep tried each stage under a grid of both, one stage at a time, in
+# forward-only calls. Before it, one idea about bytes was measured too: stage 1's remainder $G_{lo}$ is at most
+# half a float32 step of $G$, so a bf16 copy of it would keep $G + G_{lo}$ within $2^{-33}|G|$ of the float64
+# sum and halve what the off-diagonal and WY stages read of it.
+
+# %%
+FIFTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02e.json").read_text())
+variant_rows = FIFTH["g_lo_bf16_experiment"]["results"]["kda (2, 8192, 16)"]
+old_fwd = variant_rows["g_lo_float32"]["fwd"]       # float32 G_lo: the defaults before this run
+bf16_fwd = variant_rows["defaults"]["fwd"]          # the same code with a bf16 G_lo
+confirm = FIFTH["confirm_sweeps"]["results"]
+kda_short = confirm["kda (2, 8192, 16)"]["per_kernel"]
+kda_long = confirm["kda (1, 32768, 16)"]["per_kernel"]
+print("bf16 G_lo against float32 G_lo, KDA forward at B=2 T=8192 H=16, GPU ms per kernel:")
+for name in ("_chunk_cumsum", "_offdiagonal_solve", "_wy_factors"):
+    print(f"  {name:<20} float32 {old_fwd[name]:.3f}   bf16 {bf16_fwd[name]:.3f}")
+print(f"  forward in all      float32 {variant_rows['g_lo_float32']['fwd_total_ms']:.3f}   "
+      f"bf16 {variant_rows['defaults']['fwd_total_ms']:.3f}")
+print("\nsweep (w = warps, s = pipeline stages), GPU ms:")
+for shape, table in (("B=2 T=8192", kda_short), ("B=1 T=32768", kda_long)):
+    for name in ("_offdiagonal_solve", "_wy_factors"):
+        cells = "  ".join(f"{k}={v:.3f}" for k, v in sorted(table[name].items(), key=lambda kv: kv[1]))
+        print(f"  {shape:<12} {name:<19} {cells}")
+gdn_wy = confirm["gated_delta_rule (1, 32768, 16)"]["per_kernel"]["_wy_factors"]
+print(f"  Gated DeltaNet _wy_factors, B=1 T=32768: 1 stage {gdn_wy['w4s1']:.3f}, 3 stages {gdn_wy['w4s3']:.3f}")
+
+cumsum_cost = bf16_fwd["_chunk_cumsum"] - old_fwd["_chunk_cumsum"]
+read_gain = (old_fwd["_offdiagonal_solve"] - bf16_fwd["_offdiagonal_solve"]) + (old_fwd["_wy_factors"] - bf16_fwd["_wy_factors"])
+glue("ch11_glo_cumsum_f32", f"{old_fwd['_chunk_cumsum']:.3f}", display=False)
+glue("ch11_glo_cumsum_bf16", f"{bf16_fwd['_chunk_cumsum']:.3f}", display=False)
+glue("ch11_glo_read_gain", f"{read_gain:.3f}", display=False)
+glue("ch11_offdiag_old", f"{old_fwd['_offdiagonal_solve']:.3f}", display=False)
+glue("ch11_offdiag_new", f"{kda_short['_offdiagonal_solve']['w1s2']:.3f}", display=False)
+glue("ch11_wy_old", f"{kda_short['_wy_factors']['w4s3']:.3f}", display=False)
+glue("ch11_wy_new", f"{kda_short['_wy_factors']['w4s1']:.3f}", display=False)
+glue("ch11_gdn_wy_s1", f"{gdn_wy['w4s1']:.3f}", display=False)
+glue("ch11_gdn_wy_s3", f"{gdn_wy['w4s3']:.3f}", display=False)
+expect("a bf16 G_lo cost stage 1 more than it saved in the two stages that read it",
+       cumsum_cost > read_gain > 0)
+expect("a bf16 G_lo made the forward slower in all",
+       variant_rows["defaults"]["fwd_total_ms"] > variant_rows["g_lo_float32"]["fwd_total_ms"])
+expect("one warp and 2 stages were the fastest off-diagonal setting at both lengths",
+       all(min(t["_offdiagonal_solve"], key=t["_offdiagonal_solve"].get) == "w1s2" for t in (kda_short, kda_long)))
+expect("one stage was the fastest WY setting for KDA at both lengths",
+       all(min(t["_wy_factors"], key=t["_wy_factors"].get) == "w4s1" for t in (kda_short, kda_long)))
+expect("Gated DeltaNet's WY stage was not faster at one stage (so it keeps three)", gdn_wy["w4s1"] >= gdn_wy["w4s3"])
+
+# %% [markdown]
+# The remainder in bf16 did what it promised in the stages that read it, {glue:text}`ch11_glo_read_gain` ms
+# together, but stage 1, which writes it, went from {glue:text}`ch11_glo_cumsum_f32` to
+# {glue:text}`ch11_glo_cumsum_bf16` ms, so it was not kept: a byte count predicts a memory-bound kernel's time
+# only when the kernel stays memory-bound after the change, and stage 1 did not. The launch settings paid
+# without any such trade. The off-diagonal stage went from {glue:text}`ch11_offdiag_old` ms (32-wide channel
+# slices, 2 warps) to {glue:text}`ch11_offdiag_new` ms with 16-wide slices on one warp and 2 stages: the stage
+# keeps twelve 16×16 accumulators live across its loop, and narrower slices with fewer threads leave them room in
+# registers. KDA's WY stage went from {glue:text}`ch11_wy_old` to {glue:text}`ch11_wy_new` ms at one stage,
+# while Gated DeltaNet's WY stage, the same kernel compiled for a scalar gate, was a little slower that way
+# ({glue:text}`ch11_gdn_wy_s1` against {glue:text}`ch11_gdn_wy_s3` ms) and keeps three: a setting belongs to a
+# kernel *and* the constants it is compiled with. Here is the forward, stage by stage, before and after, beside
+# fla's kernels for the same stages (fla's profile from the first run of the day, `bench_h200_2026-12-02.json`):
+
+# %%
+FIRST = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02.json").read_text())
+fla_kernels = {r["name"]: r["ms_per_call"] for r in FIRST["kda_fwd_designs"]["diagonal_blocks_809c14d"]["kda fwd fla"]["kernels"]}
+STAGES = [("gate sums", "_chunk_cumsum", "chunk_local_cumsum_vector_kernel"),
+          ("diagonal blocks", "_diagonal_rows", "chunk_kda_fwd_kernel_intra_token_parallel"),
+          ("off-diagonal + solve", "_offdiagonal_solve", "chunk_kda_fwd_kernel_inter_solve_fused"),
+          ("WY factors", "_wy_factors", "recompute_w_u_fwd_kda_kernel"),
+          ("state pass", "_state_pass", "chunk_gated_delta_rule_fwd_kernel_h_blockdim64"),
+          ("output", "_chunk_output", "chunk_gla_fwd_kernel_o")]
+new_fwd = dict(old_fwd, _offdiagonal_solve=kda_short["_offdiagonal_solve"]["w1s2"], _wy_factors=kda_short["_wy_factors"]["w4s1"])
+print(f"{'stage':<22}{'before':>8}{'after':>8}{'fla':>8}   (GPU ms, KDA forward, B=2 T=8192 H=16 D=128 bf16)")
+for label, ours, theirs in STAGES:
+    print(f"{label:<22}{old_fwd[ours]:8.3f}{new_fwd[ours]:8.3f}{fla_kernels[theirs]:8.3f}")
+fla_other = sum(fla_kernels.values()) - sum(fla_kernels[t] for _, _, t in STAGES)
+print(f"{'fla: tensor fills':<22}{'':>8}{'':>8}{fla_other:8.3f}")
+sum_new = sum(new_fwd[o] for _, o, _ in STAGES)
+print(f"{'sum':<22}{sum(old_fwd[o] for _, o, _ in STAGES):8.3f}{sum_new:8.3f}{sum(fla_kernels.values()):8.3f}")
+
+rows5 = {(r["B"], r["T"], r["mode"]): r for r in FIFTH["chunked"]}
+print("\nbenchmark, same process, public ops API / fla 0.6.0 (Triton 3.7.1, bf16):")
+for (B, T, mode), r in rows5.items():
+    print(f"  {mode:<8} B={B} T={T:<6} {r['k3lite_ops_triton_ms']:.3f} ms  fla {r['fla_before_ms']:.3f}/{r['fla_after_ms']:.3f}"
+          f"  ratio {r['ratio_ops_vs_fla']:.2f}")
+fwd_long = [r["ratio_ops_vs_fla"] for (B, T, mode), r in rows5.items() if mode == "fwd" and T >= 8192]
+fwd_short = rows5[(8, 2048, "fwd")]
+bwd_rows = [r["ratio_ops_vs_fla"] for (B, T, mode), r in rows5.items() if mode == "fwd+bwd"]
+gap_cumsum = new_fwd["_chunk_cumsum"] - fla_kernels["chunk_local_cumsum_vector_kernel"]
+glue("ch11_kda_fwd_long_best", f"{min(fwd_long):.2f}", display=False)
+glue("ch11_kda_fwd_long_worst", f"{max(fwd_long):.2f}", display=False)
+glue("ch11_kda_fwd_short", f"{fwd_short['ratio_ops_vs_fla']:.2f}", display=False)
+glue("ch11_kda_fwd_short_vs_faster", f"{fwd_short['k3lite_ops_triton_ms'] / min(fwd_short['fla_before_ms'], fwd_short['fla_after_ms']):.2f}", display=False)
+glue("ch11_kda_short_drift", f"{fwd_short['fla_drift']:.0%}", display=False)
+glue("ch11_kda_bwd_worst", f"{max(bwd_rows):.2f}", display=False)
+glue("ch11_kda_bwd_best", f"{min(bwd_rows):.2f}", display=False)
+glue("ch11_gap_cumsum", f"{gap_cumsum:.3f}", display=False)
+glue("ch11_sum_new", f"{sum_new:.2f}", display=False)
+glue("ch11_sum_fla", f"{sum(fla_kernels.values()):.2f}", display=False)
+expect("the stages' sum after the change matches the benchmark's kernels-alone forward within 3 %",
+       abs(sum_new / rows5[(2, 8192, "fwd")]["k3lite_triton_ms"] - 1) < 0.03)
+expect("KDA forward+backward is faster than fla at every shape", max(bwd_rows) < 1.0)
+expect("the KDA forward at T >= 8192 is still slower than fla (the 0.9x target is not met)", min(fwd_long) > 1.0)
+expect("the KDA forward at B = 8, T = 2048 is within 1.1x even of fla's faster timing",
+       fwd_short["k3lite_ops_triton_ms"] / min(fwd_short["fla_before_ms"], fwd_short["fla_after_ms"]) <= 1.1)
+stage_gaps = {label: new_fwd[o] - fla_kernels[t] for label, o, t in STAGES}
+expect("the diagonal blocks and the WY stage are within 0.05 ms of fla's, the state pass and output within 0.01",
+       all(0 < stage_gaps[s] < 0.05 for s in ("diagonal blocks", "WY factors"))
+       and all(abs(stage_gaps[s]) < 0.01 for s in ("state pass", "output")))
+expect("stage 1 is the largest remaining gap to fla's stage", max(
+    new_fwd[o] - fla_kernels[t] for _, o, t in STAGES) == gap_cumsum)
+
+# %% tags=["plumbing"]
+fig, ax = plt.subplots(figsize=(7, 4.2))
+ys = list(range(len(STAGES)))[::-1]
+for offset, values, color, label in ((0.27, [old_fwd[o] for _, o, _ in STAGES], red, "k3lite before (d76577e)"),
+                                      (0.0, [new_fwd[o] for _, o, _ in STAGES], blue, "k3lite after (39e7873)"),
+                                      (-0.27, [fla_kernels[t] for _, _, t in STAGES], sky, "fla 0.6.0")):
+    ax.barh([y + offset for y in ys], values, height=0.26, color=color, alpha=0.85, label=label)
+ax.set_yticks(ys, [label for label, _, _ in STAGES])
+ax.set_xlabel("GPU time per call (ms)")
+ax.set_title("KDA forward by stage, B=2 T=8192 H=16 D=128 bf16, H200", fontsize=9)
+ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The stages now sum to {glue:text}`ch11_sum_new` ms against fla's {glue:text}`ch11_sum_fla`. Through the public
+# API the forward is {glue:text}`ch11_kda_fwd_long_best`–{glue:text}`ch11_kda_fwd_long_worst`× fla at
+# `T ≥ 8192` and {glue:text}`ch11_kda_fwd_short`× at `B = 8, T = 2048` (fla's two timings of that row differed by
+# {glue:text}`ch11_kda_short_drift`; against the faster one, {glue:text}`ch11_kda_fwd_short_vs_faster`×), and the forward with the backward is
+# faster than fla at every shape ({glue:text}`ch11_kda_bwd_best`–{glue:text}`ch11_kda_bwd_worst`×). The target
+# the issue set for the forward alone, 0.9× at `T ≥ 8192`, is not met. The figure says where the rest sits: the
+# largest gap is stage 1, {glue:text}`ch11_gap_cumsum` ms, which is the price of the exact gate sums (a float64
+# scan and a second float32 tensor); the diagonal blocks and the WY stage are a few hundredths behind, and the
+# state pass and output are level. Beating fla by a tenth here would take more than settings: for example a
+# forward that, when no gradient is wanted, computes the output inside the state pass and never writes the
+# per-chunk states.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises
 #

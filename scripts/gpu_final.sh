@@ -26,7 +26,7 @@
 # reached its fifth row at 231 s, the decode part finished in 86 s, and the tests part with 260 s completed only
 # the MoE/width/in-place/decode-cache selection (134 s): give kda 330 and tests 300 on a fresh machine.
 # --merge joins the benchmark files of a call.
-# Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png, tune/ (fla's autotuning).
+# Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png, tune.tar (fla's autotuning).
 # Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S] [PARTS (comma-separated)]
 # Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
@@ -40,10 +40,11 @@ export PYTHONUNBUFFERED=1
 # fla autotunes its kernels on first use, which took most of a call (above). fla asks Triton to keep each result
 # on disk (cache_results, FLA_CACHE_RESULTS=1 by default): a <kernel>.autotune.json in the Triton cache, keyed by
 # Triton, GPU target, kernel source and configs. Carry .tune/ (git-ignored) and the JSONs of an earlier call are put
-# back, so fla compiles only its best configs; the call's JSONs come back under $OUT/tune (copy them to .tune/).
-# Added 2026-12-02 after the last device call of that session: not yet run on the device.
+# back, so fla compiles only its best configs; the call's JSONs come back as $OUT/tune.tar (copy it to .tune/).
+# The first use (2026-12-02, kda part) wrote 17 such files, one folder each, and returned them loose: the device
+# sends back only so many files, and 16 were left out. Hence one tar; that form has not yet run on the device.
 export TRITON_CACHE_DIR=/tmp/triton_cache
-mkdir -p $TRITON_CACHE_DIR && [ -d .tune ] && cp -r .tune/. $TRITON_CACHE_DIR/
+mkdir -p $TRITON_CACHE_DIR && [ -f .tune/tune.tar ] && tar -xf .tune/tune.tar -C $TRITON_CACHE_DIR
 P_DEVICE=/tmp/site:$PWD; P_371=/tmp/t371:/tmp/site:$PWD
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv > /tmp/L/gpu_info.txt
 PYTHONPATH=$P_DEVICE python3 -c "import torch, triton; print('device: torch', torch.__version__, 'triton', triton.__version__)" >> /tmp/L/gpu_info.txt
@@ -85,7 +86,7 @@ for ((g = 0; g < gpus && g < ${#part_list[@]}; g++)); do
   (for ((i = g; i < ${#part_list[@]}; i += gpus)); do run_part $g "${part_list[$i]}"; done) &
 done
 wait
-(cd $TRITON_CACHE_DIR && find . -name '*.autotune.json' | tar -cf - -T -) | (mkdir -p $OUT/tune && tar -xf - -C $OUT/tune)
+(cd $TRITON_CACHE_DIR && find . -name '*.autotune.json' | tar -cf $OUT/tune.tar -T -)
 for f in /tmp/L/*; do echo "== $f"; cat $f; done > $OUT/tests.log
 for f in /tmp/L/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; cat /tmp/L/gpu_info.txt
 jsons=$(ls $OUT/bench_*.json 2>/dev/null | grep -v bench_h200)
