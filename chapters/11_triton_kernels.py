@@ -1249,9 +1249,9 @@ expect("Gated DeltaNet's WY stage was not faster at one stage (so it keeps three
 # {glue:text}`ch11_glo_cumsum_bf16` ms, so it was not kept: a byte count predicts a memory-bound kernel's time
 # only when the kernel stays memory-bound after the change, and stage 1 did not. The launch settings paid
 # without any such trade. The off-diagonal stage went from {glue:text}`ch11_offdiag_old` ms (32-wide channel
-# slices, 2 warps) to {glue:text}`ch11_offdiag_new` ms with 16-wide slices on one warp and 2 stages: the stage
-# keeps twelve 16×16 accumulators live across its loop, and narrower slices with fewer threads leave them room in
-# registers. KDA's WY stage went from {glue:text}`ch11_wy_old` to {glue:text}`ch11_wy_new` ms at one stage,
+# slices, 2 warps) to {glue:text}`ch11_offdiag_new` ms with 16-wide slices on one warp and 2 stages. A likely
+# reason, which we have not checked in the compiled code: the stage keeps twelve 16×16 accumulators live through
+# its whole loop, and a narrower slice leaves them more of the registers. KDA's WY stage went from {glue:text}`ch11_wy_old` to {glue:text}`ch11_wy_new` ms at one stage,
 # while Gated DeltaNet's WY stage, the same kernel compiled for a scalar gate, was a little slower that way
 # ({glue:text}`ch11_gdn_wy_s1` against {glue:text}`ch11_gdn_wy_s3` ms) and keeps three: a setting belongs to a
 # kernel *and* the constants it is compiled with. Here is the forward, stage by stage, before and after, beside

@@ -123,7 +123,7 @@ VARIANTS = {
     "diagonal_heads1": {"DIAGONAL_HEADS": 1},
     "diagonal_heads4": {"DIAGONAL_HEADS": 4},
     "offdiagonal_bk64": {"OFFDIAGONAL_BK": 64},
-    "offdiagonal_bk16": {"OFFDIAGONAL_BK": 16},
+    "offdiagonal_bk32": {"OFFDIAGONAL_BK": 32},
 }
 
 

@@ -593,7 +593,8 @@ LAUNCH = {
 # KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
 # Measured on the H200, bf16, GPU ms at (2, 8192, 16) / (1, 32768, 16) (figures/bench_h200_2026-12-02e.json):
 # _offdiagonal_solve with 32-wide slices and 2 warps 0.301 / 0.549, with 16-wide slices and 1 warp, 2 stages
-# 0.211 / 0.436 (fewer live registers per slice: the twelve 16x16 accumulators stay resident);
+# 0.211 / 0.436 (a likely reason, not checked in the compiled code: the twelve 16x16 accumulators live through
+# the whole loop, and a narrower slice leaves them more of the registers);
 # KDA's _wy_factors at 3 pipeline stages 0.228 / 0.445, at 1 stage 0.177 / 0.354. Gated DeltaNet's and
 # DeltaNet's _wy_factors are 4 % faster at 3 stages (0.234 against 0.244 ms at 32k), so they keep "wy".
 DIAGONAL_HEADS = 2
