@@ -1488,5 +1488,8 @@ for n, block in ((80, 16), (80, 32), (80, 64)):
 #   sequential over chunks.
 #   By a count of FLOPs and bytes every stage is memory-bound at $D = 128$; the per-channel decay makes
 #   the intra-chunk stage the largest.
-# * Against the reference library, measured in one process, k3lite is ahead on some rows and behind on
-#   others; both run the same algorithm, with fixed versus autotuned launch settings.
+# * Against the reference library, measured in one process, k3lite's KDA forward+backward is ahead at every
+#   benchmark shape ({glue:text}`ch11_kda_bwd_best`–{glue:text}`ch11_kda_bwd_worst`× its time) and its forward
+#   alone behind at long sequences ({glue:text}`ch11_kda_fwd_long_best`–{glue:text}`ch11_kda_fwd_long_worst`×),
+#   most of that gap in the exact gate sums. Both run the same algorithm, k3lite with a few launch settings
+#   fixed after a sweep, fla with autotuning; a setting belongs to a kernel and the constants it is compiled with.
