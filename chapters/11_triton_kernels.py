@@ -1337,10 +1337,10 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises
 #
-# Each exercise is checked under the interpreter in float32, at shapes where the last block sticks out
+# Exercises 1–3 are checked under the interpreter in float32, at shapes where the last block sticks out
 # of the tensor. The checkers put every tensor inside a larger buffer, NaN around the inputs and a
 # sentinel around the outputs: a load without a mask reads NaN, a store without a mask changes the
-# sentinel, and the checker says which.
+# sentinel, and the checker says which. Exercise 4 is stage 1's arithmetic, in PyTorch.
 #
 # ### Exercise 1: the decode-step kernel
 #
@@ -1474,6 +1474,47 @@ for n, block in ((80, 16), (80, 32), (80, 64)):
 # An unmasked *load* followed by a masked store is quieter: the numbers come out right, but the program
 # has read memory it does not own — harmless here, a crash on a GPU when the block runs past the
 # allocation. Masks on both, always.
+
+# %% [markdown]
+# ### Exercise 4: gate sums that keep their digits
+#
+# Stage 1 turns a chunk's log-gates into running sums $G$, and every later stage forms its decays as
+# $e^{G_r - G_c}$. Section 5 showed why one float32 running sum is not enough: after a gate of $-10^4$ the sum
+# sits where float32 steps are about $10^{-3}$ apart, and the gentle gates after it are rounded away. Write
+# `two_part_cumsum(g)` for one chunk of float32 log-gates `g [64]`: return float32 tensors `hi, lo` whose sum is
+# the running sum of `g`, such that the decays formed from them part by part in float32, as the kernels do
+# (`ch11.decays_from_parts`), come within $10^{-6}$ of float64. The checker's chunks hold a gate of $-10^4$,
+# $-10^6$ or $-\infty$ before gentle ones.
+
+# %%
+def two_part_cumsum(g):
+    raise NotImplementedError
+
+
+# %%
+ch11.check_gate_sums(two_part_cumsum);
+
+
+# %% tags=["solution", "hide-input"]
+# Solution
+def two_part_cumsum(g):
+    total = g.double().clamp_min(-1024.0).cumsum(0)   # float64 keeps every gate; the floor keeps -inf finite
+    hi = total.float()
+    return hi, (total - hi.double()).float()           # lo: what rounding the sum to float32 dropped
+
+
+ch11.check_gate_sums(two_part_cumsum);
+spike_chunk = ch11.spike_gates(-1e4)
+one_sum = spike_chunk.clamp_min(-1024.0).cumsum(0)
+for label, (hi, lo) in (("one float32 sum", (one_sum, torch.zeros_like(one_sum))),
+                        ("two float32 parts", two_part_cumsum(spike_chunk))):
+    error = (ch11.decays_from_parts(hi, lo) - ch11.exact_decays(spike_chunk)).abs().max().item()
+    print(f"{label:<18} every decay within 1e-6 of float64: {error < 1e-6}")
+
+# %% [markdown]
+# The floor matters as much as the second part: without it a gate of $-\infty$ makes $-\infty - (-\infty)$,
+# a NaN, in every span that starts after it. With it, a decay through the gate is $e^{-1024} = 0$ in float32 and
+# float64 alike, exactly what $-\infty$ would give.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw

@@ -264,3 +264,47 @@ def test_listing_raises_when_the_code_changed():
         listing.source(situ._tanh, "def _tanh", "no such line")
     with pytest.raises(ValueError, match="end needs a start"):
         listing.source(situ._tanh, None, "return")
+
+
+# ------------------------------------------------------------------------------- exercise 4
+
+def sums_right(g):
+    total = g.double().clamp_min(-1024.0).cumsum(0)
+    hi = total.float()
+    return hi, (total - hi.double()).float()
+
+
+def sums_float32(g):  # one float32 running sum: the gentle gates after a spike are rounded away
+    return g.clamp_min(-1024.0).cumsum(0), torch.zeros_like(g)
+
+
+def sums_without_floor(g):  # right sums, but -inf - (-inf) = NaN
+    total = g.double().cumsum(0)
+    hi = total.float()
+    return hi, (total - hi.double()).float()
+
+
+def test_gate_sums_right_passes():
+    assert ch11.check_gate_sums(sums_right)
+
+
+@pytest.mark.parametrize("wrong,message", [(sums_float32, "values differ"), (sums_without_floor, "NaN"),
+                                           (lambda g: (g.cumsum(0).double(), g), "float32 tensor")])
+def test_gate_sums_wrong_fail_with_a_reason(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        ch11.check_gate_sums(wrong)
+
+
+def test_gate_sums_stub_is_not_attempted():
+    def stub(g):
+        raise NotImplementedError
+
+    assert ch11.check_gate_sums(stub) is False
+
+
+def test_one_float32_sum_is_measurably_off_on_the_spike_chunks():
+    # What the exercise rests on: the float32 running sum's decays are off by more than 100x the checker's 1e-6.
+    for spike in ch11.SPIKES:
+        g = ch11.spike_gates(spike)
+        error = (ch11.decays_from_parts(*sums_float32(g)) - ch11.exact_decays(g)).abs().max().item()
+        assert error > 1e-4, (spike, error)

@@ -3,6 +3,8 @@
 1. :func:`check_decode_kernel` — the loads and stores of the fused KDA decode step.
 2. :func:`check_situ_forward` — the fused SiTU-GLU forward, one element per lane.
 3. :func:`check_overrun` — how many elements a kernel without masks writes past the end of its output.
+4. :func:`check_gate_sums` — stage 1's gate sums in two float32 parts, in PyTorch: small gates after a huge one
+   must keep their digits in every decay of the chunk.
 
 Every tensor a learner's kernel touches lies inside a larger buffer: inputs are surrounded by NaN, outputs
 by a sentinel. A load without a mask then reads NaN into the result, and a store without a mask changes
@@ -221,3 +223,62 @@ def check_overrun(predict) -> bool:
                          hint="The grid covers cdiv(n, block) * block lanes; the tensor has n elements.")
 
     return attempt("Exercise 3 (what breaks without masks)", check)
+
+
+# ------------------------------------------------------------------------------- exercise 4
+
+SPIKES = (-1e4, -1e6, -float("inf"))  # one huge log-gate, then gentle ones: the cases of the kernels' tests
+CHUNK_LEN = 64
+
+
+def spike_gates(spike: float, seed: int = 0) -> torch.Tensor:
+    """One chunk of float32 log-gates: gentle ones (-1e-3 and smaller), ordinary ones (down to -2), and ``spike``
+    at token 10."""
+    gen = torch.Generator().manual_seed(seed)
+    g = -1e-3 * torch.rand(CHUNK_LEN, generator=gen)
+    g[30:40] = -2.0 * torch.rand(10, generator=gen)
+    g[10] = spike
+    return g
+
+
+def decays_from_parts(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """exp(G_r - G_c) for every c <= r of the chunk, each span taken part by part in float32 as the kernels do
+    (``k3lite.kernels.chunk_fwd._span``); zeros above the diagonal."""
+    span = (hi[:, None] - hi[None, :]) + (lo[:, None] - lo[None, :])
+    return torch.tril(torch.exp(torch.clamp(span, max=0.0)))
+
+
+def exact_decays(g: torch.Tensor) -> torch.Tensor:
+    """The same decays from a float64 running sum (what float32 parts should reproduce). Gates are raised to -1024
+    first, as in the kernels: every decay through such a gate is 0 in float64 either way, and -inf gives no NaN."""
+    sums = g.double().clamp_min(-1024.0).cumsum(0)
+    span = sums[:, None] - sums[None, :]
+    causal = torch.ones(len(g), len(g), dtype=torch.bool).tril()
+    return torch.where(causal, torch.exp(torch.where(causal, span, 0.0)), 0.0)
+
+
+def check_gate_sums(two_part_cumsum) -> bool:
+    """``two_part_cumsum(g) -> (hi, lo)``: float32 tensors shaped like ``g`` (one chunk of log-gates, float32) with
+    hi + lo the running sum of g. Checked on chunks with a spike of -1e4, -1e6 and -inf before gentle gates: every
+    decay exp(G_r - G_c), formed part by part in float32 (:func:`decays_from_parts`), within 1e-6 of float64."""
+
+    def check():
+        for spike in SPIKES:
+            g = spike_gates(spike)
+            hi, lo = two_part_cumsum(g.clone())
+            for name, part in (("hi", hi), ("lo", lo)):
+                if not isinstance(part, torch.Tensor) or part.dtype != torch.float32 or part.shape != g.shape:
+                    raise ExerciseFailed(f"{name} must be a float32 tensor of shape {tuple(g.shape)}, got "
+                                         f"{getattr(part, 'dtype', type(part))} {tuple(getattr(part, 'shape', ()))}.")
+            decays = decays_from_parts(hi, lo)
+            if not torch.isfinite(decays).all():
+                raise ExerciseFailed(f"With a gate of {spike} some decays are NaN: -inf - (-inf) is NaN. Raise every "
+                                     "gate to a floor first (the kernels use -1024: exp(-1024) is already 0, so "
+                                     "no decay changes).")
+            expect_close(decays, exact_decays(g), what=f"the decays of a chunk with a gate of {spike}", atol=1e-6,
+                         rtol=0.0, hint="After the spike a float32 running sum sits near -1024 or below, where "
+                                        "float32 steps are larger than the gentle gates, so they are rounded away. "
+                                        "Sum in float64, keep its float32 rounding as hi and what that rounding "
+                                        "dropped as lo.")
+
+    return attempt("Exercise 4 (gate sums that keep their digits)", check)
