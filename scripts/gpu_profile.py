@@ -59,6 +59,7 @@ def set_all(num_warps, num_stages, stages=None):
 STAGE_KERNELS = {
     "fwd.cumsum": ("_chunk_cumsum",), "fwd.intra": ("_intra_chunk_dense",),
     "fwd.diagonal": ("_diagonal_rows",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
+    # KDA's _wy_factors launches with "wy_channel", the other kinds' with "wy": sweep the one of the kind.
     "fwd.solve": ("_solve_unit_lower",), "fwd.wy": ("_wy_factors",), "fwd.wy_channel": ("_wy_factors",),
     "fwd.state": ("_state_pass",),
     "fwd.output": ("_chunk_output",), "bwd.local_output": ("_bwd_local_output",),

@@ -596,7 +596,8 @@ LAUNCH = {
 # 0.211 / 0.436 (a likely reason, not checked in the compiled code: the twelve 16x16 accumulators live through
 # the whole loop, and a narrower slice leaves them more of the registers);
 # KDA's _wy_factors at 3 pipeline stages 0.228 / 0.445, at 1 stage 0.177 / 0.354. Gated DeltaNet's and
-# DeltaNet's _wy_factors are 4 % faster at 3 stages (0.234 against 0.244 ms at 32k), so they keep "wy".
+# DeltaNet's _wy_factors were as fast or 4-6 % faster at 3 stages (Gated DeltaNet 0.234 against 0.244 ms at 32k),
+# so they keep "wy".
 DIAGONAL_HEADS = 2
 OFFDIAGONAL_BK = 16
 # Channels per program of _chunk_cumsum: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
