@@ -37,9 +37,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
-                        SUB, VALUE_TILE, _block, _chunk_decay,
-                        _head_base, _load_f32, _load_row, _load_vec_f32, _span, _store, _tile, _vec, dot_precision,
-                        state_block_v, wy_factors)
+                        SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _load_f32, _load_row,
+                        _load_vec_f32, _span, _state_base, _store, _tile, _vec, dot_precision, state_block_v,
+                        wy_factors)
 
 
 @triton.jit
@@ -98,8 +98,8 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     off1 = r1[:, None] * V + rv[None, :]
     off2 = r2[:, None] * V + rv[None, :]
     if HAS_DHT:
-        d1 = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + off1, mask=m1, other=0.0)
-        d2 = tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + off2, mask=m2, other=0.0)
+        d1 = tl.load(dht_ptr + _state_base(i_bh, K, V) + off1, mask=m1, other=0.0)
+        d2 = tl.load(dht_ptr + _state_base(i_bh, K, V) + off2, mask=m2, other=0.0)
     else:
         d1 = tl.zeros([HALF, BV], dtype=tl.float32)
         d2 = tl.zeros([HALF, BV], dtype=tl.float32)
@@ -120,7 +120,7 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
         b_dv_next = _load_f32(dv_ptr + vbase, i_next * BT, i_v * BV, T, V, H * V, BT, BV)
         dec1_next = _chunk_decay(g_ptr, i_b, i_h, i_next, 0, T, H, K, BT, HALF, GATE)
         dec2_next = _chunk_decay(g_ptr, i_b, i_h, i_next, HALF, T, H, K, BT, HALF, GATE)
-        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+        h_off = _chunk_state_base(i_b, i_t, i_h, NT, H, K, V)
         tl.store(dh_ptr + h_off + off1, d1.to(dh_ptr.dtype.element_ty), mask=m1)
         tl.store(dh_ptr + h_off + off2, d2.to(dh_ptr.dtype.element_ty), mask=m2)
         p_k1, m_k1 = _tile(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, HALF)
@@ -145,8 +145,8 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
                          input_precision=DOT_PRECISION)
             d2 -= tl.dot(_load_t(w_ptr + kbase, i_t * BT, HALF, T, K, H * K, BT, HALF), b_dvn,
                          input_precision=DOT_PRECISION)
-    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + off1, d1, mask=m1)
-    tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + off2, d2, mask=m2)
+    tl.store(dh0_ptr + _state_base(i_bh, K, V) + off1, d1, mask=m1)
+    tl.store(dh0_ptr + _state_base(i_bh, K, V) + off2, d2, mask=m2)
 
 
 @triton.jit
@@ -176,7 +176,7 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr,
     i_b, i_h = i_bh // H, i_bh % H
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
-    h_base = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+    h_base = _chunk_state_base(i_b, i_t, i_h, NT, H, K, V)
     p_acc = tl.zeros([BT, BK], dtype=tl.float32)
     r_acc = tl.zeros([BT, BK], dtype=tl.float32)
     dw = tl.zeros([BT, BK], dtype=tl.float32)

@@ -89,6 +89,19 @@ def _tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.con
 
 
 @triton.jit
+def _chunk_state_base(i_b, i_t, i_h, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    # Offset of chunk i_t's state h_c of head i_h, batch i_b, in a contiguous [B, NT, H, K, V] tensor. In int64:
+    # such a tensor reaches 2^31 elements at B = 16, T = 32768, H = 16, K = V = 128.
+    return ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+
+
+@triton.jit
+def _state_base(i_bh, K: tl.constexpr, V: tl.constexpr):
+    # Offset of the state of head i_bh = i_b * H + i_h in a contiguous [B, H, K, V] tensor.
+    return i_bh.to(tl.int64) * K * V
+
+
+@triton.jit
 def _vec(base, row0, n_rows, stride, BR: tl.constexpr):
     r = row0 + tl.arange(0, BR)
     return base + r * stride, r < n_rows
@@ -471,14 +484,13 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
     mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
     state_off = rk[:, None] * V + rv[None, :]
     if HAS_H0:
-        b_s = tl.load(h0_ptr + i_bh * K * V + state_off, mask=mask_kv, other=0.0).to(tl.float32)
+        b_s = tl.load(h0_ptr + _state_base(i_bh, K, V) + state_off, mask=mask_kv, other=0.0).to(tl.float32)
     else:
         b_s = tl.zeros([BK, BV], dtype=tl.float32)
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
     for i_t in range(0, NT):
-        h_off = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
-        tl.store(h_ptr + h_off + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
+        tl.store(h_ptr + _chunk_state_base(i_b, i_t, i_h, NT, H, K, V) + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
         p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_vn = tl.load(p_u, mask=m_u, other=0.0)
         dtype = b_vn.dtype
@@ -493,7 +505,7 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         if GATE != GATE_NONE:
             b_s = b_s * _chunk_decay(g_ptr, i_b, i_h, i_t, 0, T, H, K, BT, BK, GATE)[:, None]
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
-    tl.store(ht_ptr + i_bh * K * V + state_off, b_s, mask=mask_kv)
+    tl.store(ht_ptr + _state_base(i_bh, K, V) + state_off, b_s, mask=mask_kv)
 
 
 @triton.jit
@@ -505,7 +517,7 @@ def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
     i_b, i_h = i_bh // H, i_bh % H
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
-    h_base = ((i_b * NT + i_t) * H + i_h).to(tl.int64) * K * V
+    h_base = _chunk_state_base(i_b, i_t, i_h, NT, H, K, V)
     acc = tl.zeros([BT, BV], dtype=tl.float32)
     if GATE == GATE_SCALAR:
         p_g, m_g = _vec(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
