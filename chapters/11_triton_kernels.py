@@ -1344,9 +1344,108 @@ plt.show()
 # forward alone, 0.9× at `T ≥ 8192`, is not met. The figure says where the rest sits: the
 # largest gap is stage 1, {glue:text}`ch11_gap_cumsum` ms, which is the price of the exact gate sums (a float64
 # scan and a second float32 tensor); the diagonal blocks and the WY stage are a few hundredths behind, and the
-# state pass and output are level. Beating fla by a tenth here would take more than settings: for example a
-# forward that, when no gradient is wanted, computes the output inside the state pass and never writes the
-# per-chunk states.
+# state pass and output are level. Beating fla by a tenth here would take more than settings; the next section
+# tries three fusions.
+
+# %% [markdown]
+# ### Three fusions, measured and not kept
+#
+# Each of these removes a launch and some memory traffic. Each was built, checked against the kernels it
+# replaced under the interpreter (float32, the same numbers bit for bit; the second and third also on the GPU in
+# bf16), and timed against them in forward-only calls on the H200:
+#
+# 1. **Stage 1 inside the off-diagonal stage.** `_offdiagonal_solve` reads every $G$ of its chunk anyway; it
+#    could make the float64 sums itself, per 16-row block and 16-wide channel slice, write $G + G_{lo}$ for the
+#    later stages, and take its anchors from the running sums instead of loading them.
+# 2. **The output inside the state pass.** When no gradient is wanted, nothing needs the per-chunk states $h_c$
+#    or $V'$ after the output is made. The state pass holds both in registers at each chunk, so it could form
+#    $O = \text{scale}\,(e^{G} Q) h_c + A_{qk} V'$ there and write neither (section 5 suggested exactly this).
+# 3. **Stage 1 beside the diagonal blocks, in one launch.** The two stages are independent (the diagonal blocks
+#    sum the raw gates) and unlike: a row program waits on a chain of loads, a gate-sum program streams memory.
+#    One 1-D launch, every 33rd program doing gate sums, would let each multiprocessor overlap the two.
+
+# %%
+SIXTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02f.json").read_text())
+in_order = SIXTH["fusions_in_pipeline_order"]["timings"]
+one_launch = SIXTH["one_launch"]["timings"]
+FUSION_SHAPES = ("(2, 8192, 16)", "(1, 32768, 16)", "(8, 2048, 16)")
+
+
+def kernel_ms(row, *names):
+    return sum(row["kernels"][name] for name in names)
+
+
+fusions = {}  # name -> shape -> (separate kernels ms, fused kernel ms)
+for shape in FUSION_SHAPES:
+    apart = one_launch[f"{shape} fwd overlap=False"]          # today's kernels, each on its own
+    fusions.setdefault("1. stage 1 in _offdiagonal_solve", {})[shape] = (
+        kernel_ms(apart, "_chunk_cumsum", "_offdiagonal_solve"),
+        kernel_ms(in_order[f"kda {shape} fwd fused=False"], "_offdiagonal_solve"))
+    for kind, label in (("kda", "KDA"), ("gated_delta_rule", "Gated DeltaNet"), ("delta_rule", "DeltaNet")):
+        fusions.setdefault(f"2. output in _state_pass, {label}", {})[shape] = (
+            kernel_ms(in_order[f"{kind} {shape} fwd fused=False"], "_state_pass", "_chunk_output"),
+            kernel_ms(in_order[f"{kind} {shape} fwd fused=True"], "_state_pass"))
+    fusions.setdefault("3. stage 1 beside the diagonal rows", {})[shape] = (
+        kernel_ms(apart, "_chunk_cumsum", "_diagonal_rows"),
+        kernel_ms(one_launch[f"{shape} fwd overlap=True"], "_diagonal_rows_and_gate_sums"))
+print("GPU ms, bf16, H = 16, D = 128, H200:    kernels apart -> fused kernel")
+print(f"{'':<40}" + "".join(f"{s:>22}" for s in FUSION_SHAPES))
+for name, by_shape in fusions.items():
+    print(f"{name:<40}" + "".join(f"{a:>10.3f} -> {f:.3f}" for a, f in by_shape.values()))
+sweeps = SIXTH["fusions_in_pipeline_order"]["sweep"]
+best_offdiag = min(v["_offdiagonal_solve"] for k, v in sweeps.items()
+                   if k.startswith("(2, 8192, 16) offdiagonal_solve"))
+best_state = min(v["_state_pass"] for k, v in sweeps.items() if k.startswith("(2, 8192, 16) state_output"))
+best_one = min(kernel_ms(v, "_diagonal_rows_and_gate_sums") for k, v in one_launch.items()
+               if k.startswith("(2, 8192, 16) fwd overlap heads"))
+print(f"best launch setting of each fused kernel at B=2 T=8192: {best_offdiag:.3f}, {best_state:.3f}, {best_one:.3f} ms")
+LONG_SHAPES = FUSION_SHAPES[:2]
+expect("every fusion was slower than the kernels it replaced at B=2 T=8192 and B=1 T=32768",
+       all(f > a for by_shape in fusions.values() for s, (a, f) in by_shape.items() if s in LONG_SHAPES))
+expect("even at its best launch setting, each fused kernel stayed slower at B=2 T=8192",
+       best_offdiag > fusions["1. stage 1 in _offdiagonal_solve"]["(2, 8192, 16)"][0]
+       and best_state > fusions["2. output in _state_pass, KDA"]["(2, 8192, 16)"][0]
+       and best_one > fusions["3. stage 1 beside the diagonal rows"]["(2, 8192, 16)"][0])
+short_wins = {name: by_shape["(8, 2048, 16)"] for name, by_shape in fusions.items() if name.startswith("2.")}
+expect("the output inside the state pass was faster at B=8 T=2048, for all three kinds",
+       all(f < a for a, f in short_wins.values()))
+expect("the second and third fusions gave the same output as the kernels apart (bf16, H200)",
+       all(v == 0.0 for row in SIXTH["one_launch"]["accuracy"].values() for v in row.values())
+       and all(row["o_fused_vs_unfused_maxabs"] == 0.0
+               for row in SIXTH["fusions_in_pipeline_order"]["accuracy"].values()))
+for tag, name in (("f1", "1. stage 1 in _offdiagonal_solve"), ("f2", "2. output in _state_pass, KDA"),
+                  ("f3", "3. stage 1 beside the diagonal rows")):
+    apart_ms, fused_ms_ = fusions[name]["(2, 8192, 16)"]
+    glue(f"ch11_{tag}_apart", f"{apart_ms:.3f}", display=False)
+    glue(f"ch11_{tag}_fused", f"{fused_ms_:.3f}", display=False)
+glue("ch11_f2_long", "{:.3f} -> {:.3f}".format(*fusions["2. output in _state_pass, KDA"]["(1, 32768, 16)"]),
+     display=False)
+glue("ch11_f2_short_gdn", "{:.3f} -> {:.3f}".format(*short_wins["2. output in _state_pass, Gated DeltaNet"]),
+     display=False)
+glue("ch11_f2_short_kda", "{:.3f} -> {:.3f}".format(*short_wins["2. output in _state_pass, KDA"]), display=False)
+glue("ch11_f_best_offdiag", f"{best_offdiag:.3f}", display=False)
+glue("ch11_f_best_state", f"{best_state:.3f}", display=False)
+glue("ch11_f_best_one", f"{best_one:.3f}", display=False)
+
+# %% [markdown]
+# None paid where the forward is furthest behind. The clearest case is the second. The state pass is a chain:
+# chunk $c+1$ cannot start before chunk $c$'s state is done, so its time is the number of chunks times the
+# latency of one step, and at `B = 2, T = 8192` its 128 programs leave most of the GPU idle. Putting the output
+# in the step lengthens every link of the chain: the pass went from {glue:text}`ch11_f2_apart` ms for the two
+# kernels to {glue:text}`ch11_f2_fused` ms ({glue:text}`ch11_f_best_state` at its best setting), and at
+# `T = 32768`, a chain four times longer, {glue:text}`ch11_f2_long` ms. The separate output stage, by contrast,
+# is fully parallel over chunks and hides inside a GPU that has room. Only with many heads, when the pass's
+# programs already fill the machine, did the fusion gain (`B = 8, T = 2048`: KDA {glue:text}`ch11_f2_short_kda`,
+# Gated DeltaNet {glue:text}`ch11_f2_short_gdn` ms). Work that is off the critical path belongs off it.
+#
+# The other two we can describe but not fully explain. Stage 1 inside the off-diagonal stage took that kernel from
+# {glue:text}`ch11_f1_apart` ms (its time plus stage 1's) to {glue:text}`ch11_f1_fused` ms
+# ({glue:text}`ch11_f_best_offdiag` at its best setting): float64 scans over 16×16 tiles on one warp cost far
+# more there than in stage 1's own kernel, where a tile is 8 rows by 128 channels. The one launch for stage 1 and
+# the diagonal rows took {glue:text}`ch11_f3_fused` ms against {glue:text}`ch11_f3_apart` for the two kernels
+# ({glue:text}`ch11_f_best_one` with four heads per row program). A likely part of it, not checked: one kernel is
+# compiled for the larger of its two bodies, so every program of both kinds gets that many registers. The package
+# keeps its six kernels; the numbers are in `bench_h200_2026-12-02f.json`.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises
