@@ -61,3 +61,31 @@ def test_status_marks_follow_the_numbers():
                                                         else "✗")
     both = [kda_row(shape, "fwd+bwd")["ratio_ops_vs_fla"] for shape in SHAPES]
     assert marks["KDA forward+backward ≤ 1.1×"] == ("✔" if max(both) <= 1.1 else "✗")
+
+
+SIXTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-02f.json").read_text())
+
+
+def _kernel_ms(row, *names):
+    return sum(row["kernels"][name] for name in names)
+
+
+def test_sixth_run_fusion_table_is_the_stored_one():
+    in_order, one_launch = SIXTH["fusions_in_pipeline_order"]["timings"], SIXTH["one_launch"]["timings"]
+    shapes = [f"({B}, {T}, 16)" for B, T in SHAPES]
+    expected = {
+        "stage 1 inside `_offdiagonal_solve`": [
+            (_kernel_ms(one_launch[f"{s} fwd overlap=False"], "_chunk_cumsum", "_offdiagonal_solve"),
+             _kernel_ms(in_order[f"kda {s} fwd fused=False"], "_offdiagonal_solve")) for s in shapes],
+        "output inside `_state_pass` (no gradient)": [
+            (_kernel_ms(in_order[f"kda {s} fwd fused=False"], "_state_pass", "_chunk_output"),
+             _kernel_ms(in_order[f"kda {s} fwd fused=True"], "_state_pass")) for s in shapes],
+        "stage 1 and `_diagonal_rows` in one launch": [
+            (_kernel_ms(one_launch[f"{s} fwd overlap=False"], "_chunk_cumsum", "_diagonal_rows"),
+             _kernel_ms(one_launch[f"{s} fwd overlap=True"], "_diagonal_rows_and_gate_sums")) for s in shapes],
+    }
+    table = README.split("| fusion | (2, 8192) | (1, 32768) | (8, 2048) |", 1)[1].split("\n\n", 1)[0]
+    for label, cells in expected.items():
+        (line,) = [ln for ln in table.splitlines() if ln.startswith(f"| {label} |")]
+        quoted = [cell.strip() for cell in line.strip("|").split("|")[1:]]
+        assert quoted == [f"{apart:.3f} → {fused:.3f}" for apart, fused in cells], label
