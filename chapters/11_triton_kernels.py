@@ -1355,12 +1355,13 @@ plt.show()
 # replaced under the interpreter (float32, the same numbers bit for bit; the second and third also on the GPU in
 # bf16), and timed against them in forward-only calls on the H200:
 #
-# 1. **Stage 1 inside the off-diagonal stage.** `_offdiagonal_solve` reads every $G$ of its chunk anyway; it
-#    could make the float64 sums itself, per 16-row block and 16-wide channel slice, write $G + G_{lo}$ for the
-#    later stages, and take its anchors from the running sums instead of loading them.
+# 1. **Stage 1 inside the off-diagonal stage**, a narrower form of the fusion above that leaves stage 4 apart.
+#    `_offdiagonal_solve` reads every $G$ of its chunk anyway; it could make the float64 sums itself, per 16-row
+#    block and 16-wide channel slice, write $G + G_{lo}$ for the later stages, and take its anchors from the
+#    running sums instead of loading them.
 # 2. **The output inside the state pass.** When no gradient is wanted, nothing needs the per-chunk states $h_c$
 #    or $V'$ after the output is made. The state pass holds both in registers at each chunk, so it could form
-#    $O = \text{scale}\,(e^{G} Q) h_c + A_{qk} V'$ there and write neither (section 5 suggested exactly this).
+#    $O = \text{scale}\,(e^{G} Q) h_c + A_{qk} V'$ there and write neither.
 # 3. **Stage 1 beside the diagonal blocks, in one launch.** The two stages are independent (the diagonal blocks
 #    sum the raw gates) and unlike: a row program waits on a chain of loads, a gate-sum program streams memory.
 #    One 1-D launch, every 33rd program doing gate sums, would let each multiprocessor overlap the two.
@@ -1675,3 +1676,6 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 #   alone behind at long sequences ({glue:text}`ch11_kda_fwd_long_best`–{glue:text}`ch11_kda_fwd_long_worst`×),
 #   the largest part of that gap in the exact gate sums. Both run the same algorithm, k3lite with a few launch settings
 #   fixed after a sweep, fla with autotuning; a setting belongs to a kernel and the constants it is compiled with.
+# * Fewer launches and fewer bytes did not make a faster forward here: each fusion tried was slower where the
+#   forward is behind, most plainly work added to the sequential state pass, whose time is the latency of its
+#   chain. Work that is off the critical path belongs off it.
