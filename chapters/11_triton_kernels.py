@@ -1171,12 +1171,9 @@ expect("every Gated DeltaNet and DeltaNet row of the run is within 1.1x of fla t
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7, 4.0))
 labels = {"gated_delta_rule": "Gated DeltaNet", "delta_rule": "DeltaNet", "kda": "KDA"}
-ys = range(len(pass_rows))
-ax.barh([y + 0.2 for y in ys], [b for b, _ in pass_rows.values()], height=0.4, color=red, alpha=0.8,
-        label="loads in the step that uses them, 2 stages")
-ax.barh([y - 0.2 for y in ys], [a for _, a in pass_rows.values()], height=0.4, color=blue, alpha=0.8,
-        label="dV'_o and the decay one chunk ahead, 3 stages")
-ax.set_yticks(list(ys), [labels[k] for k in pass_rows])
+viz.grouped_barh(ax, [labels[k] for k in pass_rows],
+                 [("loads in the step that uses them, 2 stages", [b for b, _ in pass_rows.values()], red),
+                  ("dV'_o and the decay one chunk ahead, 3 stages", [a for _, a in pass_rows.values()], blue)])
 ax.set_xlabel("GPU time of the reverse state pass (ms)")
 ax.set_title("Reverse state pass, B=1 T=32768 H=16 D=128 bf16, H200 (2026-12-02)", fontsize=9)
 ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
@@ -1323,12 +1320,10 @@ expect("stage 1 is the largest remaining gap to fla's stage", max(
 
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7, 4.2))
-ys = list(range(len(STAGES)))[::-1]
-for offset, values, color, label in ((0.27, [old_fwd[o] for _, o, _ in STAGES], red, "k3lite before (d76577e)"),
-                                      (0.0, [new_fwd[o] for _, o, _ in STAGES], blue, "k3lite after (39e7873)"),
-                                      (-0.27, [fla_kernels[t] for _, _, t in STAGES], sky, "fla 0.6.0")):
-    ax.barh([y + offset for y in ys], values, height=0.26, color=color, alpha=0.85, label=label)
-ax.set_yticks(ys, [label for label, _, _ in STAGES])
+viz.grouped_barh(ax, [label for label, _, _ in STAGES],
+                 [("k3lite before (d76577e)", [old_fwd[o] for _, o, _ in STAGES], red),
+                  ("k3lite after (39e7873)", [new_fwd[o] for _, o, _ in STAGES], blue),
+                  ("fla 0.6.0", [fla_kernels[t] for _, _, t in STAGES], sky)])
 ax.set_xlabel("GPU time per call (ms)")
 ax.set_title("KDA forward by stage, B=2 T=8192 H=16 D=128 bf16, H200", fontsize=9)
 ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
@@ -1364,7 +1359,8 @@ plt.show()
 #    $O = \text{scale}\,(e^{G} Q) h_c + A_{qk} V'$ there and write neither.
 # 3. **Stage 1 beside the diagonal blocks, in one launch.** The two stages are independent (the diagonal blocks
 #    sum the raw gates) and unlike: a row program waits on a chain of loads, a gate-sum program streams memory.
-#    One 1-D launch, every 33rd program doing gate sums, would let each multiprocessor overlap the two.
+#    One 1-D launch, with one program in every {glue:text}`ch11_every_nth` doing gate sums (at `B = 2,
+#    T = 8192`), would let each multiprocessor overlap the two.
 
 # %%
 SIXTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02f.json").read_text())
@@ -1400,7 +1396,8 @@ best_offdiag = min(v["_offdiagonal_solve"] for k, v in sweeps.items()
 best_state = min(v["_state_pass"] for k, v in sweeps.items() if k.startswith("(2, 8192, 16) state_output"))
 best_one = min(kernel_ms(v, "_diagonal_rows_and_gate_sums") for k, v in one_launch.items()
                if k.startswith("(2, 8192, 16) fwd overlap heads"))
-print(f"best launch setting of each fused kernel at B=2 T=8192: {best_offdiag:.3f}, {best_state:.3f}, {best_one:.3f} ms")
+print(f"best launch setting of each fused kernel at B=2 T=8192: {best_offdiag:.3f}, {best_state:.3f}, "
+      f"{best_one:.3f} ms")
 LONG_SHAPES = FUSION_SHAPES[:2]
 expect("every fusion was slower than the kernels it replaced at B=2 T=8192 and B=1 T=32768",
        all(f > a for by_shape in fusions.values() for s, (a, f) in by_shape.items() if s in LONG_SHAPES))
@@ -1428,29 +1425,58 @@ glue("ch11_f2_short_kda", "{:.3f} -> {:.3f}".format(*short_wins["2. output in _s
 glue("ch11_f_best_offdiag", f"{best_offdiag:.3f}", display=False)
 glue("ch11_f_best_state", f"{best_state:.3f}", display=False)
 glue("ch11_f_best_one", f"{best_one:.3f}", display=False)
+best_one_setting = min((k for k in one_launch if k.startswith("(2, 8192, 16) fwd overlap heads")),
+                       key=lambda k: kernel_ms(one_launch[k], "_diagonal_rows_and_gate_sums"))
+glue("ch11_f_best_one_heads", best_one_setting.split("heads=")[1].split()[0], display=False)
+
+# The facts the explanation below leans on, from the package's own settings at B=2 T=8192 H=16 D=128:
+B_, T_, H_, D_ = 2, 8192, 16, 128
+state_programs = B_ * H_ * math.ceil(D_ / chunk_fwd.state_block_v(B_ * H_, D_, chunk_fwd.VALUE_TILE))
+row_programs = B_ * T_ * math.ceil(H_ / chunk_fwd.DIAGONAL_HEADS)
+sum_programs = math.ceil(T_ / chunk_fwd.CHUNK) * B_ * H_
+print(f"state-pass programs {state_programs} on {chunk_fwd.SM_COUNT} multiprocessors; "
+      f"chunks per program {T_ // chunk_fwd.CHUNK} (B=2 T=8192) and {32768 // chunk_fwd.CHUNK} (B=1 T=32768)")
+print(f"one launch: {row_programs} row programs and {sum_programs} gate-sum programs -> "
+      f"1 program in every {math.ceil(row_programs / sum_programs) + 1} sums gates")
+print(f"gate-sum tiles: stage 1 {chunk_fwd.CUMSUM_ROWS} x {chunk_fwd.CUMSUM_KEY_TILE}, inside the off-diagonal stage "
+      f"{chunk_fwd.SUB} x {chunk_fwd.OFFDIAGONAL_BK}")
+glue("ch11_state_programs", str(state_programs), display=False)
+glue("ch11_chain_ratio", str((32768 // chunk_fwd.CHUNK) // (T_ // chunk_fwd.CHUNK)), display=False)
+glue("ch11_every_nth", f"{math.ceil(row_programs / sum_programs) + 1}", display=False)
+for name in ("CUMSUM_ROWS", "CUMSUM_KEY_TILE", "SUB", "OFFDIAGONAL_BK"):
+    glue(f"ch11_{name.lower()}", str(getattr(chunk_fwd, name)), display=False)
+state_programs_short = 8 * H_ * math.ceil(D_ / chunk_fwd.state_block_v(8 * H_, D_, chunk_fwd.VALUE_TILE))
+print(f"state-pass programs at B=8 T=2048: {state_programs_short}")
+glue("ch11_state_programs_short", str(state_programs_short), display=False)
+expect("the state pass has fewer programs than the H200 has multiprocessors at B=2 T=8192, more at B=8 T=2048",
+       state_programs < chunk_fwd.SM_COUNT < state_programs_short)
 
 # %% [markdown]
 # None paid where the forward is furthest behind. The clearest case is the second. The state pass is a chain:
 # chunk $c+1$ cannot start before chunk $c$'s state is done, so its time is the number of chunks times the
-# latency of one step, and at `B = 2, T = 8192` its 128 programs leave most of the GPU idle. Putting the output
-# in the step lengthens every link of the chain: the pass went from {glue:text}`ch11_f2_apart` ms for the two
-# kernels to {glue:text}`ch11_f2_fused` ms ({glue:text}`ch11_f_best_state` at its best setting), and at
-# `T = 32768`, a chain four times longer, {glue:text}`ch11_f2_long` ms. The separate output stage, by contrast,
-# is fully parallel over chunks and hides inside a GPU that has room. Only with many heads, when the pass's
-# programs already fill the machine, did the fusion gain (`B = 8, T = 2048`: KDA {glue:text}`ch11_f2_short_kda`,
-# Gated DeltaNet {glue:text}`ch11_f2_short_gdn` ms). Work that is off the critical path belongs off it.
+# latency of one step, and at `B = 2, T = 8192` its {glue:text}`ch11_state_programs` programs, at most one per
+# multiprocessor, leave most of the GPU's warps idle. Putting the output in the step lengthens every link of the
+# chain: the pass went from {glue:text}`ch11_f2_apart` ms for the two kernels to {glue:text}`ch11_f2_fused` ms
+# ({glue:text}`ch11_f_best_state` at its best setting), and at `T = 32768`, a chain
+# {glue:text}`ch11_chain_ratio` times longer, {glue:text}`ch11_f2_long` ms. The separate output stage, by
+# contrast, is fully parallel over chunks and hides inside a GPU that has room. Only with many heads, when the
+# pass's programs already outnumber the multiprocessors ({glue:text}`ch11_state_programs_short` at `B = 8,
+# T = 2048`), did the fusion gain (KDA {glue:text}`ch11_f2_short_kda`, Gated DeltaNet
+# {glue:text}`ch11_f2_short_gdn` ms). Work that is off the critical path belongs off it.
 #
 # The other two we can describe but not fully explain. Stage 1 inside the off-diagonal stage took that kernel from
 # {glue:text}`ch11_f1_apart` ms (its time plus stage 1's) to {glue:text}`ch11_f1_fused` ms
-# ({glue:text}`ch11_f_best_offdiag` at its best setting): float64 scans over 16×16 tiles on one warp cost far
-# more there than in stage 1's own kernel, where a tile is 8 rows by 128 channels. The one launch for stage 1 and
-# the diagonal rows took {glue:text}`ch11_f3_fused` ms against {glue:text}`ch11_f3_apart` for the two kernels
-# ({glue:text}`ch11_f_best_one` with four heads per row program). A likely part of it, not checked: one kernel is
+# ({glue:text}`ch11_f_best_offdiag` at its best setting): its float64 scans, on tiles of {glue:text}`ch11_sub`
+# rows by {glue:text}`ch11_offdiagonal_bk` channels, cost far more than stage 1's own, on tiles of
+# {glue:text}`ch11_cumsum_rows` rows by {glue:text}`ch11_cumsum_key_tile` channels; why, we did not profile.
+# The one launch for stage 1 and the diagonal rows took {glue:text}`ch11_f3_fused` ms against
+# {glue:text}`ch11_f3_apart` for the two kernels ({glue:text}`ch11_f_best_one` with
+# {glue:text}`ch11_f_best_one_heads` heads per row program). A likely part of it, not checked: one kernel is
 # compiled for the larger of its two bodies, so every program of both kinds gets that many registers.
 #
 # The overlap the third fusion wanted can also be asked of the GPU without touching a kernel: launch stage 1 on a
 # second CUDA stream while the diagonal rows run on the first, and join the two before the off-diagonal stage.
-# Timed through the public API this time, since overlapped kernels make a sum of kernel times meaningless:
+# Timed through the public API this time: when kernels overlap, their times no longer add up to the call's.
 
 # %%
 streams = SIXTH["second_stream"]["timings"]
@@ -1462,15 +1488,25 @@ for shape, by_variant in stream_ms.items():
     print(f"  {shape:<15}" + "   ".join(f"{v}: {ms:.3f}" for v, ms in by_variant.items()))
 stream_gain = {shape: 1 - v["side first, high priority"] / v["apart"] for shape, v in stream_ms.items()}
 glue("ch11_stream_best_gain", f"{max(stream_gain.values()):.1%}", display=False)
-glue("ch11_stream_short_ms", "{apart:.3f} -> {side first, high priority:.3f}".format(**stream_ms["(2, 8192, 16)"]),
-     display=False)
+short = stream_ms["(2, 8192, 16)"]
+glue("ch11_stream_short_ms", f"{short['apart']:.3f} -> {short['side first, high priority']:.3f}", display=False)
 expect("a second stream (high priority) saved at most 3 % of the forward at any shape",
        0 < min(stream_gain.values()) and max(stream_gain.values()) < 0.03)
+expect("at high priority the second stream saved more than at default priority, at every shape",
+       all(v["side first, high priority"] < v["side first"] < v["apart"] for v in stream_ms.values()))
+high = streams["(2, 8192, 16) fwd side first, high priority"]
+overlap_ms = high["sum"] - statistics.median(high["do_bench_ms"])
+print(f"B=2 T=8192, high priority: the kernels' GPU times sum to {high['sum']:.3f} ms, the call takes "
+      f"{statistics.median(high['do_bench_ms']):.3f}: kernels overlapped by about {overlap_ms:.3f} ms")
+glue("ch11_stream_overlap_ms", f"{overlap_ms:.3f}", display=False)
+expect("with the second stream the kernels' times sum to more than the call's time (they overlapped)",
+       overlap_ms > 0)
 
 # %% [markdown]
 # It helped, a little: at most {glue:text}`ch11_stream_best_gain` of the forward
-# (`B = 2, T = 8192`: {glue:text}`ch11_stream_short_ms` ms), and only with the second stream at high priority, so
-# that the block scheduler hands it free slots first. That is too little to move any target, and the path was not
+# (`B = 2, T = 8192`: {glue:text}`ch11_stream_short_ms` ms), most with the second stream at high priority, where
+# the kernels overlapped by about {glue:text}`ch11_stream_overlap_ms` ms (probably because the scheduler then hands
+# free slots to stage 1 first; we did not check). That is too little to move any target, and the path was not
 # kept: its GPU test did not get device time in the session that measured it. The package keeps its six kernels
 # and one stream; the numbers are in `bench_h200_2026-12-02f.json`.
 

@@ -107,3 +107,14 @@ def heatmap(ax, matrix, *, title: str, xlabel: str, ylabel: str, signed: bool = 
     if colorbar_label:
         bar.set_label(colorbar_label)
     return image
+
+
+def grouped_barh(ax, categories, series, *, group_height: float = 0.8):
+    """Horizontal bars, one group per category (top to bottom in the order given), one bar per series inside
+    a group (first series on top). ``series``: (label, values, colour) with one value per category."""
+    ys = list(range(len(categories)))[::-1]
+    height = group_height / len(series)
+    for i, (label, values, color) in enumerate(series):
+        offset = group_height / 2 - (i + 0.5) * height
+        ax.barh([y + offset for y in ys], values, height=height, color=color, alpha=0.85, label=label)
+    ax.set_yticks(ys, categories)

@@ -1,6 +1,8 @@
-"""The README's latest KDA benchmark table and status rows must say what the stored run measured.
+"""The README's latest KDA benchmark table, its status rows and the sixth run's fusion table must say what the
+stored runs measured.
 
-The README is prose, written by hand; the numbers in it come from figures/bench_h200_2026-12-02e.json. This test
+The README is prose, written by hand; its numbers come from figures/bench_h200_2026-12-02e.json (the fifth run)
+and figures/bench_h200_2026-12-02f.json (the sixth). This test
 reads both and fails when a number in the README no longer matches its run (a re-measurement stored without the
 README, or a typo), so the page and its evidence cannot drift apart silently.
 """
@@ -24,9 +26,10 @@ def kda_row(shape, mode):
     return row
 
 
-def table_row(label):
-    """The cells of the README row that starts with ``| label |`` in the fifth run's KDA table."""
-    table = README.split("| KDA, public ops API |", 1)[1].split("\n\n", 1)[0]
+def table_row(label, header="| KDA, public ops API |"):
+    """The cells of the README row that starts with ``| label |`` in the table whose header starts with ``header``
+    (by default the fifth run's KDA table)."""
+    table = README.split(header, 1)[1].split("\n\n", 1)[0]
     (line,) = [ln for ln in table.splitlines() if ln.startswith(f"| {label} |")]
     return [cell.strip() for cell in line.strip("|").split("|")[1:]]
 
@@ -84,8 +87,38 @@ def test_sixth_run_fusion_table_is_the_stored_one():
             (_kernel_ms(one_launch[f"{s} fwd overlap=False"], "_chunk_cumsum", "_diagonal_rows"),
              _kernel_ms(one_launch[f"{s} fwd overlap=True"], "_diagonal_rows_and_gate_sums")) for s in shapes],
     }
-    table = README.split("| fusion | (2, 8192) | (1, 32768) | (8, 2048) |", 1)[1].split("\n\n", 1)[0]
     for label, cells in expected.items():
-        (line,) = [ln for ln in table.splitlines() if ln.startswith(f"| {label} |")]
-        quoted = [cell.strip() for cell in line.strip("|").split("|")[1:]]
+        quoted = table_row(label, header="| fusion |")
         assert quoted == [f"{apart:.3f} → {fused:.3f}" for apart, fused in cells], label
+
+
+def test_sixth_run_prose_numbers_are_the_stored_ones():
+    # The README's sentences under the sixth run's table, rebuilt from the JSONs (line breaks ignored).
+    prose = " ".join(README.split("**Sixth run of 2026-12-02", 1)[1].split("**Fourth run", 1)[0].split())
+    in_order, one_launch = SIXTH["fusions_in_pipeline_order"], SIXTH["one_launch"]["timings"]
+    apart, fused = (
+        [_kernel_ms(in_order["timings"][f"{kind} (8, 2048, 16) fwd fused={flag}"], *names)
+         for kind in ("gated_delta_rule", "delta_rule")]
+        for flag, names in ((False, ("_state_pass", "_chunk_output")), (True, ("_state_pass",))))
+    assert (f"Gated DeltaNet {apart[0]:.3f} → {fused[0]:.3f} ms, DeltaNet {apart[1]:.3f} → {fused[1]:.3f})"
+            in prose)
+    sweeps = in_order["sweep"]
+    best = [min(v[kernel] for k, v in sweeps.items() if k.startswith(f"(2, 8192, 16) {key}"))
+            for key, kernel in (("offdiagonal_solve", "_offdiagonal_solve"), ("state_output", "_state_pass"))]
+    best.append(min(_kernel_ms(v, "_diagonal_rows_and_gate_sums") for k, v in one_launch.items()
+                    if k.startswith("(2, 8192, 16) fwd overlap heads")))
+    assert f"took {best[0]:.3f}, {best[1]:.3f} and {best[2]:.3f} ms" in prose
+    streams = SIXTH["second_stream"]["timings"]
+    shapes = [f"({B}, {T}, 16)" for B, T in SHAPES]
+
+    def median(values):
+        return sorted(values)[len(values) // 2]
+
+    times = {variant: [median(streams[f"{s} fwd {variant}"]["do_bench_ms"]) for s in shapes]
+             for variant in ("apart", "side first, high priority")}
+    fifth = [kda_row(shape, "fwd")["k3lite_ops_triton_ms"] for shape in SHAPES]
+    assert "took " + " / ".join(f"{t:.3f}" for t in times["apart"]) in prose
+    assert "measured " + " / ".join(f"{t:.3f}" for t in fifth) in prose
+    assert "and " + " / ".join(f"{t:.3f}" for t in times["side first, high priority"]) in prose
+    gain = max(1 - h / a for h, a in zip(times["side first, high priority"], times["apart"]))
+    assert f"at most {gain:.1%}".replace("%", " %") in prose

@@ -490,7 +490,8 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
     kbase = _head_base(i_b, i_h, T, H, K)
     vbase = _head_base(i_b, i_h, T, H, V)
     for i_t in range(0, NT):
-        tl.store(h_ptr + _chunk_state_base(i_b, i_t, i_h, NT, H, K, V) + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
+        h_c = h_ptr + _chunk_state_base(i_b, i_t, i_h, NT, H, K, V)
+        tl.store(h_c + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
         p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
         b_vn = tl.load(p_u, mask=m_u, other=0.0)
         dtype = b_vn.dtype
