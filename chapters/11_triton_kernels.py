@@ -1351,9 +1351,9 @@ plt.show()
 # bf16), and timed against them in forward-only calls on the H200:
 #
 # 1. **Stage 1 inside the off-diagonal stage**, a narrower form of the fusion above that leaves stage 4 apart.
-#    `_offdiagonal_solve` reads every $G$ of its chunk anyway; it could make the float64 sums itself, per 16-row
-#    block and 16-wide channel slice, write $G + G_{lo}$ for the later stages, and take its anchors from the
-#    running sums instead of loading them.
+#    `_offdiagonal_solve` reads every $G$ of its chunk anyway; it could make the float64 sums itself, per
+#    {glue:text}`ch11_sub`-row block and {glue:text}`ch11_offdiagonal_bk`-wide channel slice, write
+#    $G + G_{lo}$ for the later stages, and take its anchors from the running sums instead of loading them.
 # 2. **The output inside the state pass.** When no gradient is wanted, nothing needs the per-chunk states $h_c$
 #    or $V'$ after the output is made. The state pass holds both in registers at each chunk, so it could form
 #    $O = \text{scale}\,(e^{G} Q) h_c + A_{qk} V'$ there and write neither.
