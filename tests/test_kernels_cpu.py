@@ -93,9 +93,10 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
 
 @pytest.mark.parametrize("kind,T,K", [("kda", 1, 16), ("kda", 70, 12), ("kda", 130, 40),
                                       ("gated_delta_rule", 70, 16)])
-def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
-    # Stage 1 alone: per chunk of 64 tokens, hi = the float64 running sum rounded to float32, lo = the rest (both
-    # float32), gates floored at -1024 first; a -1e4 spike, a -inf and gentle gates in one chunk.
+def test_gate_sums_are_the_exact_chunk_cumsum_in_two_float32_parts(kind, T, K):
+    # Stage 1 alone: per chunk of 64 tokens, hi + lo = the running sum (to float64's precision; the kernel sums
+    # float32 pairs with compensation), hi its float32 rounding, gates floored at -1024 first; a -1e4 spike, a -inf
+    # and gentle gates in one chunk.
     from k3lite.kernels import chunk_fwd
 
     gen = torch.Generator().manual_seed(3)
@@ -108,8 +109,10 @@ def test_gate_sums_are_the_chunk_cumsum_in_float64_split_in_two(kind, T, K):
     chunks = g.double().clamp_min(-1024.0).split(chunk_fwd.CHUNK, dim=1)
     ref = torch.cat([c.cumsum(dim=1) for c in chunks], dim=1)
     assert G.dtype == G_lo.dtype == torch.float32
-    assert torch.equal(G, ref.float())
     assert (G.double() + G_lo.double() - ref).abs().max().item() < 1e-12 * ref.abs().max().item()
+    # hi is the pair rounded to float32: the low part is at most half a float32 step of hi
+    assert torch.equal(G, (G.double() + G_lo.double()).float())
+    assert torch.equal(G, ref.float())
 
 
 @pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),

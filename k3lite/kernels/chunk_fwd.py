@@ -24,8 +24,9 @@ through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_r - G_a) exp(G_
 exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow. A span must not be
 taken as the difference of two float32 running sums: after a gate of -1e4, float32 steps are 1e-3 apart,
 so the gates of -0.001 after it would vanish. Two ways keep every digit:
-  * Stage 1 sums in float64 and keeps G as two float32 parts, G (the sum rounded) and G_lo (what the
-    rounding dropped), and every difference is taken part by part (_span): (G_r - G_i) + (G_lo_r - G_lo_i).
+  * Stage 1 sums with compensation (each addition's float32 rounding error is kept, _two_sum) and keeps G as
+    two float32 parts, G (the sum rounded) and G_lo (what the rounding dropped), and every difference is taken
+    part by part (_span): (G_r - G_i) + (G_lo_r - G_lo_i).
     Where both sums hold the same large gates the first difference is exact; the second restores the small
     gates.
   * KDA's diagonal blocks (_diagonal_rows, the stage that reads most gate rows) never subtract: walking j
@@ -156,24 +157,40 @@ def _span(hi_r, lo_r, hi_c, lo_c):
 
 
 @triton.jit
+def _two_sum(a_hi, a_lo, b_hi, b_lo):
+    # (a_hi + a_lo) + (b_hi + b_lo) as a float32 pair (hi, lo), hi the float32 rounding of hi + lo. Knuth's TwoSum
+    # gives the rounding error of a_hi + b_hi exactly, in float32; the low parts join it, and a last exact
+    # step puts the pair back in that form. A running sum of such pairs carries about 48 bits, so it keeps
+    # the gentle gates after a gate of -1e4 as a float64 sum would. Associative up to those last bits, so
+    # it can combine a tl.associative_scan. No multiplications: nothing a compiler could fuse into an FMA.
+    s = a_hi + b_hi
+    b_virtual = s - a_hi
+    err = (a_hi - (s - b_virtual)) + (b_hi - b_virtual)
+    lo = err + (a_lo + b_lo)
+    hi = s + lo
+    return hi, lo - (hi - s)
+
+
+@triton.jit
 def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                   BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
-    # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a float64 running sum
-    # (gates of every size keep their digits), split into the float32 sum and its float32 remainder. Each gate
-    # is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
-    # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile
-    # load, a float64 tl.cumsum down the tile, plus the float64 total of the tiles before it. A gate per head
-    # is K = 1.
-    # Measured on the H200 with the check of g inside (KDA at B=2 T=8192 H=16 K=128, GPU ms;
-    # figures/bench_h200_2026-12-02.json, forward_variants_2x8192x16): tiles of 8 rows 0.144, of 16 rows 0.154,
-    # a loop over single rows 0.203 (0.124 the day before, without the check). Gated DeltaNet: 0.010 in tiles,
-    # 0.047 row by row. One float64 scan over all 64 rows took 0.205 (2026-12-01, without the check).
+    # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a compensated running sum
+    # (_two_sum: gates of every size keep their digits), whose float32 rounding is hi and whose remainder is lo.
+    # Each gate is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
+    # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile load,
+    # a scan of pairs down the tile, joined to the pair carried from the tiles before it. A gate per head is K = 1.
+    # Measured on the H200 (bf16 run, float32 gates, GPU ms; figures/bench_h200_2026-12-02g.json, stage1_probe):
+    # this form 0.116 / 0.231 ms at (2, 8192, 16) / (1, 32768, 16), against 0.140 / 0.273 for the same tiles
+    # summed in float64 (the form before it) and 0.107 / 0.211 for a plain float32 scan that writes the same two
+    # tensors (the floor: no compensation); 16- or 64-row tiles and more warps were slower.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
-    carry = tl.zeros([BK], dtype=tl.float64)
+    carry_hi = tl.zeros([BK], dtype=tl.float32)
+    carry_lo = tl.zeros([BK], dtype=tl.float32)
+    last_row = (tl.arange(0, BS) == BS - 1)[:, None]
     bad = tl.zeros([BS, BK], dtype=tl.int32)
     for i_s in tl.static_range(BT // BS):
         row0 = i_t * BT + i_s * BS
@@ -181,12 +198,14 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
         gate = tl.load(p, mask=m, other=0.0)
         if CHECK:
             bad += (~(gate <= 0)).to(tl.int32)
-        floored = tl.maximum(gate.to(tl.float64), GATE_FLOOR)
-        acc = tl.cumsum(floored, axis=0) + carry[None, :]
-        carry += tl.sum(floored, axis=0)
-        hi = acc.to(tl.float32)
+        floored = tl.maximum(gate.to(tl.float32), GATE_FLOOR)
+        hi, lo = tl.associative_scan((floored, tl.zeros_like(floored)), 0, _two_sum)
+        hi, lo = _two_sum(carry_hi[None, :], carry_lo[None, :], hi, lo)
+        # The pair at the tile's last row carries on; a masked sum picks that row out exactly (the rest add 0).
+        carry_hi = tl.sum(tl.where(last_row, hi, 0.0), axis=0)
+        carry_lo = tl.sum(tl.where(last_row, lo, 0.0), axis=0)
         _store(hi_ptr + base, hi, row0, i_k * BK, T, K, H * K, BS, BK)
-        _store(lo_ptr + base, (acc - hi.to(tl.float64)).to(tl.float32), row0, i_k * BK, T, K, H * K, BS, BK)
+        _store(lo_ptr + base, lo, row0, i_k * BK, T, K, H * K, BS, BK)
     if CHECK:
         if tl.sum(bad) > 0:
             tl.store(ok_ptr, 0)
