@@ -190,7 +190,6 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
     base = _head_base(i_b, i_h, T, H, K)
     carry_hi = tl.zeros([BK], dtype=tl.float32)
     carry_lo = tl.zeros([BK], dtype=tl.float32)
-    last_row = (tl.arange(0, BS) == BS - 1)[:, None]
     bad = tl.zeros([BS, BK], dtype=tl.int32)
     for i_s in tl.static_range(BT // BS):
         row0 = i_t * BT + i_s * BS
@@ -201,9 +200,10 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
         floored = tl.maximum(gate.to(tl.float32), GATE_FLOOR)
         hi, lo = tl.associative_scan((floored, tl.zeros_like(floored)), 0, _two_sum)
         hi, lo = _two_sum(carry_hi[None, :], carry_lo[None, :], hi, lo)
-        # The pair at the tile's last row carries on; a masked sum picks that row out exactly (the rest add 0).
-        carry_hi = tl.sum(tl.where(last_row, hi, 0.0), axis=0)
-        carry_lo = tl.sum(tl.where(last_row, lo, 0.0), axis=0)
+        # The tile's total joins the carry. (Picking the scan's last row out with masked sums instead made
+        # Triton 3.6.0 fail to compile this kernel for bf16 gates: "operand does not dominate this use".)
+        tile_hi, tile_lo = tl.reduce((floored, tl.zeros_like(floored)), 0, _two_sum)
+        carry_hi, carry_lo = _two_sum(carry_hi, carry_lo, tile_hi, tile_lo)
         _store(hi_ptr + base, hi, row0, i_k * BK, T, K, H * K, BS, BK)
         _store(lo_ptr + base, lo, row0, i_k * BK, T, K, H * K, BS, BK)
     if CHECK:
