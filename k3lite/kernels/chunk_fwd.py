@@ -179,10 +179,10 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
     # Each gate is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
     # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile load,
     # a scan of pairs down the tile, joined to the pair carried from the tiles before it. A gate per head is K = 1.
-    # Measured on the H200 (bf16 run, float32 gates, GPU ms; figures/bench_h200_2026-12-02g.json, stage1_probe):
-    # this form 0.116 / 0.231 ms at (2, 8192, 16) / (1, 32768, 16), against 0.140 / 0.273 for the same tiles
-    # summed in float64 (the form before it) and 0.107 / 0.211 for a plain float32 scan that writes the same two
-    # tensors (the floor: no compensation); 16- or 64-row tiles and more warps were slower.
+    # Measured on the H200 (float32 gates, GPU ms; figures/bench_h200_2026-12-02g.json, stage1_probe): this form
+    # 0.119 / 0.234 ms at (2, 8192, 16) / (1, 32768, 16); the float64 form before it 0.140 / 0.273 on the same tiles,
+    # 0.129 / 0.256 on its best (32 channels by 16 rows); a plain float32 scan writing the same two tensors, with no
+    # compensation, 0.107 / 0.210 (the floor). Tiles of 4 or 16 rows and 64 channels were slower.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
