@@ -1,8 +1,7 @@
-"""The README's latest KDA benchmark table, its status rows and the sixth run's fusion table must say what the
-stored runs measured.
+"""The README's benchmark tables, its status rows and the prose around them must say what the stored runs measured.
 
-The README is prose, written by hand; its numbers come from figures/bench_h200_2026-12-02e.json (the fifth run)
-and figures/bench_h200_2026-12-02f.json (the sixth). This test
+The README is prose, written by hand; its numbers come from figures/bench_h200_2026-12-02e.json (the fifth run),
+figures/bench_h200_2026-12-02f.json (the sixth) and figures/bench_h200_2026-12-02g.json (the seventh). This test
 reads both and fails when a number in the README no longer matches its run (a re-measurement stored without the
 README, or a typo), so the page and its evidence cannot drift apart silently.
 """
@@ -11,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -45,25 +45,99 @@ def test_fifth_run_times_and_ratios_are_the_stored_ones(mode, label):
         assert ratio_cell == f"{row['ratio_ops_vs_fla']:.2f}×", (shape, mode)
 
 
-def test_status_rows_quote_the_fifth_run():
-    fwd = {shape: f"{kda_row(shape, 'fwd')['ratio_ops_vs_fla']:.2f}×" for shape in SHAPES}
-    both = " / ".join(f"{kda_row(shape, 'fwd+bwd')['ratio_ops_vs_fla']:.2f}×" for shape in SHAPES)
-    status = {m.group(1): m.group(2) for m in re.finditer(r"^\| (KDA [^|]+?) \| ([^|]+) \|", README, re.MULTILINE)}
+SEVENTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-02g.json").read_text())
+KIND_NAMES = {"kda": "KDA", "gated_delta_rule": "Gated DeltaNet", "delta_rule": "DeltaNet"}
+
+
+def seventh_row(kind, shape, mode):
+    (row,) = [r for r in SEVENTH["chunked"] if (r["kind"], (r["B"], r["T"]), r["mode"]) == (kind, shape, mode)]
+    return row
+
+
+def kda_forward_now(shape):
+    """The KDA forward timed again on the code as it stands (the seventh run's recheck)."""
+    (row,) = [r for r in SEVENTH["kda_forward_recheck"]["chunked"] if (r["B"], r["T"]) == shape]
+    return row
+
+
+def status_cells():
+    return {m.group(1): (m.group(2), m.group(3)) for m in
+            re.finditer(r"^\| ([^|]+?) \| ([^|]+) \| [^|]+ \| ([^|]+) \|$", README, re.MULTILINE)}
+
+
+def test_status_rows_quote_the_seventh_run():
+    status = {label: latest for label, (latest, _) in status_cells().items()}
+    fwd = {shape: f"{kda_forward_now(shape)['ratio_ops_vs_fla']:.2f}×" for shape in SHAPES}
     assert status["KDA forward ≤ 0.9× at T ≥ 8192"].startswith(f"{fwd[(2, 8192)]} at (2, 8192)")
     assert f"{fwd[(1, 32768)]} at (1, 32768)" in status["KDA forward ≤ 0.9× at T ≥ 8192"]
     assert status["KDA forward ≤ 1.1× at (8, 2048)"].startswith(fwd[(8, 2048)])
-    assert status["KDA forward+backward ≤ 1.1×"].startswith(both)
+    for kind in KIND_NAMES:
+        for mode, label in (("fwd", "forward"), ("fwd+bwd", "forward+backward")):
+            if (kind, mode) == ("kda", "fwd"):
+                continue
+            ratios = " / ".join(f"{seventh_row(kind, s, mode)['ratio_ops_vs_fla']:.2f}×" for s in SHAPES)
+            assert status[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"].startswith(ratios), (kind, mode)
+    decode = max(SEVENTH["decode"], key=lambda r: r["B"])
+    assert status["decode ≥ 3.6 TB/s at B = 256 through the API"] == f"{decode['ops_tb_per_s']:.2f} TB/s"
 
 
 def test_status_marks_follow_the_numbers():
     # A target is marked met exactly when the stored ratios meet it.
-    long_rows = [kda_row(shape, "fwd")["ratio_ops_vs_fla"] for shape in SHAPES if shape[1] >= 8192]
-    marks = {m.group(1): m.group(2) for m in re.finditer(r"^\| (KDA [^|]+?) \|.*\| ([✔✗]) \|$", README, re.MULTILINE)}
+    marks = {label: mark.split()[0] for label, (_, mark) in status_cells().items()}
+    long_rows = [kda_forward_now(shape)["ratio_ops_vs_fla"] for shape in SHAPES if shape[1] >= 8192]
     assert marks["KDA forward ≤ 0.9× at T ≥ 8192"] == ("✔" if max(long_rows) <= 0.9 else "✗")
-    assert marks["KDA forward ≤ 1.1× at (8, 2048)"] == ("✔" if kda_row((8, 2048), "fwd")["ratio_ops_vs_fla"] <= 1.1
-                                                        else "✗")
-    both = [kda_row(shape, "fwd+bwd")["ratio_ops_vs_fla"] for shape in SHAPES]
-    assert marks["KDA forward+backward ≤ 1.1×"] == ("✔" if max(both) <= 1.1 else "✗")
+    assert marks["KDA forward ≤ 1.1× at (8, 2048)"] == (
+        "✔" if kda_forward_now((8, 2048))["ratio_ops_vs_fla"] <= 1.1 else "✗")
+    for kind in KIND_NAMES:
+        for mode, label in (("fwd", "forward"), ("fwd+bwd", "forward+backward")):
+            if (kind, mode) == ("kda", "fwd"):
+                continue
+            worst = max(seventh_row(kind, s, mode)["ratio_ops_vs_fla"] for s in SHAPES)
+            assert marks[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"] == ("✔" if worst <= 1.1 else "✗"), (kind, mode)
+    api = max(r["ops_over_kernels"] for r in SEVENTH["chunked"])
+    assert marks["public API ≤ 5 % over the kernels"] == ("✔" if api <= 1.05 else "✗")
+    decode = max(SEVENTH["decode"], key=lambda r: r["B"])
+    decode_met = decode["ops_tb_per_s"] >= 3.6
+    assert marks["decode ≥ 3.6 TB/s at B = 256 through the API"] == ("✔" if decode_met else "✗")
+
+
+def test_seventh_run_table_is_the_stored_one():
+    table = README.split("| kind | (B, T) | mode | ops API, ms |", 1)[1].split("\n\n", 1)[0]
+    quoted = [[c.strip() for c in ln.strip("|").split("|")] for ln in table.splitlines()[2:]]
+    assert len(quoted) == len(SEVENTH["chunked"]) == 18
+    for kind_name, shape, mode, ops, kernels, fla, ratio, api in quoted:
+        kind = next(k for k, v in KIND_NAMES.items() if v == kind_name)
+        row = seventh_row(kind, tuple(int(x) for x in shape.strip("()").split(", ")), mode)
+        assert [ops, kernels, fla, ratio, api] == [
+            f"{row['k3lite_ops_triton_ms']:.3f}", f"{row['k3lite_triton_ms']:.3f}",
+            f"{row['fla_before_ms']:.3f}/{row['fla_after_ms']:.3f}", f"{row['ratio_ops_vs_fla']:.2f}×",
+            f"{row['ops_over_kernels']:.3f}"], (kind, shape, mode)
+
+
+def test_seventh_run_prose_numbers_are_the_stored_ones():
+    prose = " ".join(README.split("**Seventh run of 2026-12-02", 1)[1].split("**Fifth run", 1)[0].split())
+    probe = SEVENTH["stage1_probe"]["second_run"]["results"]
+    shapes = ("(2, 8192, 16)", "(1, 32768, 16)")
+
+    def median_ms(shape, key):
+        return statistics.median(run["ms"] for run in probe[shape][key])
+
+    def ms(key):
+        return " / ".join(f"{median_ms(s, key):.3f}" for s in shapes)
+
+    floor = " / ".join(f"{min(median_ms(s, k) for k in probe[s] if k.startswith('f32floor')):.3f}" for s in shapes)
+    assert f"float64 {ms('f64 BK128 BS8 w1')} on the same tiles and {ms('f64 BK32 BS16 w1')} at its best" in prose
+    assert f"compensated float32 {ms('module BK128 BS8 w1')};" in prose
+    assert f"not exact, {floor} (the floor)" in prose
+    assert all(run["max_abs_err_vs_f64"] == 0.0 for s in probe.values() for k, runs in s.items()
+               if not k.startswith("f32floor") for run in runs)
+    now = " / ".join(f"{row['k3lite_ops_triton_ms']:.3f} ms ({row['ratio_ops_vs_fla']:.2f}×)"
+                     for row in map(kda_forward_now, SHAPES))
+    assert now in prose
+    decode = {r["B"]: r for r in SEVENTH["decode"]}
+    assert (f"B = 256 {decode[256]['ops_step_triton_ms']:.4f} ms = {decode[256]['ops_tb_per_s']:.2f} TB/s of state "
+            f"(kernel alone {decode[256]['tb_per_s']:.2f}, in place {decode[256]['ops_inplace_tb_per_s']:.2f}); "
+            f"B = 64 {decode[64]['ops_tb_per_s']:.2f} TB/s") in prose
 
 
 SIXTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-02f.json").read_text())
