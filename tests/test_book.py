@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -85,3 +86,39 @@ def test_chapter_source_has_no_control_characters(stem):
     bad = sorted({f"line {n}: {ch!r}" for n, line in enumerate(text.splitlines(), 1)
                   for ch in line if ord(ch) < 32 and ch != "\t"})
     assert not bad, f"{stem}: control characters in the source: {bad[:5]}"
+
+
+def _source_windows():
+    """Every Python file a listing can come from (the package and the chapters), as lists of lines."""
+    files = sorted((ROOT / "k3lite").rglob("*.py")) + sorted(CHAPTERS_DIR.glob("*.py"))
+    return [path.read_text(encoding="utf-8").splitlines() for path in files]
+
+
+def _occurs_in(listing, sources):
+    # A listing is a dedented run of consecutive source lines (k3lite.listing.source).
+    wanted = listing.splitlines()
+    first = wanted[0].strip()
+    for lines in sources:
+        for start, line in enumerate(lines):
+            if line.strip() == first and textwrap.dedent("\n".join(lines[start:start + len(wanted)])) == listing:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_stored_listings_show_the_current_source(stem):
+    # A kernel changed without its chapter re-executed leaves the stored listing showing the old code; nbval
+    # finds that only at the end of a long run. Here it takes a second: every output of a show(...) cell must
+    # still be a run of lines of the package's (or the chapter's) source.
+    notebook = nbformat.read(CHAPTERS_DIR / f"{stem}.ipynb", as_version=4)
+    sources = _source_windows()
+    stale = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code" or not re.search(r"^show\(", cell.source, re.MULTILINE):
+            continue
+        for output in cell.get("outputs", []):
+            markdown = output.get("data", {}).get("text/markdown", "")
+            match = re.fullmatch(r"(`{3,})python\n(.*)\n\1", markdown, re.DOTALL)
+            if match and not _occurs_in(match.group(2), sources):
+                stale.append(f"cell {index}: {cell.source.strip().splitlines()[-1]}")
+    assert not stale, f"{stem}: stored listings differ from the source; run `make execute CH={stem}`: {stale}"
