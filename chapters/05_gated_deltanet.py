@@ -708,10 +708,19 @@ for mixer, scores in live.items():
     print(f"{LABELS[mixer]:<31} " + "  ".join(f"{a:.2f}" for a in scores))
 
 # %%
-expect("live: every seed of the recurrence in KDA's layer beats every seed of Gated DeltaNet's own layer by > 0.2",
-       min(live[GDN_IN_KDA_LAYER]) > max(live["gated_delta_rule"]) + 0.2)
+own_layer, kda_layer = live["gated_delta_rule"], live[GDN_IN_KDA_LAYER]
+expect("live: every seed of the recurrence in KDA's layer learns the task (accuracy > 0.95)", min(kda_layer) > 0.95)
+expect("live: in its own layer Gated DeltaNet averages over 0.3 lower, and its worst seed stays below 0.5",
+       sum(own_layer) / len(own_layer) < sum(kda_layer) / len(kda_layer) - 0.3 and min(own_layer) < 0.5)
 
 # %% [markdown]
+# In KDA's layer every seed learns the task. In its own layer the outcome depends on the seed, and even on the
+# processor: the same three seeds end at different accuracies on different CPUs (their float rounding differs, and
+# 300 steps of training amplify it), and on some one seed gets most of the way. So the check above claims what held
+# everywhere we ran it: one seed that stalls and a mean far below. What the toy shows is a layer that makes learning
+# unreliable at this size; the width-64 cells of the bake-off, where no seed of Gated DeltaNet learned rebinding,
+# show the same layer at a larger size.
+#
 # Why a SiLU gate stalls a small model when a sigmoid does not is still open. The gradient reaching the
 # q/k/v projections at initialisation is {glue:text}`ch05_init_gradient_ratio` times the sigmoid-gated layer's
 # (per layer, cell above), so it is not simply a vanishing signal at the start.
