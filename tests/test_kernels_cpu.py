@@ -115,6 +115,65 @@ def test_gate_sums_are_the_exact_chunk_cumsum_in_two_float32_parts(kind, T, K):
     assert torch.equal(G, ref.float())
 
 
+def half_precision_rule(monkeypatch, lo_from):
+    """Make float32 runs follow the rule bf16/fp16 KDA inputs get (chunk_fwd.gate_lo_from), with G_lo's memory
+    filled with NaN first: an entry stage 1 did not write and some stage read anyway would show."""
+    from k3lite.kernels import chunk_fwd
+
+    monkeypatch.setattr(chunk_fwd, "gate_lo_from", lambda kind, dtype: lo_from)
+    monkeypatch.setattr(chunk_fwd, "_allocate_lo", lambda x: torch.full_like(x, float("nan")))
+
+
+def test_gate_sums_write_the_low_part_only_from_lo_from(monkeypatch):
+    # G_lo is written, exactly, where |G| >= lo_from and not at all below; G itself does not change. Gates of
+    # about -8 per step cross 256 inside every chunk, so both sides are present.
+    from k3lite.kernels import chunk_fwd
+
+    g = -16.0 * torch.rand(2, 70, 3, 12, generator=torch.Generator().manual_seed(5))
+    G_all, lo_all = chunk_fwd.gate_sums(g, "kda")
+    half_precision_rule(monkeypatch, chunk_fwd.LO_FROM_HALF)
+    G, lo = chunk_fwd.gate_sums(g, "kda", lo_from=chunk_fwd.LO_FROM_HALF)
+    kept = G.abs() >= chunk_fwd.LO_FROM_HALF
+    assert kept.any() and (~kept).any()
+    assert torch.equal(G, G_all)
+    assert torch.equal(lo[kept], lo_all[kept])
+    assert lo[~kept].isnan().all() and (lo_all[~kept] != 0).any()
+
+
+@pytest.mark.parametrize("spike", [-1e4, float("-inf")])
+def test_kda_spikes_stay_exact_under_the_half_precision_rule(spike, monkeypatch):
+    # A spike's sum passes 256, so the rows after it keep G_lo and the gentle gates there keep their digits
+    # (1e-5, as with G_lo everywhere). The check can fail: with no G_lo at all (lo_from = inf) it misses that bound.
+    from k3lite.kernels import chunk_fwd
+
+    q, k, v, g, beta, h0 = make_inputs("kda", 70, ("spike", spike), seed=70)
+    o_ref = kda.recurrent(q.double(), k.double(), v.double(), g.double(), beta.double(), initial_state=h0.double())[0]
+    for lo_from, holds in ((chunk_fwd.LO_FROM_HALF, True), (float("inf"), False)):
+        half_precision_rule(monkeypatch, lo_from)
+        o = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")[0]
+        assert (rel_err(o, o_ref) < 1e-5) == holds, (lo_from, rel_err(o, o_ref))
+
+
+def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(monkeypatch):
+    # Gates of -8 per step on average: sums below 256 lose G_lo, which may move an exponent by one float32 step of
+    # |G| < 256 (2^-16), 1.5e-5 relative; the output must stay within that of the recurrence, the gradients within
+    # the float32 tolerance of test_chunked_matches_recurrent, and no stage may read an unwritten G_lo (NaN).
+    from k3lite.kernels import chunk_fwd
+
+    inputs = make_inputs("kda", 130, -16.0, seed=130)
+    half_precision_rule(monkeypatch, chunk_fwd.LO_FROM_HALF)
+    leaves = [x.clone().requires_grad_(True) for x in inputs]
+    refs = [x.detach().double().requires_grad_(True) for x in inputs]
+    o, state = kda.chunked(*leaves[:5], initial_state=leaves[5], backend="triton")
+    o_ref, state_ref = kda.recurrent(*refs[:5], initial_state=refs[5])
+    assert rel_err(o, o_ref) < 1.5e-5 and rel_err(state, state_ref) < 1.5e-5
+    d_o, d_state = torch.randn_like(o), torch.randn_like(state)
+    torch.autograd.backward([o, state], [d_o, d_state])
+    torch.autograd.backward([o_ref, state_ref], [d_o.double(), d_state.double()])
+    for name, x, ref in zip("q k v g beta h0".split(), leaves, refs):
+        assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
+
+
 @pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
                                       ("gated_delta_rule", None), ("gated_delta_rule", "g"),
                                       ("gated_delta_rule", "beta_nan"), ("delta_rule", None), ("delta_rule", "beta"),

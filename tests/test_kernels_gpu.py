@@ -143,6 +143,25 @@ def test_gate_spike_before_gentle_gates_float32(kind, spike):
     assert not bad, f"float32 relative errors over 1e-5: {bad}"
 
 
+@pytest.mark.parametrize("spike", [-1e4, float("-inf")])
+def test_gate_spike_in_bf16_keeps_the_low_part_where_it_counts(spike, monkeypatch):
+    # bf16 q/k/v with float32 gates (as KDALayer makes them): stage 1 keeps G_lo only where |G| >= 256
+    # (chunk_fwd.gate_lo_from). The spike's sums pass 256, so the gentle gates after it keep their digits; the rest
+    # drop G_lo, which may move an exponent by 2^-16, far below bf16's rounding. Against G_lo kept everywhere the
+    # output must be the same to well within bf16's tolerance, and both within it of the float64 recurrence.
+    from k3lite.kernels import chunk_fwd
+
+    q, k, v, g, beta, h0 = make_inputs("kda", 2, 300, torch.bfloat16, seed=7)
+    g = torch.full(g.shape, -0.001, device="cuda")
+    g[:, [5, 70, 200]] = spike
+    o_rule = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")[0]
+    monkeypatch.setattr(chunk_fwd, "gate_lo_from", lambda kind, dtype: 0.0)
+    o_all = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")[0]
+    o_ref = kda.recurrent(*(x.double() for x in (q, k, v, g, beta)), initial_state=h0.double())[0]
+    assert rel_err(o_rule, o_all) < 1e-3
+    assert rel_err(o_rule, o_ref) < TOL["o"] and rel_err(o_all, o_ref) < TOL["o"]
+
+
 def _same_weights(make, backend):
     torch.manual_seed(0)
     return make(backend).cuda()

@@ -160,7 +160,7 @@ class _Chunked(torch.autograd.Function):
         o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True, values_ok=ok)
         if check:
             torch._assert_async(ok, f"k3lite: {VALUE_MESSAGES[kind]} (ValueError on CPU)")
-        ctx.kind, ctx.scale = kind, scale
+        ctx.kind, ctx.scale, ctx.lo_from = kind, scale, kept["lo_from"]
         ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["G_lo"],
                               kept["aqk"], kept["ai"])
         return o, final_state
@@ -177,6 +177,7 @@ class _Chunked(torch.autograd.Function):
             args = [x.float() if x is not None else None for x in args]
             kept = {name: x.float() if x is not None else None for name, x in kept.items()}
             d_o = d_o.float()
+        kept["lo_from"] = ctx.lo_from   # the forward's, also when the backward runs in float32
         grads = chunk_backward(ctx.kind, ctx.scale, *args, h0, kept, d_o, d_state)
         result = [None, None]
         for grad, x, need in zip(grads, (q, k, v, g, beta, h0), needs):

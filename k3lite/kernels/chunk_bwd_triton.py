@@ -24,6 +24,8 @@ its gradient is summed over the channels inside the kernels; without a gate G = 
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
 into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed, and every difference
 is taken on both parts of G (_span, with the forward's G_lo), so small gates after a large one keep their digits.
+G_lo is read through _load_lo, as in the forward: for KDA in bf16/fp16 stage 1 wrote it only where |G| >= 256
+(chunk_fwd.gate_lo_from).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
-                        SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _load_f32, _load_row,
-                        _load_vec_f32, _span, _state_base, _store, _tile, _vec, dot_precision, state_block_v,
-                        wy_factors)
+                        SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _load_f32, _load_lo,
+                        _load_lo_row, _load_row, _load_vec_f32, _span, _state_base, _store, _tile, _vec, dot_precision,
+                        state_block_v, wy_factors)
 
 
 @triton.jit
@@ -163,7 +165,7 @@ def _gated_queries(q_ptr, g_ptr, out_ptr, n, PER_GATE: tl.constexpr, BLOCK: tl.c
 
 @triton.jit
 def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr, dq_ptr, dk_ptr, dw_ptr, dg_ptr,
-                     scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     scale, lo_from, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
                      DOT_PRECISION: tl.constexpr):
     # Stage 3, one program per (key block, chunk): over value blocks accumulate
@@ -213,9 +215,10 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr,
             l_last = tl.load(gl_ptr + gbase + t_last * H)
         else:
             b_g = _load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)[None, :]
-            l_last = _load_row(gl_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)[None, :]
+            b_gl = _load_lo(gl_ptr + kbase, b_g, i_t * BT, i_k * BK, T, K, H * K, lo_from, BT, BK)
+            g_row = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
+            l_last = _load_lo_row(gl_ptr + kbase + i_k * BK, g_row, t_last, T, K - i_k * BK, H * K, lo_from, BK)
+            g_last, l_last = g_row[None, :], l_last[None, :]
         dq = dq * tl.exp(tl.minimum(b_g, 0.0))
         dk = dk * tl.exp(tl.minimum(_span(g_last, l_last, b_g, b_gl), 0.0))
         kdk = b_k * dk
@@ -298,7 +301,7 @@ def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dv_out_ptr, d
 
 
 @triton.jit
-def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, stride, n_cols,
+def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, stride, n_cols, lo_from,
                         HALF: tl.constexpr,
                         BC: tl.constexpr, BK: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # One level of the diagonal block's gradient: the pairs (r, c) of one group of 2*HALF rows with c in the
@@ -315,7 +318,8 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
     cols = tl.arange(0, BK)
     m_a = (anchor[:, None] < n_rows) & (cols[None, :] < n_cols)
     g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
-    l_a = tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
+    l_a = tl.where(tl.abs(g_a) >= lo_from, tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a,
+                                                   other=0.0), 0.0)   # as _load_lo
     decay = tl.exp(-tl.abs(_span(b_g, b_gl, g_a, l_a)))
     row_side = second_half[:, None]
     same_group = group[:, None] == group[None, :]
@@ -335,8 +339,8 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
 
 @triton.jit
 def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr,
-               dq_out_ptr, dk_out_ptr, dbeta_out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-               BC: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr,
+               dq_out_ptr, dk_out_ptr, dbeta_out_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr,
+               BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, DELTA: tl.constexpr,
                DOT_PRECISION: tl.constexpr):
     # Stage 5, one program per (chunk, sub-block i of BC rows). With e[r, c, d] = exp(G_rd - G_cd), c <= r,
     # dA = scale dAqk (query side) and dB = dAkk (key side, rows scaled by beta in the forward):
@@ -362,7 +366,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
     b_gl = tl.zeros([BC, BK], dtype=tl.float32)
     if GATED:
         b_g = _load_f32(g_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
-        b_gl = _load_f32(gl_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
+        b_gl = _load_lo(gl_ptr + kbase, b_g, row0, 0, T, K, H * K, lo_from, BC, BK)
     b_beta = tl.zeros([BC], dtype=tl.float32)
     if DELTA:
         b_beta = _load_vec_f32(beta_ptr + b_base, row0, T, H, BC)
@@ -375,13 +379,14 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
         l_a = tl.zeros([BK], dtype=tl.float32)
         if GATED:
             g_a = _load_row(g_ptr + kbase, row0 - 1, T, K, H * K, BK)
-            l_a = _load_row(gl_ptr + kbase, row0 - 1, T, K, H * K, BK)
+            l_a = _load_lo_row(gl_ptr + kbase, g_a, row0 - 1, T, K, H * K, lo_from, BK)
         for i_j in range(0, i_i):
             col0 = i_t * BT + i_j * BC
             b_kc = _load_f32(k_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
             if GATED:
-                to_anchor = _span(g_a[None, :], l_a[None, :], _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK),
-                                  _load_f32(gl_ptr + kbase, col0, 0, T, K, H * K, BC, BK))
+                g_c = _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
+                l_c = _load_lo(gl_ptr + kbase, g_c, col0, 0, T, K, H * K, lo_from, BC, BK)
+                to_anchor = _span(g_a[None, :], l_a[None, :], g_c, l_c)
                 b_kc = b_kc * tl.exp(tl.minimum(to_anchor, 0.0))
             d_a = _load_f32(daqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
             dq += tl.dot(d_a, b_kc, input_precision=DOT_PRECISION)
@@ -399,14 +404,15 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
         l_z = tl.zeros([BK], dtype=tl.float32)
         if GATED:
             g_z = _load_row(g_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
-            l_z = _load_row(gl_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
+            l_z = _load_lo_row(gl_ptr + kbase, g_z, row0 + BC - 1, T, K, H * K, lo_from, BK)
         for i_j in range(i_i + 1, n_valid):
             r0 = i_t * BT + i_j * BC
             b_qr = _load_f32(q_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
             b_kr = _load_f32(k_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
             if GATED:
-                from_anchor = _span(_load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK),
-                                    _load_f32(gl_ptr + kbase, r0, 0, T, K, H * K, BC, BK), g_z[None, :], l_z[None, :])
+                g_r = _load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
+                l_r = _load_lo(gl_ptr + kbase, g_r, r0, 0, T, K, H * K, lo_from, BC, BK)
+                from_anchor = _span(g_r, l_r, g_z[None, :], l_z[None, :])
                 decay = tl.exp(tl.minimum(from_anchor, 0.0))
                 b_qr = b_qr * decay
                 b_kr = b_kr * decay
@@ -435,16 +441,16 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
     gl_rows = gl_ptr + kbase + row0 * H * K
     n_rows = T - row0
     l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
-                                             K, 8, BC, BK, DELTA, DOT_PRECISION)
+                                             K, lo_from, 8, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
     l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
-                                             K, 4, BC, BK, DELTA, DOT_PRECISION)
+                                             K, lo_from, 4, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
     l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
-                                             K, 2, BC, BK, DELTA, DOT_PRECISION)
+                                             K, lo_from, 2, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
     l_dq, l_dkr, l_dkc = _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, n_rows, H * K,
-                                             K, 1, BC, BK, DELTA, DOT_PRECISION)
+                                             K, lo_from, 1, BC, BK, DELTA, DOT_PRECISION)
     dq, dkr, dkc = dq + l_dq, dkr + l_dkr, dkc + l_dkc
 
     # The last stage to touch dq, dk and dbeta: the sums go to the *_out tensors, in the inputs' dtypes.
@@ -559,7 +565,8 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     None where an input is absent. Every sum is accumulated in float32; only the finished gradient is rounded.
 
     q, k [B,T,H,K], v [B,T,H,V] contiguous in one dtype; kept: the forward's intermediates (chunk_forward
-    with keep_intermediates): G and G_lo, h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v; d_state or None.
+    with keep_intermediates): G and G_lo (with lo_from), h [B,NT,H,K,V], vn = V' [B,T,H,V], aqk, ai; d_o like v;
+    d_state or None.
     """
     gate, delta = GATE_OF_KIND[kind], DELTA_OF_KIND[kind]
     B, T, H, K = q.shape
@@ -572,9 +579,10 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     f32 = dict(device=dev, dtype=torch.float32)
 
     G, G_lo, h, v_new = kept["G"], kept["G_lo"], kept["h"], kept["vn"]
+    lo_from = kept["lo_from"]   # where the forward's stage 1 wrote G_lo (chunk_fwd.gate_lo_from)
     parts = {"aqk": kept["aqk"], "ai": kept["ai"], "kd": k}
     if delta:
-        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, kept["ai"])
+        parts["w"], _, parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, kept["ai"], lo_from=lo_from)
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
     beta_arg = beta if beta is not None else q
@@ -614,8 +622,8 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
         dG = torch.empty(B, T, H, triton.cdiv(K, BKb), **f32)
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
     _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
-        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, T, NT, H, K, V, BT, BKb, BV, gate, delta,
-        prec, **LAUNCH["state_grads"])
+        q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, lo_from, T, NT, H, K, V, BT, BKb, BV, gate,
+        delta, prec, **LAUNCH["state_grads"])
 
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
@@ -634,7 +642,8 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
                              BT, BKb, BV, gate, prec, **LAUNCH["wy"])
     if gate == GATE_CHANNEL:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
-                                             dbeta if delta else dq, dq_out, dk_out, dbeta_out, T, H, K, BT, BC, BK,
+                                             dbeta if delta else dq, dq_out, dk_out, dbeta_out, lo_from, T, H, K, BT,
+                                             BC, BK,
                                              gated, delta, prec, **LAUNCH["intra"])
     else:
         _bwd_intra_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG_row,

@@ -134,6 +134,22 @@ def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
 
 
 @triton.jit
+def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
+    # The G_lo tile beside the G tile hi, 0 where |G| < lo_from: stage 1 writes G_lo only where |G| >= lo_from
+    # (see gate_lo_from) and leaves the rest of its memory as allocated. The tile is loaded whole and the unwritten
+    # entries replaced: a load masked by |G| itself could not be vectorised (the mask differs per element) and
+    # made the backward's _bwd_intra 16 % slower on the H200 (1.606 -> 1.857 ms at (2, 8192, 16), bf16).
+    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
+    return tl.where(tl.abs(hi) >= lo_from, tl.load(p, mask=m, other=0.0), 0.0)
+
+
+@triton.jit
+def _load_lo_row(base, hi, t, T, n_cols, stride, lo_from, BC: tl.constexpr):
+    # Row t of G_lo beside row t of G (hi), as _load_lo.
+    return tl.where(tl.abs(hi) >= lo_from, _load_row(base, t, T, n_cols, stride, BC), 0.0)
+
+
+@triton.jit
 def _chunk_decay(g_ptr, i_b, i_h, i_t, col0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                  WIDTH: tl.constexpr, GATE: tl.constexpr):
     # exp(G_C) of chunk i_t (G at its last row) for key channels col0 .. col0 + WIDTH: one value per head
@@ -172,7 +188,7 @@ def _two_sum(a_hi, a_lo, b_hi, b_lo):
 
 
 @triton.jit
-def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                   BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a compensated running sum
     # (_two_sum: gates of every size keep their digits), whose float32 rounding is hi and whose remainder is lo.
@@ -183,6 +199,8 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
     # 0.119 / 0.234 ms at (2, 8192, 16) / (1, 32768, 16); the float64 form before it 0.140 / 0.273 on the same tiles,
     # 0.129 / 0.256 on its best (32 channels by 16 rows); a plain float32 scan writing the same two tensors, with no
     # compensation, 0.107 / 0.210 (the floor). Tiles of 4 or 16 rows and 64 channels were slower.
+    # lo is written only where |hi| >= lo_from (gate_lo_from; 0 for float32 inputs: everywhere). Readers take it
+    # through _load_lo, which loads the same entries and reads 0 for the others.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -205,7 +223,8 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.const
         tile_hi, tile_lo = tl.reduce((floored, tl.zeros_like(floored)), 0, _two_sum)
         carry_hi, carry_lo = _two_sum(carry_hi, carry_lo, tile_hi, tile_lo)
         _store(hi_ptr + base, hi, row0, i_k * BK, T, K, H * K, BS, BK)
-        _store(lo_ptr + base, lo, row0, i_k * BK, T, K, H * K, BS, BK)
+        p_lo, m_lo = _tile(lo_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
+        tl.store(p_lo, lo, mask=m_lo & (tl.abs(hi) >= lo_from))
     if CHECK:
         if tl.sum(bad) > 0:
             tl.store(ok_ptr, 0)
@@ -297,7 +316,7 @@ def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_lc, b_ga, b_la, acc_qk, acc_kk, 
 
 
 @triton.jit
-def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, T,
+def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                        DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
     # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
@@ -317,29 +336,30 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
         c0 = i_k * BK
         k0 = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
         g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
-        l0 = _load_f32(gl_ptr + base, r0, c0, T, K, S, BC, BK)
+        l0 = _load_lo(gl_ptr + base, g0, r0, c0, T, K, S, lo_from, BC, BK)
         k1 = _load_f32(k_ptr + base, r1, c0, T, K, S, BC, BK)
         g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
-        l1 = _load_f32(gl_ptr + base, r1, c0, T, K, S, BC, BK)
+        l1 = _load_lo(gl_ptr + base, g1, r1, c0, T, K, S, lo_from, BC, BK)
         k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
         g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
-        l2 = _load_f32(gl_ptr + base, r2, c0, T, K, S, BC, BK)
+        l2 = _load_lo(gl_ptr + base, g2, r2, c0, T, K, S, lo_from, BC, BK)
         ga = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
-        la = _load_row(gl_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
+        la = _load_lo_row(gl_ptr + base + c0, ga, r1 - 1, T, K - c0, S, lo_from, BK)
         d = tl.exp(tl.minimum(_span(g1, l1, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
         q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, l0, ga, la, q10, k10, DOT_PRECISION)
         ga = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
-        la = _load_row(gl_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
+        la = _load_lo_row(gl_ptr + base + c0, ga, r2 - 1, T, K - c0, S, lo_from, BK)
         d = tl.exp(tl.minimum(_span(g2, l2, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
         kd = k2 * d
         q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q20, k20, DOT_PRECISION)
         q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q21, k21, DOT_PRECISION)
         ga = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
-        la = _load_row(gl_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
-        d = tl.exp(tl.minimum(_span(_load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK),
-                                    _load_f32(gl_ptr + base, r3, c0, T, K, S, BC, BK), ga[None, :], la[None, :]), 0.0))
+        la = _load_lo_row(gl_ptr + base + c0, ga, r3 - 1, T, K - c0, S, lo_from, BK)
+        g3 = _load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK)
+        l3 = _load_lo(gl_ptr + base, g3, r3, c0, T, K, S, lo_from, BC, BK)
+        d = tl.exp(tl.minimum(_span(g3, l3, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
         kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
         q30, k30 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q30, k30, DOT_PRECISION)
@@ -434,7 +454,7 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 
 
 @triton.jit
-def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, T,
+def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                 CHECK: tl.constexpr):
@@ -468,11 +488,10 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
         if GATE == GATE_CHANNEL:
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_g = tl.load(p_g, mask=m_g, other=0.0)
-            b_gl = _load_f32(gl_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
+            b_gl = _load_lo(gl_ptr + kbase, b_g, i_t * BT, i_k * BK, T, K, H * K, lo_from, BT, BK)
             b_x = b_x * tl.exp(tl.minimum(b_g, 0.0))
-            cols = i_k * BK + tl.arange(0, BK)
-            g_last = tl.load(g_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
-            l_last = tl.load(gl_ptr + kbase + t_last * H * K + cols, mask=cols < K, other=0.0)
+            g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
+            l_last = _load_lo_row(gl_ptr + kbase + i_k * BK, g_last, t_last, T, K - i_k * BK, H * K, lo_from, BK)
             b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(_span(g_last[None, :], l_last[None, :], b_g, b_gl), 0.0))
             tl.store(p_kd, b_kd.to(kd_ptr.dtype.element_ty), mask=m_kd)
         b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype), input_precision=DOT_PRECISION)
@@ -640,6 +659,10 @@ CUMSUM_ROWS = 8
 BLOCK_V = {"output": 64, "state": None}
 
 
+# For bf16/fp16 inputs stage 1 keeps G_lo only where |G| >= this (see gate_lo_from for the bound).
+LO_FROM_HALF = 256.0
+
+
 # Streaming multiprocessors of the H200, the machine the launch settings were chosen on.
 SM_COUNT = 132
 
@@ -658,20 +681,40 @@ def state_block_v(heads, V, widest):
     return width
 
 
-def gate_sums(g, kind, values_ok=None):
+def gate_lo_from(kind, dtype) -> float:
+    """Stage 1 writes G_lo only where |G| >= this, for gates of ``kind`` beside inputs of ``dtype``.
+
+    Without G_lo a span G_r - G_c is the difference of two float32 roundings, off by at most one float32 step
+    of the larger |G|: for |G| < 256 that is 2^-16, so exp(span) is off by 1.5e-5 relative, 128 times below
+    bf16's rounding (2^-9) and 32 times below fp16's (2^-11) in the outputs it feeds. Where a sum reaches 256
+    (a gate of -1e4, -inf floored to -1024, strong gates over a chunk) G_lo is written and the span stays exact.
+    So for KDA in bf16/fp16 stage 1 writes half the bytes (G only, where sums stay below 256), and the stages
+    that read G_lo skip the same entries (_load_lo). Float32 inputs keep it everywhere (0.0), and so does a gate
+    per head (Gated DeltaNet): its G_lo is one value per head and token, nothing worth saving."""
+    if GATE_OF_KIND[kind] != GATE_CHANNEL.value or dtype == torch.float32:
+        return 0.0
+    return LO_FROM_HALF
+
+
+# Where G_lo lives; its entries below lo_from are never written (a test fills them with NaN to prove no stage reads
+# them).
+_allocate_lo = torch.empty_like
+
+
+def gate_sums(g, kind, values_ok=None, lo_from=0.0):
     """Stage 1 alone: G = the chunk-local cumulative sum of g as two float32 parts (G, G_lo), see _chunk_cumsum.
     Returns (None, None) without a gate. With ``values_ok`` (a 0-d int32 tensor) the kernel sets it to 0
-    if a gate is not <= 0."""
+    if a gate is not <= 0. G_lo is written only where |G| >= ``lo_from`` (gate_lo_from); read it with _load_lo."""
     gate = GATE_OF_KIND[kind]
     if gate == GATE_NONE:
         return None, None
     B, T, H = g.shape[:3]
     G = torch.empty(g.shape, device=g.device, dtype=torch.float32)
-    G_lo = torch.empty_like(G)
+    G_lo = _allocate_lo(G)
     gate_width = g.shape[3] if gate == GATE_CHANNEL else 1   # a gate per head: one "channel"
     bk_sum = min(_block(gate_width), CUMSUM_KEY_TILE)
     grid = (triton.cdiv(gate_width, bk_sum), triton.cdiv(T, CHUNK), B * H)
-    _chunk_cumsum[grid](g, G, G_lo, values_ok if values_ok is not None else G, T, H, gate_width, CHUNK, bk_sum,
+    _chunk_cumsum[grid](g, G, G_lo, values_ok if values_ok is not None else G, lo_from, T, H, gate_width, CHUNK, bk_sum,
                         CUMSUM_ROWS, values_ok is not None, **LAUNCH["cumsum"])
     return G, G_lo
 
@@ -686,7 +729,8 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
-    G, G_lo = gate_sums(g, kind, values_ok)
+    lo_from = gate_lo_from(kind, q.dtype)
+    G, G_lo = gate_sums(g, kind, values_ok, lo_from)
     beta_arg = beta if beta is not None else q  # unused placeholder pointer (linear attention)
 
     aqk = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype))
@@ -697,23 +741,24 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks sum the raw gates themselves
         _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, g, beta, aqk, akk, scale, T, H, K, BT, BC,
                                                                  DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
-        _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, T, H, K, BT, BC,
-                                        min(BK, OFFDIAGONAL_BK), prec, solve_precision(q.dtype),
+        _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H, K,
+                                        BT, BC, min(BK, OFFDIAGONAL_BK), prec, solve_precision(q.dtype),
                                         **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
         if delta:
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, solve_precision(q.dtype), **LAUNCH["solve"])
-    parts = {"G": G, "G_lo": G_lo, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
+    parts = {"G": G, "G_lo": G_lo, "lo_from": lo_from, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
-        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok)
+        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok, lo_from)
     return parts
 
 
-def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None):
+def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0):
     """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai).
-    With ``values_ok`` the kernel sets it to 0 if a beta is outside [0, 2]."""
+    With ``values_ok`` the kernel sets it to 0 if a beta is outside [0, 2]. ``lo_from``: the one stage 1 wrote
+    G_lo with (gate_sums)."""
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -723,7 +768,8 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None):
     u = torch.empty_like(v)
     kd = torch.empty_like(k) if gate != GATE_NONE else k
     _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
-                             values_ok if values_ok is not None else w, T, H, K, V, CHUNK, min(BK, KEY_TILE), BV,
+                             values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
+                             min(BK, KEY_TILE), BV,
                              gate, dot_precision(k.dtype), values_ok is not None,
                              **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
@@ -731,7 +777,8 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None):
 
 def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermediates=False, values_ok=None):
     """Run the pipeline. q, k [B,T,H,K], v [B,T,H,V] contiguous, one dtype. Returns o, final state
-    (float32) and, when asked, the intermediates the backward pass reuses (G, G_lo, h, V', Aqk, Ai).
+    (float32) and, when asked, the intermediates the backward pass reuses (G, G_lo, h, V', Aqk, Ai; and lo_from,
+    where stage 1 wrote G_lo, see gate_lo_from).
 
     ``values_ok``: a 0-d int32 tensor, or None. When given, the kernels that read every gate and every
     beta once anyway (stage 1 and stage 4) also check them, and set it to 0 when a gate is not <= 0 or a
@@ -764,5 +811,6 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                        min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
-        return o, ht, {"G": G, "G_lo": parts["G_lo"], "h": h, "vn": vn, "aqk": aqk, "ai": parts["ai"]}
+        return o, ht, {"G": G, "G_lo": parts["G_lo"], "lo_from": parts["lo_from"], "h": h, "vn": vn, "aqk": aqk,
+                       "ai": parts["ai"]}
     return o, ht
