@@ -685,8 +685,8 @@ def gate_lo_from(kind, dtype) -> float:
     """Stage 1 writes G_lo only where |G| >= this, for gates of ``kind`` beside inputs of ``dtype``.
 
     Without G_lo a span G_r - G_c is the difference of two float32 roundings, off by at most one float32 step
-    of the larger |G|: for |G| < 256 that is 2^-16, so exp(span) is off by 1.5e-5 relative, 128 times below
-    bf16's rounding (2^-9) and 32 times below fp16's (2^-11) in the outputs it feeds. Where a sum reaches 256
+    of the larger |G|: for |G| < 256 that is 2^-16, so exp(span) is off by 1.5e-5 relative, 256 times below
+    bf16's rounding (2^-8) and 32 times below fp16's (2^-11) in the outputs it feeds. Where a sum reaches 256
     (a gate of -1e4, -inf floored to -1024, strong gates over a chunk) G_lo is written and the span stays exact.
     So for KDA in bf16/fp16 stage 1 writes half the bytes (G only, where sums stay below 256), and the stages
     that read G_lo skip the same entries (_load_lo). Float32 inputs keep it everywhere (0.0), and so does a gate
