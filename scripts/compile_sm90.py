@@ -18,7 +18,7 @@ import sys
 import types
 from pathlib import Path
 
-sys.modules.setdefault("torch", types.SimpleNamespace(float32="float32"))  # chunk_fwd reads it only at launch
+sys.modules.setdefault("torch", types.SimpleNamespace(float32="float32", empty_like=None))  # read only at launch
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
@@ -37,6 +37,7 @@ def load_chunk_fwd():
 
 
 def compiles(fn, pointer_types, constants, **options):
+    # pointer_types: the type of each pointer and float argument; the other runtime arguments are i32.
     names = fn.arg_names
     signature = {n: "constexpr" if n in constants else pointer_types.get(n, "i32") for n in names}
     constexprs = {(names.index(n),): v for n, v in constants.items()}
@@ -59,7 +60,7 @@ def main():
             block = min(cf._block(K), cf.CUMSUM_KEY_TILE)
             for check in (True, False):
                 pointers = {"g_ptr": f"*{gate_dtype}", "hi_ptr": "*fp32", "lo_ptr": "*fp32",
-                            "ok_ptr": "*i32" if check else "*fp32"}
+                            "ok_ptr": "*i32" if check else "*fp32", "lo_from": "fp32"}
                 ok = compiles(cf._chunk_cumsum, pointers, dict(H=16, K=K, BT=cf.CHUNK, BK=block, BS=cf.CUMSUM_ROWS,
                                                                CHECK=check), **cf.LAUNCH["cumsum"])
                 failed += not ok

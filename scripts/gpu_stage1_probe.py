@@ -115,7 +115,10 @@ def launcher(form, g, block_k, rows, warps, ok):
     B, T, H, K = g.shape
     hi, lo = torch.empty_like(g), torch.empty_like(g)
     grid = (triton.cdiv(K, block_k), triton.cdiv(T, CHUNK), B * H)
-    return (lambda: FORMS[form][grid](g, hi, lo, ok, T, H, K, CHUNK, block_k, rows, True, num_warps=warps)), (hi, lo)
+    # The package's stage 1 also takes lo_from (chunk_fwd.gate_lo_from): 0.0 writes G_lo everywhere, as the others do.
+    lo_from = (0.0,) if form == "module" else ()
+    return (lambda: FORMS[form][grid](g, hi, lo, ok, *lo_from, T, H, K, CHUNK, block_k, rows, True,
+                                      num_warps=warps)), (hi, lo)
 
 
 def error_vs_float64(g, hi, lo):
