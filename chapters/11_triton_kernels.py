@@ -529,9 +529,9 @@ plt.show()
 # **1. Gate cumsum.** Each program owns one chunk of one head (for KDA, one block of its key channels;
 # Gated DeltaNet's one gate per head is a single channel) and writes $G_r = \sum_{s \le r} g_s$ inside the
 # chunk — as two float32 tensors, a high part and what its rounding dropped, so that decays over long spans keep
-# their digits (for KDA in bf16 the second only where a sum is large enough to need it; section 5 says when). It takes the chunk `CUMSUM_ROWS` rows at a time: one tile load, a scan down the tile of
-# (sum, remainder) pairs joined by a compensated addition (`_two_sum`), then the pair carried from the tiles
-# before it. Section 5 follows this stage through four forms, each measured, the last one this:
+# their digits (for KDA in bf16 the second only where a sum is large enough to need it; section 5 says when).
+# It takes the chunk `CUMSUM_ROWS` rows at a time: one tile load, a scan down the tile of (sum, remainder) pairs
+# joined by a compensated addition (`_two_sum`), then the pair carried from the tiles before it. Section 5 follows this stage through four forms, each measured, the last one this:
 
 # %%
 show(chunk_fwd._chunk_cumsum)
@@ -1758,10 +1758,10 @@ expect("the bound is at least 100x below bf16's rounding", bf16_rounding / decay
 # The decay moves by at most {glue:text}`ch11_lo_bound`, {glue:text}`ch11_lo_margin` times less than bf16's own
 # rounding. So since 111a155, for KDA with bf16 or fp16 inputs, stage 1 writes $G_{lo}$ only where
 # $|G| \ge$ {glue:text}`ch11_lo_from` (`chunk_fwd.gate_lo_from`); a spike of −1e4, a −∞ floored to −1024, or
-# strong gates over a chunk still get it,
-# and the spans through them stay exact. Float32 inputs keep it everywhere, and so does Gated DeltaNet, whose
-# $G_{lo}$ is one number per head and token. Every stage that reads $G_{lo}$ reads it through one helper that
-# applies the same rule, and the forward hands its rule to the backward. The CPU tests fill $G_{lo}$'s memory with
+# strong gates over a chunk still get it, and the spans through them stay exact. Float32 inputs keep it
+# everywhere, and so does Gated DeltaNet, whose $G_{lo}$ is one number per head and token. The rule lives in one
+# function, `_lo_kept`: stage 1 writes where it holds, every stage that reads $G_{lo}$ takes it only there (most
+# through `_load_lo`, shown below), and the forward hands its threshold to the backward. The CPU tests fill $G_{lo}$'s memory with
 # NaN before stage 1 runs, so a stage that read an entry stage 1 skipped would show. The rule, run in float32 under
 # the interpreter:
 
@@ -1774,6 +1774,9 @@ print(f"entries with |G| >= {LO_FROM:.0f}: {written.sum().item()} of {written.nu
       f"{torch.equal(hi_rule, hi_all)}; G_lo the same where written: {torch.equal(lo_rule[written], lo_all[written])}")
 expect("the rule changes nothing stage 1 writes", torch.equal(hi_rule, hi_all)
        and torch.equal(lo_rule[written], lo_all[written]) and 0 < written.sum().item() < written.numel())
+show(chunk_fwd._lo_kept)
+
+# %%
 show(chunk_fwd._load_lo)
 
 # %% [markdown]
@@ -1847,24 +1850,48 @@ expect("the kept form's forward is within 1 % of before at every shape (no gain)
 expect("the KDA forward at T >= 8192 is still slower than fla (the 0.9x target is not met)",
        min(kept_fwd[(2, 8192)], kept_fwd[(1, 32768)]) > 1.0)
 expect("fla's second timing agreed within 1 % across the three calls", max(fla_second) / min(fla_second) < 1.01)
+expect("masked loads made the forward faster than before at every shape",
+       all(kda_row8("masked_loads", s, "fwd")["k3lite_ops_triton_ms"] < kda_row8("before", s, "fwd")["k3lite_ops_triton_ms"]
+           for s in SHAPES8))
+readers_kept = change("kept", "fwd", "_offdiagonal_solve") + change("kept", "fwd", "_wy_factors")
+expect("in the kept form the two reading stages lost within 0.01 ms of what stage 1 gained",
+       abs(readers_kept + change("kept", "fwd", "_chunk_cumsum")) < 0.01)
+
+# %% [markdown]
+# How far apart are two calls on two machines? The kernels that this change did not touch give the answer:
+
+# %%
+UNTOUCHED = ["_diagonal_rows", "_state_pass", "_chunk_output"]
+spread = max(abs(change(run, "fwd", n)) for run in ("masked_loads", "kept") for n in UNTOUCHED)
+kept_profile = sorted(EIGHTH["kept"]["kda_profile_2x8192x16"]["fwd"], key=lambda r: -r["ms_per_call"])
+print("untouched kernels, GPU ms (before / masked loads / kept): " + "; ".join(
+    f"{n} " + " / ".join(f"{stage_ms(run, 'fwd', n):.3f}" for run in FORMS.values()) for n in UNTOUCHED))
+print("the kept forward's largest kernels: " + ", ".join(f"{r['name']} {r['ms_per_call']:.3f}" for r in kept_profile[:3]))
+glue("ch11_lo_spread", f"{spread:.3f}", display=False)
+glue("ch11_lo_offdiag_kept", f"{change('kept', 'fwd', '_offdiagonal_solve'):+.3f}", display=False)
+expect("the untouched kernels moved by less than 0.005 ms between the calls", spread < 0.005)
+expect("the kept form's off-diagonal stage slowed by more than that spread",
+       change("kept", "fwd", "_offdiagonal_solve") > 2 * spread)
+expect("the three largest forward kernels are the diagonal blocks, the off-diagonal products and the state pass",
+       {r["name"] for r in kept_profile[:3]} == {"_diagonal_rows", "_offdiagonal_solve", "_state_pass"})
 
 # %% [markdown]
 # Stage 1 did what was asked of it: with the benchmark's gates no sum reaches the threshold, nothing of $G_{lo}$ is
-# written,
-# and the stage went from {glue:text}`ch11_lo_s1_before` to {glue:text}`ch11_lo_s1_kept` ms. The forward as a whole
+# written, and the stage went from {glue:text}`ch11_lo_s1_before` to {glue:text}`ch11_lo_s1_kept` ms. The forward as a whole
 # did not move. With masked loads it gained a little, but the backward's intra-chunk stage, which reads $G_{lo}$ for
 # every block and anchor, went from {glue:text}`ch11_lo_intra_before` to {glue:text}`ch11_lo_intra_masked_loads` ms. A mask that
 # depends on the loaded data differs from element to element, so the compiler cannot merge neighbouring loads
 # into one wide load. The kept form keeps the wide loads. Its forward lost
-# {glue:text}`ch11_lo_readers_kept` ms in the two stages that read $G_{lo}$, about what stage 1 gained, and its
+# {glue:text}`ch11_lo_readers_kept` ms in the two stages that read $G_{lo}$, about what stage 1 gained (the
+# off-diagonal stage alone {glue:text}`ch11_lo_offdiag_kept`), and its
 # intra-chunk backward came down to {glue:text}`ch11_lo_intra_kept` ms. We have not found why; reading the compiled
 # code is the next step. So the training step got faster, forward+backward from {glue:text}`ch11_lo_both_before` to
 # {glue:text}`ch11_lo_both_kept`× fla's time, and the forward at `T ≥ 8192` stayed at
-# {glue:text}`ch11_lo_fwd_long` fla's. The three calls ran on freshly started machines; fla's own second timing
-# differed by {glue:text}`ch11_lo_fla_spread` between them, so the machines were comparable, but a difference of a
-# few hundredths of a millisecond in one stage is within what separate runs have shown. The gap that remains is
-# not the bytes of the gate sums. It is in the stages that do the work: the diagonal blocks, the state pass and
-# the off-diagonal products.
+# {glue:text}`ch11_lo_fwd_long` fla's. The three calls ran on freshly started machines, but they are comparable:
+# fla's own second timing differed by {glue:text}`ch11_lo_fla_spread` between them, and the kernels the change
+# did not touch by at most {glue:text}`ch11_lo_spread` ms, so the readers' losses are real. The gap that remains is
+# not the bytes of the gate sums. It is in the three largest kernels, the ones that do the work: the diagonal
+# blocks, the off-diagonal products and the state pass.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises

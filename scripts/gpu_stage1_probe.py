@@ -42,7 +42,7 @@ def _checked_tile(g_ptr, base, row0, col0, T, H: tl.constexpr, K: tl.constexpr, 
 
 
 @triton.jit
-def _cumsum_pairs_masked_carry(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr,
+def _cumsum_pairs_masked_carry(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr,
                                BT: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # b366cd8's form: the carry picked out of the scan's last row by masked sums (Triton 3.6.0 could not compile
     # this for bf16 gates; the package now reduces each tile to one pair instead).
@@ -68,7 +68,7 @@ def _cumsum_pairs_masked_carry(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr
 
 
 @triton.jit
-def _cumsum_float64(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+def _cumsum_float64(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # The form before b366cd8: a float64 running sum in tiles of BS rows, split into two float32 parts at the store.
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -90,10 +90,10 @@ def _cumsum_float64(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.con
 
 
 @triton.jit
-def _cumsum_float32_floor(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+def _cumsum_float32_floor(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                           BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # Not exact: one float32 scan of the whole chunk (fla's way), writing two float32 tensors like the others, so
-    # its time is the memory floor of a two-tensor stage 1. BS, CHECK and ok_ptr only keep the launch the same.
+    # its time is the memory floor of a two-tensor stage 1. BS, CHECK, ok_ptr and lo_from only keep the launch the same.
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     base = cf._head_base(i_bh // H, i_bh % H, T, H, K)
     p, m = cf._tile(g_ptr + base, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
@@ -102,6 +102,7 @@ def _cumsum_float32_floor(g_ptr, hi_ptr, lo_ptr, ok_ptr, T, H: tl.constexpr, K: 
     cf._store(lo_ptr + base, floored, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
 
 
+# Every form takes the package's stage 1 arguments, so one launch runs each; lo_from is used by the package's alone.
 FORMS = {"module": cf._chunk_cumsum, "f64": _cumsum_float64, "df_masked": _cumsum_pairs_masked_carry,
          "f32floor": _cumsum_float32_floor}
 # (form, key tile, rows per step, warps): the package's setting, its neighbours, and float64 at its best tiles
@@ -115,9 +116,8 @@ def launcher(form, g, block_k, rows, warps, ok):
     B, T, H, K = g.shape
     hi, lo = torch.empty_like(g), torch.empty_like(g)
     grid = (triton.cdiv(K, block_k), triton.cdiv(T, CHUNK), B * H)
-    # The package's stage 1 also takes lo_from (chunk_fwd.gate_lo_from): 0.0 writes G_lo everywhere, as the others do.
-    lo_from = (0.0,) if form == "module" else ()
-    return (lambda: FORMS[form][grid](g, hi, lo, ok, *lo_from, T, H, K, CHUNK, block_k, rows, True,
+    # lo_from = 0.0: the package's stage 1 writes G_lo everywhere (chunk_fwd.gate_lo_from), as the other forms do.
+    return (lambda: FORMS[form][grid](g, hi, lo, ok, 0.0, T, H, K, CHUNK, block_k, rows, True,
                                       num_warps=warps)), (hi, lo)
 
 

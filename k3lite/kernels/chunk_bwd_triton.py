@@ -39,9 +39,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
-                        SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _load_f32, _load_lo,
-                        _load_lo_row, _load_row, _load_vec_f32, _span, _state_base, _store, _tile, _vec, dot_precision,
-                        state_block_v, wy_factors)
+                        SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _lo_kept, _load_f32,
+                        _load_lo, _load_lo_row, _load_row, _load_vec_f32, _span, _state_base, _store, _tile, _vec,
+                        dot_precision, state_block_v, wy_factors)
 
 
 @triton.jit
@@ -318,8 +318,8 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
     cols = tl.arange(0, BK)
     m_a = (anchor[:, None] < n_rows) & (cols[None, :] < n_cols)
     g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
-    l_a = tl.where(tl.abs(g_a) >= lo_from, tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a,
-                                                   other=0.0), 0.0)   # as _load_lo
+    l_a = tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
+    l_a = tl.where(_lo_kept(g_a, lo_from), l_a, 0.0)   # as _load_lo, for one anchor row per group
     decay = tl.exp(-tl.abs(_span(b_g, b_gl, g_a, l_a)))
     row_side = second_half[:, None]
     same_group = group[:, None] == group[None, :]
@@ -643,8 +643,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     if gate == GATE_CHANNEL:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, dq_out, dk_out, dbeta_out, lo_from, T, H, K, BT,
-                                             BC, BK,
-                                             gated, delta, prec, **LAUNCH["intra"])
+                                             BC, BK, gated, delta, prec, **LAUNCH["intra"])
     else:
         _bwd_intra_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG_row,
                                       dbeta if delta else dq, dq_out, dk_out, dbeta_out, T, H, K, BT, BKb, gate,

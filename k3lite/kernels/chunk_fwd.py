@@ -135,19 +135,25 @@ def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
 
 
 @triton.jit
+def _lo_kept(hi, lo_from):
+    # Where stage 1 writes G_lo and its readers take it: |G| >= lo_from (see gate_lo_from). Elsewhere G_lo's memory
+    # is left as allocated and read as 0.
+    return tl.abs(hi) >= lo_from
+
+
+@triton.jit
 def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
-    # The G_lo tile beside the G tile hi, 0 where |G| < lo_from: stage 1 writes G_lo only where |G| >= lo_from
-    # (see gate_lo_from) and leaves the rest of its memory as allocated. The tile is loaded whole and the unwritten
-    # entries replaced: a load masked by |G| itself could not be vectorised (the mask differs per element) and
-    # made the backward's _bwd_intra 16 % slower on the H200 (1.606 -> 1.857 ms at (2, 8192, 16), bf16).
+    # The G_lo tile beside the G tile hi. Loaded whole, then the entries stage 1 did not write replaced by 0: a load
+    # masked by _lo_kept itself could not be vectorised (the mask differs per element) and made the backward's
+    # _bwd_intra 16 % slower on the H200 (1.606 -> 1.857 ms at (2, 8192, 16), bf16).
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
-    return tl.where(tl.abs(hi) >= lo_from, tl.load(p, mask=m, other=0.0), 0.0)
+    return tl.where(_lo_kept(hi, lo_from), tl.load(p, mask=m, other=0.0), 0.0)
 
 
 @triton.jit
 def _load_lo_row(base, hi, t, T, n_cols, stride, lo_from, BC: tl.constexpr):
     # Row t of G_lo beside row t of G (hi), as _load_lo.
-    return tl.where(tl.abs(hi) >= lo_from, _load_row(base, t, T, n_cols, stride, BC), 0.0)
+    return tl.where(_lo_kept(hi, lo_from), _load_row(base, t, T, n_cols, stride, BC), 0.0)
 
 
 @triton.jit
@@ -200,8 +206,8 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     # 0.119 / 0.234 ms at (2, 8192, 16) / (1, 32768, 16); the float64 form before it 0.140 / 0.273 on the same tiles,
     # 0.129 / 0.256 on its best (32 channels by 16 rows); a plain float32 scan writing the same two tensors, with no
     # compensation, 0.107 / 0.210 (the floor). Tiles of 4 or 16 rows and 64 channels were slower.
-    # lo is written only where |hi| >= lo_from (gate_lo_from; 0 for float32 inputs: everywhere). Readers take it
-    # through _load_lo, which loads the same entries and reads 0 for the others.
+    # lo is written only where _lo_kept(hi, lo_from) (gate_lo_from; 0 for float32 inputs: everywhere); the readers
+    # (_load_lo) read 0 for the rest.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -225,7 +231,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
         carry_hi, carry_lo = _two_sum(carry_hi, carry_lo, tile_hi, tile_lo)
         _store(hi_ptr + base, hi, row0, i_k * BK, T, K, H * K, BS, BK)
         p_lo, m_lo = _tile(lo_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
-        tl.store(p_lo, lo, mask=m_lo & (tl.abs(hi) >= lo_from))
+        tl.store(p_lo, lo, mask=m_lo & _lo_kept(hi, lo_from))
     if CHECK:
         if tl.sum(bad) > 0:
             tl.store(ok_ptr, 0)
@@ -690,8 +696,8 @@ def gate_lo_from(kind, dtype) -> float:
     bf16's rounding (2^-8) and 32 times below fp16's (2^-11) in the outputs it feeds. Where a sum reaches 256
     (a gate of -1e4, -inf floored to -1024, strong gates over a chunk) G_lo is written and the span stays exact.
     So for KDA in bf16/fp16 stage 1 writes half the bytes (G only, where sums stay below 256), and the stages
-    that read G_lo skip the same entries (_load_lo). Float32 inputs keep it everywhere (0.0), and so does a gate
-    per head (Gated DeltaNet): its G_lo is one value per head and token, nothing worth saving."""
+    that read G_lo take it only where it was written (_load_lo). Float32 inputs keep it everywhere (0.0), and so
+    does a gate per head (Gated DeltaNet): its G_lo is one value per head and token, nothing worth saving."""
     if GATE_OF_KIND[kind] != GATE_CHANNEL.value or dtype == torch.float32:
         return 0.0
     return LO_FROM_HALF
@@ -770,8 +776,7 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0):
     kd = torch.empty_like(k) if gate != GATE_NONE else k
     _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
                              values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
-                             min(BK, KEY_TILE), BV,
-                             gate, dot_precision(k.dtype), values_ok is not None,
+                             min(BK, KEY_TILE), BV, gate, dot_precision(k.dtype), values_ok is not None,
                              **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
 
