@@ -24,8 +24,8 @@ its gradient is summed over the channels inside the kernels; without a gate G = 
 Every exponent is a difference G_r - G_i with i <= r, or is split through an anchor row a (i <= a <= r)
 into two factors <= 1, exactly as in the forward; exp(G_r) exp(-G_i) is never formed, and every difference
 is taken on both parts of G (_span, with the forward's G_lo), so small gates after a large one keep their digits.
-G_lo is read through _load_lo, as in the forward: for KDA in bf16/fp16 stage 1 wrote it only where |G| >= 256
-(chunk_fwd.gate_lo_from).
+G_lo is read through _load_lo_whole (see there why not _load_lo, the forward's form): for KDA in bf16/fp16 stage 1
+wrote it only where |G| >= 256 (chunk_fwd.gate_lo_from).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import triton.language as tl  # noqa: E402
 
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
                         SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _lo_kept, _load_f32,
-                        _load_lo, _load_lo_row, _load_row, _load_vec_f32, _span, _state_base, _store, _tile, _vec,
-                        dot_precision, state_block_v, wy_factors)
+                        _load_lo_row_whole, _load_lo_whole, _load_row, _load_vec_f32, _span, _state_base, _store,
+                        _tile, _vec, dot_precision, state_block_v, wy_factors)
 
 
 @triton.jit
@@ -215,9 +215,9 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr,
             l_last = tl.load(gl_ptr + gbase + t_last * H)
         else:
             b_g = _load_f32(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
-            b_gl = _load_lo(gl_ptr + kbase, b_g, i_t * BT, i_k * BK, T, K, H * K, lo_from, BT, BK)
+            b_gl = _load_lo_whole(gl_ptr + kbase, b_g, i_t * BT, i_k * BK, T, K, H * K, lo_from, BT, BK)
             g_row = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
-            l_last = _load_lo_row(gl_ptr + kbase + i_k * BK, g_row, t_last, T, K - i_k * BK, H * K, lo_from, BK)
+            l_last = _load_lo_row_whole(gl_ptr + kbase + i_k * BK, g_row, t_last, T, K - i_k * BK, H * K, lo_from, BK)
             g_last, l_last = g_row[None, :], l_last[None, :]
         dq = dq * tl.exp(tl.minimum(b_g, 0.0))
         dk = dk * tl.exp(tl.minimum(_span(g_last, l_last, b_g, b_gl), 0.0))
@@ -319,7 +319,7 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
     m_a = (anchor[:, None] < n_rows) & (cols[None, :] < n_cols)
     g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
     l_a = tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
-    l_a = tl.where(_lo_kept(g_a, lo_from), l_a, 0.0)   # as _load_lo, for one anchor row per group
+    l_a = tl.where(_lo_kept(g_a, lo_from), l_a, 0.0)   # as _load_lo_whole, for one anchor row per group
     decay = tl.exp(-tl.abs(_span(b_g, b_gl, g_a, l_a)))
     row_side = second_half[:, None]
     same_group = group[:, None] == group[None, :]
@@ -366,7 +366,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
     b_gl = tl.zeros([BC, BK], dtype=tl.float32)
     if GATED:
         b_g = _load_f32(g_ptr + kbase, row0, 0, T, K, H * K, BC, BK)
-        b_gl = _load_lo(gl_ptr + kbase, b_g, row0, 0, T, K, H * K, lo_from, BC, BK)
+        b_gl = _load_lo_whole(gl_ptr + kbase, b_g, row0, 0, T, K, H * K, lo_from, BC, BK)
     b_beta = tl.zeros([BC], dtype=tl.float32)
     if DELTA:
         b_beta = _load_vec_f32(beta_ptr + b_base, row0, T, H, BC)
@@ -379,13 +379,13 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
         l_a = tl.zeros([BK], dtype=tl.float32)
         if GATED:
             g_a = _load_row(g_ptr + kbase, row0 - 1, T, K, H * K, BK)
-            l_a = _load_lo_row(gl_ptr + kbase, g_a, row0 - 1, T, K, H * K, lo_from, BK)
+            l_a = _load_lo_row_whole(gl_ptr + kbase, g_a, row0 - 1, T, K, H * K, lo_from, BK)
         for i_j in range(0, i_i):
             col0 = i_t * BT + i_j * BC
             b_kc = _load_f32(k_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
             if GATED:
                 g_c = _load_f32(g_ptr + kbase, col0, 0, T, K, H * K, BC, BK)
-                l_c = _load_lo(gl_ptr + kbase, g_c, col0, 0, T, K, H * K, lo_from, BC, BK)
+                l_c = _load_lo_whole(gl_ptr + kbase, g_c, col0, 0, T, K, H * K, lo_from, BC, BK)
                 to_anchor = _span(g_a[None, :], l_a[None, :], g_c, l_c)
                 b_kc = b_kc * tl.exp(tl.minimum(to_anchor, 0.0))
             d_a = _load_f32(daqk_ptr + a_base, row0, i_j * BC, T, BT, H * BT, BC, BC)
@@ -404,14 +404,14 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
         l_z = tl.zeros([BK], dtype=tl.float32)
         if GATED:
             g_z = _load_row(g_ptr + kbase, row0 + BC - 1, T, K, H * K, BK)
-            l_z = _load_lo_row(gl_ptr + kbase, g_z, row0 + BC - 1, T, K, H * K, lo_from, BK)
+            l_z = _load_lo_row_whole(gl_ptr + kbase, g_z, row0 + BC - 1, T, K, H * K, lo_from, BK)
         for i_j in range(i_i + 1, n_valid):
             r0 = i_t * BT + i_j * BC
             b_qr = _load_f32(q_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
             b_kr = _load_f32(k_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
             if GATED:
                 g_r = _load_f32(g_ptr + kbase, r0, 0, T, K, H * K, BC, BK)
-                l_r = _load_lo(gl_ptr + kbase, g_r, r0, 0, T, K, H * K, lo_from, BC, BK)
+                l_r = _load_lo_whole(gl_ptr + kbase, g_r, r0, 0, T, K, H * K, lo_from, BC, BK)
                 from_anchor = _span(g_r, l_r, g_z[None, :], l_z[None, :])
                 decay = tl.exp(tl.minimum(from_anchor, 0.0))
                 b_qr = b_qr * decay

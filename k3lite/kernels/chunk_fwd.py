@@ -143,16 +143,33 @@ def _lo_kept(hi, lo_from):
 
 @triton.jit
 def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
-    # The G_lo tile beside the G tile hi. Loaded whole, then the entries stage 1 did not write replaced by 0: a load
-    # masked by _lo_kept itself could not be vectorised (the mask differs per element) and made the backward's
-    # _bwd_intra 16 % slower on the H200 (1.606 -> 1.857 ms at (2, 8192, 16), bf16).
+    # The G_lo tile beside the G tile hi, for the forward's stages: the load is masked by _lo_kept, so an entry stage 1
+    # did not write is never fetched (with the benchmark's gates, none is). Against _load_lo_whole, on the H200 at
+    # (2, 8192, 16), bf16: _offdiagonal_solve 0.229 -> 0.211 ms, _wy_factors 0.179 -> 0.167 (scratch A/B, 2026-12-04).
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
-    return tl.where(_lo_kept(hi, lo_from), tl.load(p, mask=m, other=0.0), 0.0)
+    return tl.load(p, mask=m & _lo_kept(hi, lo_from), other=0.0)
 
 
 @triton.jit
 def _load_lo_row(base, hi, t, T, n_cols, stride, lo_from, BC: tl.constexpr):
     # Row t of G_lo beside row t of G (hi), as _load_lo.
+    c = tl.arange(0, BC)
+    return tl.load(base + t * stride + c, mask=(c < tl.where(t < T, n_cols, 0)) & _lo_kept(hi, lo_from), other=0.0)
+
+
+@triton.jit
+def _load_lo_whole(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
+    # As _load_lo, for the backward's intra-chunk stage: the tile loaded whole, then the entries stage 1 did not write
+    # replaced by 0. A mask that differs per element keeps the compiler from merging neighbouring loads into wide
+    # ones; there that cost more than the bytes saved: _bwd_intra 1.387 ms against 1.857 with _load_lo's masked load
+    # (H200, (2, 8192, 16), bf16; figures/bench_h200_2026-12-04.json).
+    p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
+    return tl.where(_lo_kept(hi, lo_from), tl.load(p, mask=m, other=0.0), 0.0)
+
+
+@triton.jit
+def _load_lo_row_whole(base, hi, t, T, n_cols, stride, lo_from, BC: tl.constexpr):
+    # Row t of G_lo beside row t of G (hi), as _load_lo_whole.
     return tl.where(_lo_kept(hi, lo_from), _load_row(base, t, T, n_cols, stride, BC), 0.0)
 
 
@@ -215,14 +232,16 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     base = _head_base(i_b, i_h, T, H, K)
     carry_hi = tl.zeros([BK], dtype=tl.float32)
     carry_lo = tl.zeros([BK], dtype=tl.float32)
-    bad = tl.zeros([BS, BK], dtype=tl.int32)
+    # The check keeps the largest gate seen in each tile position, NaN kept (one max.NaN per gate): on the H200 at
+    # (2, 8192, 16) the stage took 0.073 ms without a check and 0.096 with the count of bad gates it kept before.
+    worst = tl.full([BS, BK], -1.0, dtype=tl.float32)
     for i_s in tl.static_range(BT // BS):
         row0 = i_t * BT + i_s * BS
         p, m = _tile(g_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
-        gate = tl.load(p, mask=m, other=0.0)
+        gate = tl.load(p, mask=m, other=0.0).to(tl.float32)
         if CHECK:
-            bad += (~(gate <= 0)).to(tl.int32)
-        floored = tl.maximum(gate.to(tl.float32), GATE_FLOOR)
+            worst = tl.maximum(worst, gate, propagate_nan=tl.PropagateNan.ALL)
+        floored = tl.maximum(gate, GATE_FLOOR)
         hi, lo = tl.associative_scan((floored, tl.zeros_like(floored)), 0, _two_sum)
         hi, lo = _two_sum(carry_hi[None, :], carry_lo[None, :], hi, lo)
         # The tile's total joins the carry. (Picking the scan's last row out with masked sums instead made
@@ -233,7 +252,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
         p_lo, m_lo = _tile(lo_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
         tl.store(p_lo, lo, mask=m_lo & _lo_kept(hi, lo_from))
     if CHECK:
-        if tl.sum(bad) > 0:
+        if tl.sum((~(worst <= 0)).to(tl.int32)) > 0:
             tl.store(ok_ptr, 0)
 
 
