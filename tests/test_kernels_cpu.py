@@ -174,7 +174,7 @@ def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(mon
         assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
 
 
-@pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
+@pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "g_inf"), ("kda", "beta"),
                                       ("gated_delta_rule", None), ("gated_delta_rule", "g"),
                                       ("gated_delta_rule", "beta_nan"), ("delta_rule", None), ("delta_rule", "beta"),
                                       ("delta_rule", "beta_low")])
@@ -186,8 +186,8 @@ def test_chunked_kernels_check_values_as_they_read_them(kind, bad):
 
     q, k, v, g, beta, _ = make_inputs(kind, 70, -1.0, seed=12)
     where = (0, 69, 1)
-    if bad in ("g", "g_nan"):
-        g[where] = 0.5 if bad == "g" else float("nan")
+    if bad is not None and bad.startswith("g"):
+        g[where] = {"g": 0.5, "g_nan": float("nan"), "g_inf": float("inf")}[bad]
     if bad is not None and bad.startswith("beta"):
         beta[where] = {"beta": 2.5, "beta_nan": float("nan"), "beta_low": -0.1}[bad]
     ok = torch.ones((), dtype=torch.int32)

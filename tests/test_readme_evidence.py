@@ -1,9 +1,10 @@
 """The README's benchmark tables, its status rows and the prose around them must say what the stored runs measured.
 
 The README is prose, written by hand; its numbers come from figures/bench_h200_2026-12-02e.json (the fifth run),
-figures/bench_h200_2026-12-02f.json (the sixth), figures/bench_h200_2026-12-02g.json (the seventh) and
-figures/bench_h200_2026-12-04.json (the eighth). This test reads them and fails when a number in the README no longer matches its run (a re-measurement stored without the
-README, or a typo), so the page and its evidence cannot drift apart silently.
+figures/bench_h200_2026-12-02f.json (the sixth), figures/bench_h200_2026-12-02g.json (the seventh),
+figures/bench_h200_2026-12-04.json (the eighth) and figures/bench_h200_2026-12-04b.json (the ninth). This test reads
+them and fails when a number in the README no longer matches its run (a re-measurement stored without the README,
+or a typo), so the page and its evidence cannot drift apart silently.
 """
 
 from __future__ import annotations
@@ -61,14 +62,17 @@ def kda_forward_now(shape):
 
 
 EIGHTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-04.json").read_text())["runs"]
+NINTH_FILE = json.loads((ROOT / "figures" / "bench_h200_2026-12-04b.json").read_text())
+NINTH = NINTH_FILE["runs"]
 
 
 def latest_row(kind, shape, mode):
-    """The newest stored measurement of a row: the eighth run's call on the code as it stands where it timed the
-    row, the seventh run's otherwise."""
-    for r in EIGHTH["kept"]["chunked"]:
-        if (r["kind"], (r["B"], r["T"]), r["mode"]) == (kind, shape, mode):
-            return r
+    """The newest stored measurement of a row: the ninth run's call where it timed the row, else the eighth run's
+    call on 111a155, else the seventh run's."""
+    for run in (NINTH, EIGHTH):
+        for r in run["kept"]["chunked"]:
+            if (r["kind"], (r["B"], r["T"]), r["mode"]) == (kind, shape, mode):
+                return r
     return seventh_row(kind, shape, mode)
 
 
@@ -91,9 +95,16 @@ def test_status_rows_quote_the_latest_runs():
             assert status[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"].startswith(ratios), (kind, mode)
     decode = max(SEVENTH["decode"], key=lambda r: r["B"])
     assert status["decode ≥ 3.6 TB/s at B = 256 through the API"] == f"{decode['ops_tb_per_s']:.2f} TB/s"
-    eighth = [r["ops_over_kernels"] for r in EIGHTH["kept"]["chunked"]]
+    ninth = [r["ops_over_kernels"] for r in NINTH["kept"]["chunked"]]
+    eighth = [r["ops_over_kernels"] for r in EIGHTH["kept"]["chunked"] if r["kind"] == "gated_delta_rule"]
     assert status["public API ≤ 5 % over the kernels"].startswith(
-        f"ops / kernels {min(eighth):.3f}–{max(eighth):.3f} on the eighth run's {len(eighth)} rows")
+        f"ops / kernels {min(ninth):.3f}–{max(ninth):.3f} on the ninth run's {len(ninth)} rows, "
+        f"{min(eighth):.3f}–{max(eighth):.3f} on the eighth run's {len(eighth)} Gated DeltaNet rows")
+    (fwd_long,) = [r for r in NINTH["kept"]["chunked"] if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd")]
+    faster = min(fwd_long["fla_before_ms"], fwd_long["fla_after_ms"])
+    assert (f"fla's two timings {fwd_long['fla_before_ms']:.3f}/{fwd_long['fla_after_ms']:.3f} ms: "
+            f"{fwd_long['k3lite_ops_triton_ms'] / faster:.2f}× against the faster"
+            ) in status["KDA forward ≤ 0.9× at T ≥ 8192"]
 
 
 def test_status_marks_follow_the_numbers():
@@ -115,6 +126,70 @@ def test_status_marks_follow_the_numbers():
     decode = max(SEVENTH["decode"], key=lambda r: r["B"])
     decode_met = decode["ops_tb_per_s"] >= 3.6
     assert marks["decode ≥ 3.6 TB/s at B = 256 through the API"] == ("✔" if decode_met else "✗")
+
+
+def _ab_kernel(form, shape, mode, name):
+    return form["rows"][f"{shape} {mode}"]["kernels"][name]
+
+
+def test_ninth_run_tables_and_prose_are_the_stored_ones():
+    ab = NINTH_FILE["same_machine_ab"]
+    call1, call2, call3 = ab["call_1"], ab["call_2"], ab["call_3"]
+    s8 = "(2, 8192, 16)"
+    header = "| | stage 1 | `_offdiagonal_solve` | `_wy_factors` | `_bwd_intra` |"
+    table = README.split(header, 1)[1].split("\n\n", 1)[0]
+    quoted = [[c.strip() for c in ln.strip("|").split("|")] for ln in table.splitlines()[2:]]
+    forms = [call3["base_887e6db"], call3["kept_form"]]
+    assert len(quoted) == len(forms)
+    for form, cells in zip(forms, quoted):
+        expected = [f"{_ab_kernel(form, s8, 'fwd', n):.3f}"
+                    for n in ("_chunk_cumsum", "_offdiagonal_solve", "_wy_factors")]
+        expected.append(f"{_ab_kernel(form, s8, 'fwd+bwd', '_bwd_intra'):.3f}")
+        expected += [f"{form['rows'][f'({B}, {T}, 16) {m}']['api_ms']:.3f}"
+                     for B, T in SHAPES for m in ("fwd", "fwd+bwd")]
+        assert cells[1:] == expected
+    # the kept form is faster through the API at every shape and mode, and exactly as accurate
+    kept, base = call3["kept_form"], call3["base_887e6db"]
+    assert all(kept["rows"][key]["api_ms"] < base["rows"][key]["api_ms"] for key in base["rows"])
+    assert kept["accuracy"] == base["accuracy"]
+    prose = " ".join(README.split("**Ninth run of 2026-12-04", 1)[1].split("**Eighth run", 1)[0].split())
+    stage1_count, stage1_max = call2["candidate"]["stage1"], kept["stage1"]
+    assert (f"{stage1_count['check=False lo_from=256.0']:.3f} ms without a check and "
+            f"{stage1_count['check=True lo_from=256.0']:.3f} with the count (call 2); "
+            f"{stage1_max['check=False lo_from=256.0']:.3f} and {stage1_max['check=True lo_from=256.0']:.3f} with the "
+            "maximum (call 3)") in prose
+    rows = {(r["B"], r["T"], r["mode"]): r for r in NINTH["kept"]["chunked"]}
+    assert ("put the forward at " + " / ".join(f"{rows[(B, T, 'fwd')]['k3lite_ops_triton_ms']:.3f}" for B, T in SHAPES)
+            + " ms, " + " / ".join(f"{rows[(B, T, 'fwd')]['ratio_ops_vs_fla']:.2f}×" for B, T in SHAPES)) in prose
+    both = " / ".join(f"{rows[(B, T, 'fwd+bwd')]['ratio_ops_vs_fla']:.2f}×" for B, T in SHAPES)
+    assert f"Forward+backward {both}" in prose
+    fla = kept["fla_fwd"][s8]
+    assert f"{kept['rows'][s8 + ' fwd']['api_ms'] / ((fla['before'] + fla['after']) / 2):.2f}×, as in the A/B" in prose
+    tried = README.split("| candidate | kernel | 887e6db | candidate |", 1)[1].split("\n\n", 1)[0]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in tried.splitlines()[2:]]
+    names = (("_wy_factors", "fwd"), ("_offdiagonal_solve", "fwd"), ("_bwd_intra", "fwd+bwd"))
+    assert cells[0][2:] == [" / ".join(f"{_ab_kernel(f, s8, m, n):.3f}" for n, m in names)
+                            for f in (call1["base_887e6db"], call1["candidate"])]
+    cases = [(call1["base_887e6db"], call1["candidate"], "_diagonal_rows", 6),
+             (call2["base_887e6db"], call2["candidate"], "_diagonal_blocks", 4),
+             (call3["base_887e6db"], call3["diagonal_levels_sliced"], "_diagonal_blocks", 9)]
+    for (b, c, name, n), row in zip(cases, cells[1:]):
+        assert row[2:] == [f"{_ab_kernel(b, s8, 'fwd', '_diagonal_rows'):.3f}",
+                           f"{_ab_kernel(c, s8, 'fwd', name):.3f} "
+                           f"(best of {n} settings: {min(c['diagonal'].values()):.3f})"]
+    best_levels = [min(c["diagonal"].values()) / _ab_kernel(b, s8, "fwd", "_diagonal_rows")
+                   for b, c, _, _ in cases[1:]]
+    assert "two to three times slower at their best launch settings" in prose
+    assert all(1.5 < r < 3 for r in best_levels)
+    profile = {r["name"]: r["ms_per_call"] for r in NINTH["kept"]["kda_profile_2x8192x16"]["fwd"]}
+    old = json.loads((ROOT / "figures" / "bench_h200_2026-12-02.json").read_text())
+    fla = old["kda_fwd_designs"]["diagonal_blocks_809c14d"]["kda fwd fla"]
+    fla_ms = {r["name"]: r["ms_per_call"] for r in fla["kernels"]}
+    gaps = [profile[ours] - fla_ms[theirs] for ours, theirs in (
+        ("_diagonal_rows", "chunk_kda_fwd_kernel_intra_token_parallel"),
+        ("_wy_factors", "recompute_w_u_fwd_kda_kernel"), ("_chunk_cumsum", "chunk_local_cumsum_vector_kernel"))]
+    assert (f"now sum to {sum(profile.values()):.3f} ms at (2, 8192) against fla's {fla['total_ms']:.3f}" in prose
+            and "(" + " / ".join(f"+{g:.3f}" for g in gaps) + " ms)" in prose)
 
 
 def test_eighth_run_table_is_the_stored_one():
