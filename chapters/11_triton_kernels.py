@@ -1996,9 +1996,39 @@ glue("ch11_level_exps", f"{level_exps:.0f}", display=False)
 # interesting failure. They compute the diagonal blocks as the backward does: four levels of pairs, each level's
 # pairs through one anchor row, {glue:text}`ch11_level_exps` exponentials per row and channel instead of
 # {glue:text}`ch11_row_exps`, and the sums on tensor cores. On paper that is less work; measured, it was
-# {glue:text}`ch11_levels_slower` times slower at its best setting. A likely cause, not checked in the compiled
-# code: a 16-row block's float32 tiles of $q$, $k$, $G$, $G_{lo}$, the anchors and the decays do not fit the
-# registers of one or two warps. Counting operations picks candidates; only the clock picks winners.
+# {glue:text}`ch11_levels_slower` times slower at its best setting. Why? The compiler can tell us without a GPU:
+# `scripts/diagonal_registers.py` compiles both forms for the H200 (sm90) and asks `ptxas`, NVIDIA's assembler,
+# how many registers each thread needs. A multiprocessor has 65,536 registers; the more each thread takes, the
+# fewer warps fit on it at once, and a kernel that mostly waits on loads needs many warps to hide the wait.
+
+# %%
+COUNTS = NINTH["diagonal_registers"]["rows"]
+print(f"{'kernel':<40}{'warps':>6}{'registers':>11}{'spilled, B':>12}{'warps per SM':>14}")
+for r in COUNTS:
+    print(f"{r['kernel']:<40}{r['num_warps']:>6}{r['registers']:>11}{r['spill_store_bytes']:>12}"
+          f"{r['resident_warps_by_registers']:>14}")
+walk = [r for r in COUNTS if r["kernel"].startswith("_diagonal_rows")]
+levels = [r for r in COUNTS if r["kernel"].startswith("by levels")]
+expect("the levels' fewest registers are more than the row walk's most",
+       min(r["registers"] for r in levels) > max(r["registers"] for r in walk))
+expect("the levels spill at one warp; the row walk never spills",
+       all(r["spill_store_bytes"] > 0 for r in levels if r["num_warps"] == 1)
+       and all(r["spill_store_bytes"] == 0 for r in walk))
+expect("by registers, the levels leave fewer warps per multiprocessor than the row walk in every setting",
+       max(r["resident_warps_by_registers"] for r in levels) < min(r["resident_warps_by_registers"] for r in walk))
+for name, rows_ in (("walk", walk), ("levels", levels)):
+    for key, tag in (("registers", "regs"), ("resident_warps_by_registers", "warps")):
+        values = [r[key] for r in rows_]
+        glue(f"ch11_{name}_{tag}", f"{min(values)}–{max(values)}", display=False)
+
+# %% [markdown]
+# The levels take {glue:text}`ch11_levels_regs` registers per thread, the row walk
+# {glue:text}`ch11_walk_regs`. Each $[16, 128]$ float32 tile of a level ($q$, $k$, $G$, $G_{lo}$, the anchors,
+# the decays) is 2,048 numbers, 64 registers per thread of a single warp, and a level holds several at once; the
+# row walk holds two heads' rows of 128. At one warp the levels spill to memory; where they do not, their
+# registers leave room for {glue:text}`ch11_levels_warps` warps per multiprocessor against
+# {glue:text}`ch11_walk_warps`. That the missing warps are what made it slow is the likely reading, not a
+# measured one. Counting operations picks candidates; the compiler's counts and the clock pick winners.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. Exercises

@@ -181,6 +181,17 @@ def test_ninth_run_tables_and_prose_are_the_stored_ones():
                    for b, c, _, _ in cases[1:]]
     assert "two to three times slower at their best launch settings" in prose
     assert all(1.5 < r < 3 for r in best_levels)
+    counts = NINTH_FILE["diagonal_registers"]["rows"]
+
+    def span(prefix, key):
+        values = [r[key] for r in counts if r["kernel"].startswith(prefix)]
+        return f"{min(values)}–{max(values)}"
+
+    assert (f"the levels need {span('by levels', 'registers')} registers per thread against "
+            f"{span('_diagonal_rows', 'registers')} for the row walk") in prose
+    assert (f"leave room for {span('by levels', 'resident_warps_by_registers')} warps per multiprocessor against "
+            f"{span('_diagonal_rows', 'resident_warps_by_registers')}") in prose
+    assert all(r["spill_store_bytes"] > 0 for r in counts if r["kernel"].startswith("by levels") and r["num_warps"] == 1)
     profile = {r["name"]: r["ms_per_call"] for r in NINTH["kept"]["kda_profile_2x8192x16"]["fwd"]}
     old = json.loads((ROOT / "figures" / "bench_h200_2026-12-02.json").read_text())
     fla = old["kda_fwd_designs"]["diagonal_blocks_809c14d"]["kda fwd fla"]

@@ -1,0 +1,187 @@
+"""Registers per thread of KDA's diagonal-block kernels on Hopper, counted without a GPU.
+
+    PYTHONPATH=/tmp/tt3.7.1 python3 scripts/diagonal_registers.py            # ptxas -v, sm90 (no GPU)
+    python3 scripts/diagonal_registers.py --check                           # the candidate, under the interpreter
+
+The ninth run (figures/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk and Akk
+that works as the backward does (chunk_bwd_triton._diagonal_level_bwd): four levels of pairs, each through an anchor
+row, the sums as tensor-core products. It needs about half the exponentials of the package's _diagonal_rows (one
+token's row per program, walking the row), yet it was two to three times slower at every launch setting tried.
+This script keeps the candidate (_diagonal_blocks_by_levels, below; channel slices of BK, BK = 128 being the
+full-width form) and asks ptxas how many registers each form needs. Default: compile both for sm90 with Triton's
+compiler and the ptxas it ships (no GPU needed, as scripts/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and
+print registers per thread, spill bytes, and the warps that fit on one multiprocessor by registers alone (65536
+registers, at most 32 blocks and 64 warps). --check runs the candidate under Triton's interpreter in float32 and
+compares its blocks with the package's; exits 1 if they differ by more than 1e-6. --out FILE writes the counts as
+JSON. Not part of any test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "k3lite" / "kernels" / "chunk_fwd.py"
+REGISTERS_PER_SM, MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM = 65536, 32, 64   # Hopper (sm90)
+
+if "--check" in sys.argv:
+    sys.path.insert(0, str(ROOT))
+    from k3lite.kernels import chunk_fwd as cf  # noqa: E402  (first: it turns the interpreter on)
+else:
+    sys.modules.setdefault("torch", types.SimpleNamespace(float32="float32", empty_like=None))  # read only at launch
+    src = SOURCE.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
+    cf = types.ModuleType("chunk_fwd")
+    cf.__file__ = str(SOURCE)
+    sys.modules["chunk_fwd"] = cf
+    exec(compile(src, str(SOURCE), "exec"), cf.__dict__)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _level(b_q, b_k, b_g, b_gl, g_rows, gl_rows, n_rows, stride, n_cols, lo_from, HALF: tl.constexpr,
+           BC: tl.constexpr, BK: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # The pairs (r, c) of each group of 2*HALF rows with c in its first half and r in its second, through the anchor
+    # a = the last row of the first half: exp(G_r - G_c) = exp(G_r - G_a) exp(G_a - G_c), both factors <= 1.
+    rows = tl.arange(0, BC)
+    group = rows // (2 * HALF)
+    anchor = group * (2 * HALF) + HALF - 1
+    row_side = ((rows % (2 * HALF)) >= HALF)[:, None]
+    cols = tl.arange(0, BK)
+    m_a = (anchor[:, None] < n_rows) & (cols[None, :] < n_cols)
+    g_a = tl.load(g_rows + anchor[:, None] * stride + cols[None, :], mask=m_a, other=0.0)
+    l_a = tl.load(gl_rows + anchor[:, None] * stride + cols[None, :], mask=m_a & cf._lo_kept(g_a, lo_from), other=0.0)
+    decay = tl.exp(-tl.abs(cf._span(b_g, b_gl, g_a, l_a)))
+    k_c = tl.where(row_side, 0.0, b_k * decay)
+    same_group = group[:, None] == group[None, :]
+    a_qk = tl.dot(tl.where(row_side, b_q * decay, 0.0), tl.trans(k_c), input_precision=DOT_PRECISION)
+    a_kk = tl.dot(tl.where(row_side, b_k * decay, 0.0), tl.trans(k_c), input_precision=DOT_PRECISION)
+    return tl.where(same_group, a_qk, 0.0), tl.where(same_group, a_kk, 0.0)
+
+
+@triton.jit
+def _diagonal_blocks_by_levels(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, lo_from, T,
+                               H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr):
+    # The candidate: one program per (16-row sub-chunk, head), the channels in slices of BK; writes the same blocks as
+    # the package's _diagonal_rows (zeros above the diagonal), from G and G_lo instead of the raw gates.
+    tl.static_assert(BC == 16, "four levels of halves cover a 16-row block")
+    i_s, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    base = cf._head_base(i_b, i_h, T, H, K)
+    S = H * K
+    row0 = i_s * BC
+    rows = tl.arange(0, BC)
+    a_qk = tl.zeros([BC, BC], dtype=tl.float32)
+    a_kk = tl.zeros([BC, BC], dtype=tl.float32)
+    same_token = tl.zeros([BC], dtype=tl.float32)
+    n_rows = T - row0
+    for i_k in range(0, tl.cdiv(K, BK)):
+        c0 = i_k * BK
+        b_q = cf._load_f32(q_ptr + base, row0, c0, T, K, S, BC, BK)
+        b_k = cf._load_f32(k_ptr + base, row0, c0, T, K, S, BC, BK)
+        b_g = cf._load_f32(g_ptr + base, row0, c0, T, K, S, BC, BK)
+        b_gl = cf._load_lo(gl_ptr + base, b_g, row0, c0, T, K, S, lo_from, BC, BK)
+        same_token += tl.sum(b_q * b_k, axis=1)
+        g_rows = g_ptr + base + row0 * S + c0
+        gl_rows = gl_ptr + base + row0 * S + c0
+        for level in tl.static_range(4):
+            l_qk, l_kk = _level(b_q, b_k, b_g, b_gl, g_rows, gl_rows, n_rows, S, K - c0, lo_from, 8 >> level, BC, BK,
+                                DOT_PRECISION)
+            a_qk += l_qk
+            a_kk += l_kk
+    a_qk += tl.where(rows[:, None] == rows[None, :], same_token[:, None], 0.0)
+    b_beta = cf._load_vec_f32(beta_ptr + cf._head_base(i_b, i_h, T, H, 1), row0, T, H, BC)
+    a_base = cf._head_base(i_b, i_h, T, H, BT)
+    cf._store(aqk_ptr + a_base, a_qk * scale, row0, row0 % BT, T, BT, H * BT, BC, BC)
+    cf._store(akk_ptr + a_base, a_kk * b_beta[:, None], row0, row0 % BT, T, BT, H * BT, BC, BC)
+
+
+def usage(fn, pointer_types, constants, num_warps):
+    """(registers per thread, spill-store bytes, spill-load bytes) of fn for sm90, from ptxas -v."""
+    from triton.backends.compiler import GPUTarget
+
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constants else pointer_types.get(n, "i32") for n in names}
+    constexprs = {(names.index(n),): v for n, v in constants.items()}
+    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n, t in pointer_types.items() if t.startswith("*")}
+    compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                                                        attrs=aligned),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    ptx = Path("/tmp/diagonal_registers.ptx")
+    ptx.write_text(compiled.asm["ptx"])
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", str(ptx), "-o", "/tmp/diagonal_registers.cubin"],
+                            capture_output=True, text=True, check=True).stderr
+    regs = int(re.search(r"Used (\d+) registers", report).group(1))
+    stores, loads = (int(x) for x in re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report).groups())
+    return regs, stores, loads
+
+
+def resident_warps(regs, num_warps):
+    """Warps of one multiprocessor by registers alone (ptxas allocates per warp in units of 256 registers)."""
+    per_warp = -(-regs * 32 // 256) * 256
+    blocks = min(REGISTERS_PER_SM // (per_warp * num_warps), MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM // num_warps)
+    return blocks * num_warps
+
+
+def registers(out):
+    rows_ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "g_ptr": "*fp32", "beta_ptr": "*bf16", "aqk_ptr": "*bf16",
+                 "akk_ptr": "*fp32", "scale": "fp32"}
+    level_ptrs = dict(rows_ptrs, gl_ptr="*fp32", lo_from="fp32")
+    cases = [(f"_diagonal_rows, {heads} heads per program", cf._diagonal_rows, rows_ptrs,
+              dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BH=heads, BK=128), warps)
+             for heads in (1, 2, 4) for warps in (1, 2)]
+    cases += [(f"by levels, slices of {bk}", _diagonal_blocks_by_levels, level_ptrs,
+               dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BK=bk, DOT_PRECISION="tf32"), warps)
+              for bk in (16, 32, 64, 128) for warps in (1, 2, 4)]
+    print(f"triton {triton.__version__}, sm90, bf16 inputs, H = 16, K = 128")
+    print(f"{'kernel':<40}{'warps':>6}{'registers':>11}{'spill st/ld, B':>16}{'warps per SM':>14}")
+    results = []
+    for label, fn, ptrs, constants, warps in cases:
+        regs, stores, loads = usage(fn, ptrs, constants, warps)
+        row = {"kernel": label, "num_warps": warps, "registers": regs, "spill_store_bytes": stores,
+               "spill_load_bytes": loads, "resident_warps_by_registers": resident_warps(regs, warps)}
+        results.append(row)
+        print(f"{label:<40}{warps:>6}{regs:>11}{f'{stores}/{loads}':>16}{row['resident_warps_by_registers']:>14}")
+    if out:
+        Path(out).write_text(json.dumps({"triton": triton.__version__, "target": "sm90", "rows": results}, indent=1))
+
+
+def check():
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    B, T, H, K = 1, 70, 3, 40
+    q, k = torch.randn(B, T, H, K, generator=gen), torch.randn(B, T, H, K, generator=gen)
+    g = -3 * torch.rand(B, T, H, K, generator=gen)
+    g[0, 20] = -1e4
+    beta = torch.rand(B, T, H, generator=gen)
+    G, G_lo = cf.gate_sums(g, "kda")
+    worst = 0.0
+    for bk in (16, 32, 64):
+        ours = [torch.zeros(B, T, H, cf.CHUNK) for _ in range(2)]
+        theirs = [torch.zeros(B, T, H, cf.CHUNK) for _ in range(2)]
+        cf._diagonal_rows[(B * T, triton.cdiv(H, 2))](q, k, g, beta, *ours, K ** -0.5, T, H, K, cf.CHUNK, cf.SUB, 2,
+                                                      cf._block(K))
+        _diagonal_blocks_by_levels[(triton.cdiv(T, cf.SUB), B * H)](q, k, G, G_lo, beta, *theirs, K ** -0.5, 0.0, T,
+                                                                    H, K, cf.CHUNK, cf.SUB, bk, "ieee")
+        errors = [(a - b).abs().max().item() / a.abs().max().item() for a, b in zip(ours, theirs)]
+        worst = max(worst, *errors)
+        print(f"slices of {bk}: largest difference from _diagonal_rows, relative to the largest entry: "
+              f"Aqk {errors[0]:.1e}, Akk {errors[1]:.1e}")
+    sys.exit(0 if worst < 1e-6 else 1)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    check() if args.check else registers(args.out)
