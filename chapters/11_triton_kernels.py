@@ -1997,7 +1997,7 @@ glue("ch11_level_exps", f"{level_exps:.0f}", display=False)
 # pairs through one anchor row, {glue:text}`ch11_level_exps` exponentials per row and channel instead of
 # {glue:text}`ch11_row_exps`, and the sums on tensor cores. On paper that is less work; measured, it was
 # {glue:text}`ch11_levels_slower` times slower at its best setting. Why? The compiler can tell us without a GPU:
-# `scripts/diagonal_registers.py` compiles both forms for the H200 (sm90) and asks `ptxas`, NVIDIA's assembler,
+# `scripts/kernel_registers.py` compiles both forms for the H200 (sm90) and asks `ptxas`, NVIDIA's assembler,
 # how many registers each thread needs. A multiprocessor has 65,536 registers; the more each thread takes, the
 # fewer warps fit on it at once, and a kernel that mostly waits on loads needs many warps to hide the wait.
 

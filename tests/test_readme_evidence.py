@@ -192,6 +192,13 @@ def test_ninth_run_tables_and_prose_are_the_stored_ones():
     assert (f"leave room for {span('by levels', 'resident_warps_by_registers')} warps per multiprocessor against "
             f"{span('_diagonal_rows', 'resident_warps_by_registers')}") in prose
     assert all(r["spill_store_bytes"] > 0 for r in counts if r["kernel"].startswith("by levels") and r["num_warps"] == 1)
+    stages = {r["kernel"]: r for r in NINTH_FILE["diagonal_registers"]["stages"]}
+    off, intra, cumsum = stages["_offdiagonal_solve"], stages["_bwd_intra (backward)"], stages["_chunk_cumsum"]
+    assert (f"`_offdiagonal_solve` ({off['registers']} registers at {off['num_warps']} warp, "
+            f"{off['spill_store_bytes']} bytes spilled) and the backward's `_bwd_intra` ({intra['registers']} at "
+            f"{intra['num_warps']} warps, {intra['spill_store_bytes']} bytes spilled), and stage 1 needs "
+            f"{cumsum['registers']} at one warp, room for {cumsum['resident_warps_by_registers']} warps") in prose
+    assert off["registers"] == intra["registers"] == 255 and off["spill_store_bytes"] > 0 < intra["spill_store_bytes"]
     profile = {r["name"]: r["ms_per_call"] for r in NINTH["kept"]["kda_profile_2x8192x16"]["fwd"]}
     old = json.loads((ROOT / "figures" / "bench_h200_2026-12-02.json").read_text())
     fla = old["kda_fwd_designs"]["diagonal_blocks_809c14d"]["kda fwd fla"]

@@ -1,7 +1,9 @@
-"""Registers per thread of KDA's diagonal-block kernels on Hopper, counted without a GPU.
+"""Registers per thread of the KDA kernels on Hopper, counted without a GPU.
 
-    PYTHONPATH=/tmp/tt3.7.1 python3 scripts/diagonal_registers.py            # ptxas -v, sm90 (no GPU)
-    python3 scripts/diagonal_registers.py --check                           # the candidate, under the interpreter
+    PYTHONPATH=/tmp/tt3.7.1 python3 scripts/kernel_registers.py             # ptxas -v, sm90 (no GPU)
+    python3 scripts/kernel_registers.py --check                             # the candidate, under the interpreter
+
+(/tmp/tt3.7.1: Triton 3.7.1's wheel for this Python, unzipped; see scripts/compile_sm90.py.)
 
 The ninth run (figures/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk and Akk
 that works as the backward does (chunk_bwd_triton._diagonal_level_bwd): four levels of pairs, each through an anchor
@@ -12,8 +14,9 @@ full-width form) and asks ptxas how many registers each form needs. Default: com
 compiler and the ptxas it ships (no GPU needed, as scripts/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and
 print registers per thread, spill bytes, and the warps that fit on one multiprocessor by registers alone (65536
 registers, at most 32 blocks and 64 warps). --check runs the candidate under Triton's interpreter in float32 and
-compares its blocks with the package's; exits 1 if they differ by more than 1e-6. --out FILE writes the counts as
-JSON. Not part of any test.
+compares its blocks with the package's; exits 1 if they differ by more than 1e-6. The same table follows for every
+stage of the KDA forward and the backward's _bwd_intra at the launch settings the package uses (LAUNCH). --out FILE
+writes the counts as JSON. Not part of any test.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def _diagonal_blocks_by_levels(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, a
     cf._store(akk_ptr + a_base, a_kk * b_beta[:, None], row0, row0 % BT, T, BT, H * BT, BC, BC)
 
 
-def usage(fn, pointer_types, constants, num_warps):
+def usage(fn, pointer_types, constants, num_warps, num_stages=None):
     """(registers per thread, spill-store bytes, spill-load bytes) of fn for sm90, from ptxas -v."""
     from triton.backends.compiler import GPUTarget
 
@@ -113,7 +116,8 @@ def usage(fn, pointer_types, constants, num_warps):
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n, t in pointer_types.items() if t.startswith("*")}
     compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs,
                                                         attrs=aligned),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+                              target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": num_warps, **({"num_stages": num_stages} if num_stages else {})})
     ptx = Path("/tmp/diagonal_registers.ptx")
     ptx.write_text(compiled.asm["ptx"])
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -129,6 +133,52 @@ def resident_warps(regs, num_warps):
     per_warp = -(-regs * 32 // 256) * 256
     blocks = min(REGISTERS_PER_SM // (per_warp * num_warps), MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM // num_warps)
     return blocks * num_warps
+
+
+def load_backward():
+    """chunk_bwd_triton without the package import, beside the chunk_fwd loaded above (for _bwd_intra)."""
+    path = SOURCE.with_name("chunk_bwd_triton.py")
+    src = path.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
+    module = types.ModuleType("chunk_bwd_triton")
+    module.__file__ = str(path)
+    exec(compile(src.replace("from .chunk_fwd import", "from chunk_fwd import"), str(path), "exec"), module.__dict__)
+    return module
+
+
+def stage_cases():
+    """Each stage of the KDA forward, and the backward's _bwd_intra, at the package's launch settings (bf16, K = 128)."""
+    bwd = load_backward()
+    half, f32 = "*bf16", "*fp32"
+    return [
+        ("_chunk_cumsum", cf._chunk_cumsum, dict(g_ptr=f32, hi_ptr=f32, lo_ptr=f32, ok_ptr="*i32", lo_from="fp32"),
+         dict(H=16, K=128, BT=cf.CHUNK, BK=cf.CUMSUM_KEY_TILE, BS=cf.CUMSUM_ROWS, CHECK=True), cf.LAUNCH["cumsum"]),
+        ("_diagonal_rows", cf._diagonal_rows, dict(q_ptr=half, k_ptr=half, g_ptr=f32, beta_ptr=half, aqk_ptr=half,
+                                                   akk_ptr=f32, scale="fp32"),
+         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BH=cf.DIAGONAL_HEADS, BK=128), cf.LAUNCH["diagonal"]),
+        ("_offdiagonal_solve", cf._offdiagonal_solve, dict(q_ptr=half, k_ptr=half, g_ptr=f32, gl_ptr=f32, beta_ptr=half,
+                                                           aqk_ptr=half, akk_ptr=f32, ai_ptr=half, scale="fp32",
+                                                           lo_from="fp32"),
+         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BK=cf.OFFDIAGONAL_BK, DOT_PRECISION="tf32", SOLVE_PRECISION="tf32"),
+         cf.LAUNCH["offdiagonal_solve"]),
+        ("_wy_factors", cf._wy_factors, dict(k_ptr=half, v_ptr=half, g_ptr=f32, gl_ptr=f32, beta_ptr=half, ai_ptr=half,
+                                             w_ptr=half, u_ptr=half, kd_ptr=half, ok_ptr="*i32", lo_from="fp32"),
+         dict(H=16, K=128, V=128, BT=cf.CHUNK, BK=cf.KEY_TILE, BV=cf.VALUE_TILE, GATE=2, DOT_PRECISION="tf32", CHECK=True),
+         cf.LAUNCH["wy_channel"]),
+        ("_state_pass (B*H = 32: 32 wide)", cf._state_pass, dict(k_ptr=half, u_ptr=half, w_ptr=half, g_ptr=f32,
+                                                                  h0_ptr=f32, h_ptr=half, vn_ptr=half, ht_ptr=f32),
+         dict(H=16, K=128, V=128, BT=cf.CHUNK, BK=128, BV=cf.state_block_v(32, 128, cf.VALUE_TILE), GATE=2, DELTA=True,
+              HAS_H0=False, DOT_PRECISION="tf32"), cf.LAUNCH["state"]),
+        ("_chunk_output", cf._chunk_output, dict(q_ptr=half, g_ptr=f32, h_ptr=half, aqk_ptr=half, vn_ptr=half,
+                                                 o_ptr=half, scale="fp32"),
+         dict(H=16, K=128, V=128, BT=cf.CHUNK, BK=cf.KEY_TILE, BV=cf.BLOCK_V["output"], GATE=2, DOT_PRECISION="tf32"),
+         cf.LAUNCH["output"]),
+        ("_bwd_intra (backward)", bwd._bwd_intra, dict(q_ptr=half, k_ptr=half, g_ptr=f32, gl_ptr=f32, beta_ptr=half,
+                                                       daqk_ptr=f32, dakk_ptr=f32, dq_ptr=f32, dk_ptr=f32, dg_ptr=f32,
+                                                       dbeta_ptr=f32, dq_out_ptr=half, dk_out_ptr=half,
+                                                       dbeta_out_ptr=half, lo_from="fp32"),
+         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BK=128, GATED=True, DELTA=True, DOT_PRECISION="tf32"),
+         bwd.LAUNCH["intra"]),
+    ]
 
 
 def registers(out):
@@ -150,8 +200,20 @@ def registers(out):
                "spill_load_bytes": loads, "resident_warps_by_registers": resident_warps(regs, warps)}
         results.append(row)
         print(f"{label:<40}{warps:>6}{regs:>11}{f'{stores}/{loads}':>16}{row['resident_warps_by_registers']:>14}")
+    print(f"\nthe package's stages at their launch settings\n{'kernel':<40}{'warps':>6}{'registers':>11}"
+          f"{'spill st/ld, B':>16}{'warps per SM':>14}")
+    stages = []
+    for label, fn, ptrs, constants, launch in stage_cases():
+        warps = launch["num_warps"]
+        regs, stores, loads = usage(fn, ptrs, constants, warps, launch.get("num_stages"))
+        row = {"kernel": label, "num_warps": warps, "num_stages": launch.get("num_stages"), "registers": regs,
+               "spill_store_bytes": stores, "spill_load_bytes": loads,
+               "resident_warps_by_registers": resident_warps(regs, warps)}
+        stages.append(row)
+        print(f"{label:<40}{warps:>6}{regs:>11}{f'{stores}/{loads}':>16}{row['resident_warps_by_registers']:>14}")
     if out:
-        Path(out).write_text(json.dumps({"triton": triton.__version__, "target": "sm90", "rows": results}, indent=1))
+        Path(out).write_text(json.dumps({"triton": triton.__version__, "target": "sm90", "rows": results,
+                                         "stages": stages}, indent=1))
 
 
 def check():
