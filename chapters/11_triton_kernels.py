@@ -2023,9 +2023,11 @@ for name, rows_ in (("walk", walk), ("levels", levels)):
 
 # %% [markdown]
 # The levels take {glue:text}`ch11_levels_regs` registers per thread, the row walk
-# {glue:text}`ch11_walk_regs`. Each $[16, 128]$ float32 tile of a level ($q$, $k$, $G$, $G_{lo}$, the anchors,
-# the decays) is 2,048 numbers, 64 registers per thread of a single warp, and a level holds several at once; the
-# row walk holds two heads' rows of 128. At one warp the levels spill to memory; where they do not, their
+# {glue:text}`ch11_walk_regs`. At full width each $[16, 128]$ float32 tile of a level ($q$, $k$, $G$, $G_{lo}$,
+# the anchors, the decays) is 2,048 numbers, 64 registers per thread of a single warp, and a level holds several at
+# once; the row walk holds two heads' rows of 128. On narrower slices the count stays high (the four levels are
+# unrolled, and the tensor-core operands take layouts of their own; we did not break it down further). At one
+# warp the levels spill to memory; where they do not, their
 # registers leave room for {glue:text}`ch11_levels_warps` warps per multiprocessor against
 # {glue:text}`ch11_walk_warps`. That the missing warps are what made it slow is the likely reading, not a
 # measured one. Counting operations picks candidates; the compiler's counts and the clock pick winners.

@@ -33,7 +33,9 @@ so the gates of -0.001 after it would vanish. Two ways keep every digit:
   * KDA's diagonal blocks (_diagonal_rows, the stage that reads most gate rows) never subtract: walking j
     down from t, the kernel carries sum_{j < m <= t} g_m of the raw gates, a sum of one sign.
     Measured on the H200 at (2, 8192, 16): 0.242 ms against 0.326 ms for pairs of two-part differences
-    (figures/bench_h200_2026-12-02.json and bench_h200_kda_2026-12-01.json).
+    (figures/bench_h200_2026-12-02.json and bench_h200_kda_2026-12-01.json), and against 0.46 ms at best for the
+    backward's form (four levels of pairs through anchors, tensor-core sums: half the exponentials, but 156-255
+    registers per thread; bench_h200_2026-12-04b.json, scripts/kernel_registers.py).
     Summing raw gates by tl.cumsum inside the other stages as well (no G, G_lo at all) made the forward
     slower, 1.495 ms in all: the scans cost more in the off-diagonal, WY and output stages (0.410, 0.312,
     0.318 ms against 0.373, 0.219, 0.157) than stage 1's 0.124 ms.
