@@ -22,29 +22,40 @@ sys.modules.setdefault("torch", types.SimpleNamespace(float32="float32", empty_l
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-SOURCE = Path(__file__).resolve().parent.parent / "k3lite" / "kernels" / "chunk_fwd.py"
+KERNELS = Path(__file__).resolve().parent.parent / "k3lite" / "kernels"
+SOURCE = KERNELS / "chunk_fwd.py"
 
 
-def load_chunk_fwd():
-    # The module's source without its package import; the line stays (as a blank) so Triton finds each
-    # kernel's source at the right line.
-    src = SOURCE.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
-    module = types.ModuleType("chunk_fwd")
-    module.__file__ = str(SOURCE)
-    sys.modules["chunk_fwd"] = module
-    exec(compile(src, str(SOURCE), "exec"), module.__dict__)
+def load_kernel_module(name="chunk_fwd"):
+    # k3lite/kernels/<name>.py without its package imports (chunk_fwd first, the others import it); each removed
+    # line stays (as a blank) so Triton finds each kernel's source at the right line.
+    path = KERNELS / f"{name}.py"
+    src = path.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    exec(compile(src.replace("from .chunk_fwd import", "from chunk_fwd import"), str(path), "exec"), module.__dict__)
     return module
 
 
-def compiles(fn, pointer_types, constants, **options):
-    # pointer_types: the type of each pointer and float argument; the other runtime arguments are i32.
+def load_chunk_fwd():
+    return load_kernel_module("chunk_fwd")
+
+
+def compile_sm90(fn, pointer_types, constants, **options):
+    """fn compiled for sm90 (Triton's compiler and ptxas, no GPU). pointer_types: the type of each pointer and float
+    argument; the other runtime arguments are i32. Pointers get the real launcher's 16-byte alignment."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constants else pointer_types.get(n, "i32") for n in names}
     constexprs = {(names.index(n),): v for n, v in constants.items()}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n, t in pointer_types.items() if t.startswith("*")}
+    return triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned),
+                          target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compiles(fn, pointer_types, constants, **options):
     try:
-        triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned),
-                       target=GPUTarget("cuda", 90, 32), options=options)
+        compile_sm90(fn, pointer_types, constants, **options)
         return True
     except Exception as err:  # a compiler failure is the finding
         print(f"   {type(err).__name__}: {str(err).strip().splitlines()[-1][:160]}")

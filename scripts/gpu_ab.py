@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 import torch
-import triton.testing
 
 import k3lite
 from k3lite import bench
@@ -33,10 +32,7 @@ from k3lite.kernels import chunk_fwd
 SHAPES = [(2, 8192, 16), (1, 32768, 16), (8, 2048, 16)]
 
 
-def median_ms(fn):
-    fn()
-    torch.cuda.synchronize()
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+median_ms = bench.timer(gpu=True)   # the benchmark's own timing: do_bench median after a first call
 
 
 def fla_forward(fla, results, tag):

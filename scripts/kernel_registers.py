@@ -26,23 +26,19 @@ import json
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "k3lite" / "kernels" / "chunk_fwd.py"
 REGISTERS_PER_SM, MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM = 65536, 32, 64   # Hopper (sm90)
 
+sys.path.insert(0, str(ROOT))
 if "--check" in sys.argv:
-    sys.path.insert(0, str(ROOT))
     from k3lite.kernels import chunk_fwd as cf  # noqa: E402  (first: it turns the interpreter on)
 else:
-    sys.modules.setdefault("torch", types.SimpleNamespace(float32="float32", empty_like=None))  # read only at launch
-    src = SOURCE.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
-    cf = types.ModuleType("chunk_fwd")
-    cf.__file__ = str(SOURCE)
-    sys.modules["chunk_fwd"] = cf
-    exec(compile(src, str(SOURCE), "exec"), cf.__dict__)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compile_sm90  # noqa: E402  (stands in for torch: the kernels' modules load without the package)
+
+    cf = compile_sm90.load_chunk_fwd()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -108,20 +104,12 @@ def _diagonal_blocks_by_levels(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, a
 
 def usage(fn, pointer_types, constants, num_warps, num_stages=None):
     """(registers per thread, spill-store bytes, spill-load bytes) of fn for sm90, from ptxas -v."""
-    from triton.backends.compiler import GPUTarget
-
-    names = fn.arg_names
-    signature = {n: "constexpr" if n in constants else pointer_types.get(n, "i32") for n in names}
-    constexprs = {(names.index(n),): v for n, v in constants.items()}
-    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n, t in pointer_types.items() if t.startswith("*")}
-    compiled = triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs,
-                                                        attrs=aligned),
-                              target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": num_warps, **({"num_stages": num_stages} if num_stages else {})})
-    ptx = Path("/tmp/diagonal_registers.ptx")
+    options = {"num_warps": num_warps, **({"num_stages": num_stages} if num_stages else {})}
+    compiled = compile_sm90.compile_sm90(fn, pointer_types, constants, **options)
+    ptx = Path("/tmp/kernel_registers.ptx")
     ptx.write_text(compiled.asm["ptx"])
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", str(ptx), "-o", "/tmp/diagonal_registers.cubin"],
+    report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", str(ptx), "-o", "/tmp/kernel_registers.cubin"],
                             capture_output=True, text=True, check=True).stderr
     regs = int(re.search(r"Used (\d+) registers", report).group(1))
     stores, loads = (int(x) for x in re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report).groups())
@@ -135,19 +123,9 @@ def resident_warps(regs, num_warps):
     return blocks * num_warps
 
 
-def load_backward():
-    """chunk_bwd_triton without the package import, beside the chunk_fwd loaded above (for _bwd_intra)."""
-    path = SOURCE.with_name("chunk_bwd_triton.py")
-    src = path.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
-    module = types.ModuleType("chunk_bwd_triton")
-    module.__file__ = str(path)
-    exec(compile(src.replace("from .chunk_fwd import", "from chunk_fwd import"), str(path), "exec"), module.__dict__)
-    return module
-
-
 def stage_cases():
     """Each stage of the KDA forward, and the backward's _bwd_intra, at the package's launch settings (bf16, K = 128)."""
-    bwd = load_backward()
+    bwd = compile_sm90.load_kernel_module("chunk_bwd_triton")
     half, f32 = "*bf16", "*fp32"
     return [
         ("_chunk_cumsum", cf._chunk_cumsum, dict(g_ptr=f32, hi_ptr=f32, lo_ptr=f32, ok_ptr="*i32", lo_from="fp32"),

@@ -174,8 +174,8 @@ def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(mon
         assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
 
 
-@pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "g_inf"), ("kda", "beta"),
-                                      ("gated_delta_rule", None), ("gated_delta_rule", "g"),
+@pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "g_inf"),
+                                      ("kda", "beta"), ("gated_delta_rule", None), ("gated_delta_rule", "g"),
                                       ("gated_delta_rule", "beta_nan"), ("delta_rule", None), ("delta_rule", "beta"),
                                       ("delta_rule", "beta_low")])
 def test_chunked_kernels_check_values_as_they_read_them(kind, bad):

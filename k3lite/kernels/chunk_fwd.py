@@ -130,10 +130,17 @@ def _load_vec_f32(base, row0, n_rows, stride, BR: tl.constexpr):
 
 
 @triton.jit
+def _row(base, t, T, n_cols, stride, BC: tl.constexpr):
+    # Pointers and mask of row t of a [T, n_cols] view; all masked when t is past the end.
+    c = tl.arange(0, BC)
+    return base + t * stride + c, c < tl.where(t < T, n_cols, 0)
+
+
+@triton.jit
 def _load_row(base, t, T, n_cols, stride, BC: tl.constexpr):
     # Row t of a [T, n_cols] view as a float32 vector; zeros when t is past the end.
-    c = tl.arange(0, BC)
-    return tl.load(base + t * stride + c, mask=c < tl.where(t < T, n_cols, 0), other=0.0).to(tl.float32)
+    p, m = _row(base, t, T, n_cols, stride, BC)
+    return tl.load(p, mask=m, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -146,8 +153,9 @@ def _lo_kept(hi, lo_from):
 @triton.jit
 def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
     # The G_lo tile beside the G tile hi, for the forward's stages: the load is masked by _lo_kept, so an entry stage 1
-    # did not write is never fetched (with the benchmark's gates, none is). Against _load_lo_whole, on the H200 at
-    # (2, 8192, 16), bf16: _offdiagonal_solve 0.229 -> 0.211 ms, _wy_factors 0.179 -> 0.167 (scratch A/B, 2026-12-04).
+    # did not write is never fetched (with the benchmark's gates, none is). Against _load_lo_whole, on one H200 at
+    # (2, 8192, 16), bf16: _offdiagonal_solve 0.217 -> 0.205 ms, _wy_factors 0.178 -> 0.169
+    # (figures/bench_h200_2026-12-04b.json, same_machine_ab, call_3).
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
     return tl.load(p, mask=m & _lo_kept(hi, lo_from), other=0.0)
 
@@ -155,13 +163,13 @@ def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.const
 @triton.jit
 def _load_lo_row(base, hi, t, T, n_cols, stride, lo_from, BC: tl.constexpr):
     # Row t of G_lo beside row t of G (hi), as _load_lo.
-    c = tl.arange(0, BC)
-    return tl.load(base + t * stride + c, mask=(c < tl.where(t < T, n_cols, 0)) & _lo_kept(hi, lo_from), other=0.0)
+    p, m = _row(base, t, T, n_cols, stride, BC)
+    return tl.load(p, mask=m & _lo_kept(hi, lo_from), other=0.0)
 
 
 @triton.jit
 def _load_lo_whole(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
-    # As _load_lo, for the backward's intra-chunk stage: the tile loaded whole, then the entries stage 1 did not write
+    # As _load_lo, for the backward's stages: the tile loaded whole, then the entries stage 1 did not write
     # replaced by 0. A mask that differs per element keeps the compiler from merging neighbouring loads into wide
     # ones; there that cost more than the bytes saved: _bwd_intra 1.387 ms against 1.857 with _load_lo's masked load
     # (H200, (2, 8192, 16), bf16; figures/bench_h200_2026-12-04.json).
