@@ -14,7 +14,8 @@ file each run imported is written beside its numbers.) Per form: KDA, bf16, H = 
 and (8, 2048), forward and forward+backward through the public API (k3lite.ops.kda.chunked(backend="triton"),
 triton.testing.do_bench median, ms) and per kernel (torch.profiler, 5 calls), and the bf16 error against the float32
 pipeline (scripts/gpu_profile.py: accuracy). --fla times the reference's forward before and after; --stage1 times
-stage 1 (chunk_fwd.gate_sums) alone with and without its value check. GPU only; not part of any test.
+stage 1 (chunk_fwd.gate_sums) alone with and without its value check; --diagonal-sweep times KDA's _diagonal_blocks
+under other slice widths and warp counts. GPU only; not part of any test.
 """
 
 from __future__ import annotations
@@ -67,6 +68,22 @@ def stage1_alone(results):
             print(f"stage 1 alone, check={check}, lo_from={lo_from}: {ms:.4f} ms", flush=True)
 
 
+DIAGONAL_SETTINGS = [(16, width, warps) for width in (32, 64, 128) for warps in (1, 2, 4)] + \
+    [(32, width, warps) for width in (16, 32, 64) for warps in (2, 4)] + [(64, 16, 8), (64, 16, 4)]
+
+
+def diagonal_sweep(results):
+    # _diagonal_blocks alone under other (rows per program, slice width, warps) (the forward's kernel profile).
+    for B, T, H in SHAPES[:1]:
+        t = bench.mixer_inputs("kda", B, T, H, 128, torch.bfloat16, "cuda", False)
+        for rows, width, warps in DIAGONAL_SETTINGS:
+            chunk_fwd.DIAGONAL_ROWS, chunk_fwd.DIAGONAL_BK = rows, width
+            chunk_fwd.LAUNCH["diagonal"] = dict(num_warps=warps)
+            ms = bench.kernel_times(lambda: bench.k3lite_call("kda", t, "triton"), iters=5)["_diagonal_blocks"]
+            results.setdefault("diagonal_sweep", {})[f"{(B, T, H)} rows={rows} BK={width} warps={warps}"] = ms
+            print(f"_diagonal_blocks {(B, T, H)} rows={rows} BK={width} warps={warps}: {ms:.4f} ms", flush=True)
+
+
 def main():
     label, out = sys.argv[1], Path(sys.argv[2])
     results = {"label": label, "file": k3lite.__file__}
@@ -88,6 +105,9 @@ def main():
     print("bf16 against the float32 pipeline (rel. RMS):", results["accuracy"], flush=True)
     if "--stage1" in sys.argv:
         stage1_alone(results)
+    if "--diagonal-sweep" in sys.argv:
+        save()
+        diagonal_sweep(results)
     save()
 
 

@@ -58,7 +58,7 @@ def set_all(num_warps, num_stages, stages=None):
 
 STAGE_KERNELS = {
     "fwd.cumsum": ("_chunk_cumsum",), "fwd.intra": ("_intra_chunk_dense",),
-    "fwd.diagonal": ("_diagonal_rows",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
+    "fwd.diagonal": ("_diagonal_blocks",), "fwd.offdiagonal_solve": ("_offdiagonal_solve",),
     # KDA's _wy_factors launches with "wy_channel", the other kinds' with "wy": sweep the one of the kind.
     "fwd.solve": ("_solve_unit_lower",), "fwd.wy": ("_wy_factors",), "fwd.wy_channel": ("_wy_factors",),
     "fwd.state": ("_state_pass",),
@@ -121,8 +121,8 @@ VARIANTS = {
     "cumsum_key_tile32": {"CUMSUM_KEY_TILE": 32},
     "solve_ieee": {"HALF_SOLVE_PRECISION": "ieee"},
     "a_in_float32": {"A_STORAGE": "float32"},
-    "diagonal_heads1": {"DIAGONAL_HEADS": 1},
-    "diagonal_heads4": {"DIAGONAL_HEADS": 4},
+    "diagonal_slices64": {"DIAGONAL_BK": 64},
+    "diagonal_slices32": {"DIAGONAL_BK": 32},
     "offdiagonal_bk64": {"OFFDIAGONAL_BK": 64},
     "offdiagonal_bk32": {"OFFDIAGONAL_BK": 32},
 }

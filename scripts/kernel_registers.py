@@ -7,14 +7,17 @@
 
 The ninth run (figures/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk and Akk
 that works as the backward does (chunk_bwd_triton._diagonal_level_bwd): four levels of pairs, each through an anchor
-row, the sums as tensor-core products. It needs about half the exponentials of the package's _diagonal_rows (one
-token's row per program, walking the row), yet it was two to three times slower at every launch setting tried.
+row, the sums as tensor-core products. It needs about half the exponentials of _diagonal_rows (one token's row per
+program, walking the row; the package's kernel then, kept below), yet it was two to three times slower at every
+launch setting tried. (The tenth run replaced _diagonal_rows with chunk_fwd._diagonal_blocks: one anchor per
+sub-chunk, one tensor-core product, and a row walk where the gates are too strong for it.)
 This script keeps the candidate (_diagonal_blocks_by_levels, below; channel slices of BK, BK = 128 being the
 full-width form) and asks ptxas how many registers each form needs. Default: compile both for sm90 with Triton's
 compiler and the ptxas it ships (no GPU needed, as scripts/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and
 print registers per thread, spill bytes, and the warps that fit on one multiprocessor by registers alone (65536
 registers, at most 32 blocks and 64 warps). --check runs the candidate under Triton's interpreter in float32 and
-compares its blocks with the package's; exits 1 if they differ by more than 1e-6. The same table follows for every
+compares its blocks with _diagonal_rows's and the package's _diagonal_blocks; exits 1 if they differ by more than
+1e-6. The same table follows for every
 stage of the KDA forward and the backward's _bwd_intra at the launch settings the package uses (LAUNCH). --out FILE
 writes the counts as JSON. Not part of any test.
 """
@@ -102,6 +105,45 @@ def _diagonal_blocks_by_levels(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, a
     cf._store(akk_ptr + a_base, a_kk * b_beta[:, None], row0, row0 % BT, T, BT, H * BT, BC, BC)
 
 
+@triton.jit
+def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
+                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                   BH: tl.constexpr, BK: tl.constexpr):
+    # The package's kernel for KDA's diagonal 16x16 blocks until the tenth run (figures/bench_h200_2026-12-04c.json),
+    # kept here for the ninth run's counts; chunk_fwd._diagonal_blocks replaced it. One program per (token t, group of BH heads) writes row t of its
+    # sub-chunk's block. It walks j from t down to the sub-chunk's first token and carries the span
+    # sum_{j < m <= t} g_m of the raw gates, so every exponent is a sum of gates <= 0, never a difference:
+    #   Aqk[t, j] = scale * sum_d q_td k_jd exp(span_d),  Akk[t, j] = beta_t * (same with k_t), j < t
+    # Only the pairs j <= t are computed (half the block); the rest of the row is written as zeros.
+    i_bt, i_hg = tl.program_id(0), tl.program_id(1)
+    i_b, t = i_bt // T, i_bt % T
+    j0 = t - t % BC
+    heads = i_hg * BH + tl.arange(0, BH)
+    cols = tl.arange(0, BK)
+    m_h = heads < H
+    m = m_h[:, None] & (cols[None, :] < K)
+    off = heads[:, None] * K + cols[None, :]
+    row = (i_b * T + t) * H
+    b_q = tl.load(q_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
+    b_k = tl.load(k_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
+    b_beta = tl.load(beta_ptr + row + heads, mask=m_h, other=0.0).to(tl.float32)
+    p_aqk = aqk_ptr + (row + heads) * BT + j0 % BT
+    p_akk = akk_ptr + (row + heads) * BT + j0 % BT
+    span = tl.zeros([BH, BK], dtype=tl.float32)
+    for i in range(0, t - j0 + 1):
+        j = t - i
+        row_j = (i_b * T + j) * H * K
+        b_kj = tl.load(k_ptr + row_j + off, mask=m, other=0.0).to(tl.float32) * tl.exp(span)
+        tl.store(p_aqk + (j - j0), tl.sum(b_q * b_kj, axis=1) * scale, mask=m_h)
+        tl.store(p_akk + (j - j0), tl.sum(b_k * b_kj, axis=1) * tl.where(j < t, b_beta, 0.0), mask=m_h)
+        span += tl.maximum(tl.load(g_ptr + row_j + off, mask=m, other=0.0).to(tl.float32), cf.GATE_FLOOR)
+    c = tl.arange(0, BC)
+    above = m_h[:, None] & (c[None, :] > t - j0)
+    zero = tl.zeros([BH, BC], dtype=tl.float32)
+    tl.store(p_aqk[:, None] + c[None, :], zero, mask=above)
+    tl.store(p_akk[:, None] + c[None, :], zero, mask=above)
+
+
 def usage(fn, pointer_types, constants, num_warps, num_stages=None):
     """(registers per thread, spill-store bytes, spill-load bytes) of fn for sm90, from ptxas -v."""
     options = {"num_warps": num_warps, **({"num_stages": num_stages} if num_stages else {})}
@@ -130,9 +172,11 @@ def stage_cases():
     return [
         ("_chunk_cumsum", cf._chunk_cumsum, dict(g_ptr=f32, hi_ptr=f32, lo_ptr=f32, ok_ptr="*i32", lo_from="fp32"),
          dict(H=16, K=128, BT=cf.CHUNK, BK=cf.CUMSUM_KEY_TILE, BS=cf.CUMSUM_ROWS, CHECK=True), cf.LAUNCH["cumsum"]),
-        ("_diagonal_rows", cf._diagonal_rows, dict(q_ptr=half, k_ptr=half, g_ptr=f32, beta_ptr=half, aqk_ptr=half,
-                                                   akk_ptr=f32, scale="fp32"),
-         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BH=cf.DIAGONAL_HEADS, BK=128), cf.LAUNCH["diagonal"]),
+        ("_diagonal_blocks", cf._diagonal_blocks, dict(q_ptr=half, k_ptr=half, g_ptr=f32, gs_ptr=f32, gl_ptr=f32,
+                                                       beta_ptr=half, aqk_ptr=half, akk_ptr=f32, scale="fp32",
+                                                       lo_from="fp32"),
+         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BK=cf.DIAGONAL_BK, SPAN_LIMIT=cf.DIAGONAL_SPAN_LIMIT,
+              DOT_PRECISION="tf32"), cf.LAUNCH["diagonal"]),
         ("_offdiagonal_solve", cf._offdiagonal_solve, dict(q_ptr=half, k_ptr=half, g_ptr=f32, gl_ptr=f32, beta_ptr=half,
                                                            aqk_ptr=half, akk_ptr=f32, ai_ptr=half, scale="fp32",
                                                            lo_from="fp32"),
@@ -163,7 +207,7 @@ def registers(out):
     rows_ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "g_ptr": "*fp32", "beta_ptr": "*bf16", "aqk_ptr": "*bf16",
                  "akk_ptr": "*fp32", "scale": "fp32"}
     level_ptrs = dict(rows_ptrs, gl_ptr="*fp32", lo_from="fp32")
-    cases = [(f"_diagonal_rows, {heads} heads per program", cf._diagonal_rows, rows_ptrs,
+    cases = [(f"_diagonal_rows, {heads} heads per program", _diagonal_rows, rows_ptrs,
               dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BH=heads, BK=128), warps)
              for heads in (1, 2, 4) for warps in (1, 2)]
     cases += [(f"by levels, slices of {bk}", _diagonal_blocks_by_levels, level_ptrs,
@@ -208,14 +252,18 @@ def check():
     for bk in (16, 32, 64):
         ours = [torch.zeros(B, T, H, cf.CHUNK) for _ in range(2)]
         theirs = [torch.zeros(B, T, H, cf.CHUNK) for _ in range(2)]
-        cf._diagonal_rows[(B * T, triton.cdiv(H, 2))](q, k, g, beta, *ours, K ** -0.5, T, H, K, cf.CHUNK, cf.SUB, 2,
-                                                      cf._block(K))
+        package = [torch.zeros(B, T, H, cf.CHUNK) for _ in range(2)]
+        _diagonal_rows[(B * T, triton.cdiv(H, 2))](q, k, g, beta, *ours, K ** -0.5, T, H, K, cf.CHUNK, cf.SUB, 2,
+                                                   cf._block(K))
         _diagonal_blocks_by_levels[(triton.cdiv(T, cf.SUB), B * H)](q, k, G, G_lo, beta, *theirs, K ** -0.5, 0.0, T,
                                                                     H, K, cf.CHUNK, cf.SUB, bk, "ieee")
-        errors = [(a - b).abs().max().item() / a.abs().max().item() for a, b in zip(ours, theirs)]
-        worst = max(worst, *errors)
-        print(f"slices of {bk}: largest difference from _diagonal_rows, relative to the largest entry: "
-              f"Aqk {errors[0]:.1e}, Akk {errors[1]:.1e}")
+        cf._diagonal_blocks[(triton.cdiv(T, cf.SUB), B * H)](q, k, g, G, G_lo, beta, *package, K ** -0.5, 0.0, T, H, K,
+                                                             cf.CHUNK, cf.SUB, bk, cf.DIAGONAL_SPAN_LIMIT, "ieee")
+        for name, other in (("by levels", theirs), ("_diagonal_blocks", package)):
+            errors = [(a - b).abs().max().item() / a.abs().max().item() for a, b in zip(ours, other)]
+            worst = max(worst, *errors)
+            print(f"slices of {bk}, {name}: largest difference from _diagonal_rows, relative to the largest entry: "
+                  f"Aqk {errors[0]:.1e}, Akk {errors[1]:.1e}")
     sys.exit(0 if worst < 1e-6 else 1)
 
 

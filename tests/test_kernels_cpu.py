@@ -174,6 +174,72 @@ def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(mon
         assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
 
 
+def diagonal_blocks(q, k, g, beta, span_limit, width=16):
+    """KDA's diagonal 16x16 blocks of Aqk and Akk as chunk_fwd._diagonal_blocks writes them (entries outside the
+    blocks stay NaN)."""
+    from k3lite.kernels import chunk_fwd
+
+    B, T, H, K = q.shape
+    G, G_lo = chunk_fwd.gate_sums(g, "kda")
+    aqk = torch.full((B, T, H, chunk_fwd.CHUNK), float("nan"))
+    akk = torch.full_like(aqk, float("nan"))
+    grid = (-(-T // chunk_fwd.SUB), B * H)
+    chunk_fwd._diagonal_blocks[grid](q, k, g, G, G_lo, beta, aqk, akk, K ** -0.5, 0.0, T, H, K, chunk_fwd.CHUNK,
+                                     chunk_fwd.SUB, width, span_limit, "ieee")
+    return aqk, akk
+
+
+def diagonal_blocks_reference(q, k, g, beta):
+    """The same blocks in float64 from their definition: decay exp(sum of the gates between the two tokens)."""
+    from k3lite.kernels import chunk_fwd
+
+    B, T, H, K = q.shape
+    q, k, g, beta = (x.double() for x in (q, k, g, beta))
+    G = torch.cat([c.cumsum(1) for c in g.clamp_min(-1024.0).split(chunk_fwd.SUB, dim=1)], dim=1)
+    aqk = torch.full((B, T, H, chunk_fwd.CHUNK), float("nan"), dtype=torch.float64)
+    akk = aqk.clone()
+    for t in range(T):
+        j0 = t - t % chunk_fwd.SUB
+        for j in range(j0, j0 + chunk_fwd.SUB):   # zeros above the diagonal, past T too
+            decay = torch.exp((G[:, t] - G[:, j]).clamp_max(0.0)) if j <= t else torch.zeros_like(G[:, t])
+            col = j % chunk_fwd.CHUNK
+            k_j = k[:, min(j, T - 1)]
+            aqk[:, t, :, col] = K ** -0.5 * (q[:, t] * k_j * decay).sum(-1)
+            akk[:, t, :, col] = beta[:, t] * (k[:, t] * k_j * decay).sum(-1) if j < t else 0.0
+    return aqk, akk
+
+
+ALL_SUB_CHUNKS = set(range(6))   # the full sub-chunks of T = 100 (the seventh holds 4 tokens)
+
+
+@pytest.mark.parametrize("gate_min,anchored", [(-1.0, ALL_SUB_CHUNKS), (-4.0, ALL_SUB_CHUNKS), (-20.0, set()),
+                                               (("spike", -1e4), ALL_SUB_CHUNKS - {0, 2})])
+def test_kda_diagonal_blocks_by_anchors_and_by_walk(gate_min, anchored):
+    # Where half a sub-chunk's gates sum to at most DIAGONAL_SPAN_LIMIT, _diagonal_blocks forms its block as products
+    # through an anchor row; elsewhere (gates of -20, a spike) the sub-chunk walks its rows. Both must give the
+    # blocks' definition (1e-6 of the largest entry, float32), and each path must be the one expected: the anchored
+    # path rounds differently from the walk, so its results differ in their last bits, while a sub-chunk with strong
+    # gates gives the walk's numbers bit for bit. T = 100 ends mid-sub-chunk; the spikes (-1e4 at tokens 5 and 40)
+    # make sub-chunks 0 and 2 walk.
+    from k3lite.kernels import chunk_fwd
+
+    q, k, v, g, beta, h0 = make_inputs("kda", 100, gate_min, seed=11, batch=2)
+    ref = diagonal_blocks_reference(q, k, g, beta)
+    default = diagonal_blocks(q, k, g, beta, chunk_fwd.DIAGONAL_SPAN_LIMIT)
+    walked = diagonal_blocks(q, k, g, beta, -1.0)
+    sliced = diagonal_blocks(q, k, g, beta, chunk_fwd.DIAGONAL_SPAN_LIMIT, width=8)   # two channel slices
+    for got in (default, walked, sliced):
+        for x, r in zip(got, ref):
+            assert torch.equal(x.isnan(), r.isnan())
+            kept = ~r.isnan()
+            assert (x[kept].double() - r[kept]).abs().max() < 1e-6 * r[kept].abs().max()
+    for sub in sorted(ALL_SUB_CHUNKS):
+        rows = slice(sub * chunk_fwd.SUB, (sub + 1) * chunk_fwd.SUB)
+        same = all(torch.allclose(a[:, rows], b[:, rows], rtol=0.0, atol=0.0, equal_nan=True)
+                   for a, b in zip(default, walked))
+        assert same != (sub in anchored), sub
+
+
 @pytest.mark.parametrize("kind,bad", [("kda", None), ("kda", "g"), ("kda", "g_nan"), ("kda", "g_inf"),
                                       ("kda", "beta"), ("gated_delta_rule", None), ("gated_delta_rule", "g"),
                                       ("gated_delta_rule", "beta_nan"), ("delta_rule", None), ("delta_rule", "beta"),

@@ -11,7 +11,8 @@ Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
   3. _solve_unit_lower    Ai = (I + Akk)^-1: 16x16 diagonal blocks as finite series, then block merging
      For per-channel gates (KDA) stages 2-3 are two other kernels, since exp(G_r - G_i) then differs
      per channel and cannot be pulled out of the product:
-     _diagonal_rows       the 16x16 diagonal blocks, one token's row per program, pair by pair
+     _diagonal_blocks     the 16x16 diagonal blocks, one sub-chunk per program, as tensor-core products through
+                          the sub-chunk's middle row (or, for strong gates, by walking its rows: _diagonal_walk)
      _offdiagonal_solve   the six blocks below them as tensor-core products through an anchor row,
                           then the same block merge as _solve_unit_lower, one program per chunk
   4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V
@@ -21,6 +22,7 @@ Linear attention skips 3 and 4 and uses V' = V.
 
 Numerics of the decays: every exponent below is a span G_r - G_i with i <= r (so <= 0), or is factored
 through an anchor row a with i <= a <= r: exp(G_r - G_i) = exp(G_r - G_a) exp(G_a - G_i), both factors <= 1.
+(The diagonal blocks' anchor sits inside the block, so there a factor may exceed 1, by at most e^30: see below.)
 exp(G_r) * exp(-G_i) is never formed, so log-gates of -20 per step cannot overflow. A span must not be
 taken as the difference of two float32 running sums: after a gate of -1e4, float32 steps are 1e-3 apart,
 so the gates of -0.001 after it would vanish. Two ways keep every digit:
@@ -30,12 +32,13 @@ so the gates of -0.001 after it would vanish. Two ways keep every digit:
     Where both sums hold the same large gates the first difference is exact; the second restores the small
     gates. For KDA in bf16/fp16 stage 1 writes G_lo only where |G| >= 256 and readers take it through _load_lo:
     below that its absence moves a decay by at most 1.5e-5 relative, far under the inputs' rounding (gate_lo_from).
-  * KDA's diagonal blocks (_diagonal_rows, the stage that reads most gate rows) never subtract: walking j
-    down from t, the kernel carries sum_{j < m <= t} g_m of the raw gates, a sum of one sign.
-    Measured on the H200 at (2, 8192, 16): 0.242 ms against 0.326 ms for pairs of two-part differences
-    (figures/bench_h200_2026-12-02.json and bench_h200_kda_2026-12-01.json), and against 0.46 ms at best for the
-    backward's form (four levels of pairs through anchors, tensor-core sums: half the exponentials, but 156-255
-    registers per thread; bench_h200_2026-12-04b.json, scripts/kernel_registers.py).
+  * KDA's diagonal blocks (_diagonal_blocks) take exponents through an anchor row inside the block, G_r - G_a, a
+    two-part span of at most half a sub-chunk's gates; one factor of a pair may then be > 1, so the program keeps
+    its products only where every such span of its sub-chunk is at most DIAGONAL_SPAN_LIMIT (30: factors below e^30)
+    and otherwise walks the rows (_diagonal_walk), carrying sum_{j < m <= t} g_m of the raw gates, a sum of one sign.
+    Measured on the H200 at (2, 8192, 16): 0.177 ms, against 0.243 for one program per token walking its row (the
+    kernel before, _diagonal_rows; figures/bench_h200_2026-12-04c.json), 0.326 for pairs of two-part differences
+    and 0.46 at best for the backward's form (four levels of pairs through anchors; bench_h200_2026-12-04b.json).
     Summing raw gates by tl.cumsum inside the other stages as well (no G, G_lo at all) made the forward
     slower, 1.495 ms in all: the scans cost more in the off-diagonal, WY and output stages (0.410, 0.312,
     0.318 ms against 0.373, 0.219, 0.157) than stage 1's 0.124 ms.
@@ -305,41 +308,94 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
 
 
 @triton.jit
-def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
-                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                   BH: tl.constexpr, BK: tl.constexpr):
-    # GATE_CHANNEL (KDA), diagonal 16x16 blocks. One program per (token t, group of BH heads) writes row t of its
-    # sub-chunk's block. It walks j from t down to the sub-chunk's first token and carries the span
-    # sum_{j < m <= t} g_m of the raw gates, so every exponent is a sum of gates <= 0, never a difference:
+def _diagonal_blocks(q_ptr, k_ptr, g_ptr, gs_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, lo_from, T,
+                     H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                     SPAN_LIMIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # GATE_CHANNEL (KDA), the 16x16 diagonal block of one sub-chunk, one program per (sub-chunk, head), as a
+    # tensor-core product through one anchor row a, the sub-chunk's middle row:
+    #   A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))   (q_rd for Aqk)
+    # Unlike the off-diagonal blocks' anchors, a sits inside the block, so one factor of a pair may be > 1: exp(x) with
+    # x = G_r - G_a, at most the gates summed over half a sub-chunk. While every |x| of the sub-chunk stays
+    # <= SPAN_LIMIT (gates of -3.7 per step on average still do), the factors lie in [e^-30, e^30], their product is
+    # the pair's decay (<= 1 for a kept pair) and each entry an ordinary dot product. Beyond it (a gate of -1e4, -inf,
+    # strong gates) the program takes _diagonal_walk, which never forms a factor > 1.
+    i_s, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    base = _head_base(i_b, i_h, T, H, K)
+    S = H * K
+    r0 = i_s * BC
+    anchor = tl.minimum(r0 + BC // 2, T - 1)
+    rows = tl.arange(0, BC)
+    valid = r0 + rows < T
+    acc_qk = tl.zeros([BC, BC], dtype=tl.float32)
+    acc_kk = tl.zeros([BC, BC], dtype=tl.float32)
+    widest = tl.zeros([BC, BK], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        c0 = i_k * BK
+        b_g = _load_f32(gs_ptr + base, r0, c0, T, K, S, BC, BK)
+        b_l = _load_lo(gl_ptr + base, b_g, r0, c0, T, K, S, lo_from, BC, BK)
+        b_ga = _load_row(gs_ptr + base + c0, anchor, T, K - c0, S, BK)
+        b_la = _load_lo_row(gl_ptr + base + c0, b_ga, anchor, T, K - c0, S, lo_from, BK)
+        x = tl.where(valid[:, None], _span(b_g, b_l, b_ga[None, :], b_la[None, :]), 0.0)
+        widest = tl.maximum(widest, tl.abs(x))
+        up = tl.exp(tl.minimum(x, SPAN_LIMIT))      # exp(G_r - G_a): the row factor
+        down = tl.exp(tl.minimum(-x, SPAN_LIMIT))   # exp(G_a - G_c): the column factor
+        b_k = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
+        b_kc = b_k * down
+        acc_qk = tl.dot(_load_f32(q_ptr + base, r0, c0, T, K, S, BC, BK) * up, tl.trans(b_kc), acc_qk,
+                        input_precision=DOT_PRECISION)
+        acc_kk = tl.dot(b_k * up, tl.trans(b_kc), acc_kk, input_precision=DOT_PRECISION)
+    if tl.max(tl.max(widest, axis=1), axis=0) <= SPAN_LIMIT:
+        A = H * BT
+        a_base = _head_base(i_b, i_h, T, H, BT)
+        b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), r0, T, H, BC)
+        _store(aqk_ptr + a_base, tl.where(rows[:, None] >= rows[None, :], acc_qk * scale, 0.0), r0, r0 % BT, T, BT,
+               A, BC, BC)
+        _store(akk_ptr + a_base, tl.where(rows[:, None] > rows[None, :], acc_kk * b_beta[:, None], 0.0), r0, r0 % BT,
+               T, BT, A, BC, BC)
+    else:
+        _diagonal_walk(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, i_b, i_h, r0, T, H, K, BT, BC, BK)
+
+
+@triton.jit
+def _diagonal_walk(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, i_b, i_h, r0, T,
+                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+    # The diagonal block of the sub-chunk at r0 without a factor > 1, for gates too strong for _diagonal_blocks'
+    # anchor. Its rows walk together: at step i row t meets j = t - i (while j stays in the sub-chunk) and carries
+    # span = sum_{j < m <= t} g_m of the raw gates, a sum of one sign, never a difference:
     #   Aqk[t, j] = scale * sum_d q_td k_jd exp(span_d),  Akk[t, j] = beta_t * (same with k_t), j < t
-    # Only the pairs j <= t are computed (half the block); the rest of the row is written as zeros.
-    i_bt, i_hg = tl.program_id(0), tl.program_id(1)
-    i_b, t = i_bt // T, i_bt % T
-    j0 = t - t % BC
-    heads = i_hg * BH + tl.arange(0, BH)
-    cols = tl.arange(0, BK)
-    m_h = heads < H
-    m = m_h[:, None] & (cols[None, :] < K)
-    off = heads[:, None] * K + cols[None, :]
-    row = (i_b * T + t) * H
-    b_q = tl.load(q_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
-    b_k = tl.load(k_ptr + row * K + off, mask=m, other=0.0).to(tl.float32)
-    b_beta = tl.load(beta_ptr + row + heads, mask=m_h, other=0.0).to(tl.float32)
-    p_aqk = aqk_ptr + (row + heads) * BT + j0 % BT
-    p_akk = akk_ptr + (row + heads) * BT + j0 % BT
-    span = tl.zeros([BH, BK], dtype=tl.float32)
-    for i in range(0, t - j0 + 1):
-        j = t - i
-        row_j = (i_b * T + j) * H * K
-        b_kj = tl.load(k_ptr + row_j + off, mask=m, other=0.0).to(tl.float32) * tl.exp(span)
-        tl.store(p_aqk + (j - j0), tl.sum(b_q * b_kj, axis=1) * scale, mask=m_h)
-        tl.store(p_akk + (j - j0), tl.sum(b_k * b_kj, axis=1) * tl.where(j < t, b_beta, 0.0), mask=m_h)
-        span += tl.maximum(tl.load(g_ptr + row_j + off, mask=m, other=0.0).to(tl.float32), GATE_FLOOR)
-    c = tl.arange(0, BC)
-    above = m_h[:, None] & (c[None, :] > t - j0)
-    zero = tl.zeros([BH, BC], dtype=tl.float32)
-    tl.store(p_aqk[:, None] + c[None, :], zero, mask=above)
-    tl.store(p_akk[:, None] + c[None, :], zero, mask=above)
+    # acc[t, i] holds the pair (t, t - i); the rows j come from L1 (the program loaded them a moment before).
+    base = _head_base(i_b, i_h, T, H, K)
+    S = H * K
+    pos = tl.arange(0, BC)   # t - r0
+    steps = tl.arange(0, BC)
+    t = r0 + pos
+    valid = t < T
+    acc_qk = tl.zeros([BC, BC], dtype=tl.float32)
+    acc_kk = tl.zeros([BC, BC], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        c0 = i_k * BK
+        cols = c0 + tl.arange(0, BK)
+        b_q = _load_f32(q_ptr + base, r0, c0, T, K, S, BC, BK)
+        b_k = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
+        span = tl.zeros([BC, BK], dtype=tl.float32)
+        for i in range(0, BC):
+            m = (valid & (pos >= i))[:, None] & (cols[None, :] < K)
+            row_j = base + (t - i)[:, None] * S + cols[None, :]
+            b_kj = tl.load(k_ptr + row_j, mask=m, other=0.0).to(tl.float32) * tl.exp(span)
+            acc_qk += tl.where(steps[None, :] == i, tl.sum(b_q * b_kj, axis=1)[:, None], 0.0)
+            acc_kk += tl.where(steps[None, :] == i, tl.sum(b_k * b_kj, axis=1)[:, None], 0.0)
+            span += tl.maximum(tl.load(g_ptr + row_j, mask=m, other=0.0).to(tl.float32), GATE_FLOOR)
+    b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), r0, T, H, BC)
+    row_ptr = _head_base(i_b, i_h, T, H, BT) + t[:, None] * (H * BT) + r0 % BT   # column 0 of the block, row t
+    reach = valid[:, None] & (pos[:, None] >= steps[None, :])
+    tl.store(aqk_ptr + row_ptr + pos[:, None] - steps[None, :], acc_qk * scale, mask=reach)
+    tl.store(akk_ptr + row_ptr + pos[:, None] - steps[None, :], tl.where(steps[None, :] > 0, acc_kk * b_beta[:, None],
+                                                                         0.0), mask=reach)
+    above = valid[:, None] & (steps[None, :] > pos[:, None])
+    zero = tl.zeros([BC, BC], dtype=tl.float32)
+    tl.store(aqk_ptr + row_ptr + steps[None, :], zero, mask=above)
+    tl.store(akk_ptr + row_ptr + steps[None, :], zero, mask=above)
 
 
 @triton.jit
@@ -360,7 +416,7 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
     #   block (i, j): anchor a = i*BC - 1 (the last row before block i), for each slice of BK channels
     #       A[r, c] += sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))  -> tl.dot
     #   Aqk blocks go to memory; Akk blocks stay in registers and meet the diagonal blocks that
-    #   _diagonal_rows wrote, in the same block merge as _solve_unit_lower.
+    #   _diagonal_blocks wrote, in the same block merge as _solve_unit_lower.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
@@ -671,14 +727,14 @@ LAUNCH = {
     "cumsum": dict(num_warps=1),
     "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
-    "diagonal": dict(num_warps=1),
+    "diagonal": dict(num_warps=2),
     "offdiagonal_solve": dict(num_warps=1, num_stages=2),
     "wy": dict(num_warps=4),
     "wy_channel": dict(num_warps=4, num_stages=1),  # _wy_factors for KDA
     "state": dict(num_warps=4),
     "output": dict(num_warps=4),
 }
-# KDA's intra-chunk stage: heads per program of _diagonal_rows, channel-slice width of _offdiagonal_solve.
+# KDA's intra-chunk stage: channel-slice width of _offdiagonal_solve.
 # Measured on the H200, bf16, GPU ms at (2, 8192, 16) / (1, 32768, 16) (figures/bench_h200_2026-12-02e.json):
 # _offdiagonal_solve with 32-wide slices and 2 warps 0.301 / 0.549, with 16-wide slices and 1 warp, 2 stages
 # 0.211 / 0.436 (a likely reason, not checked in the compiled code: the twelve 16x16 accumulators live through
@@ -686,7 +742,12 @@ LAUNCH = {
 # KDA's _wy_factors at 3 pipeline stages 0.228 / 0.445, at 1 stage 0.177 / 0.354. Gated DeltaNet's and
 # DeltaNet's _wy_factors were as fast or 4-6 % faster at 3 stages (Gated DeltaNet 0.234 against 0.244 ms at 32k),
 # so they keep "wy".
-DIAGONAL_HEADS = 2
+# _diagonal_blocks: channels per slice, and the largest |G_r - G_a| its anchored factors may carry. A kept pair's
+# product is its decay, <= 1; a masked pair's stays below e^60 = 1.1e26 times q.k, so no sum overflows either.
+# On the H200 at (2, 8192, 16), bf16: full width at 2 warps 0.178 ms; at 1 / 4 warps 0.193 / 0.263; slices of 32 or 64
+# channels 0.27-0.43 (figures/bench_h200_2026-12-04c.json, sweeps).
+DIAGONAL_BK = 128
+DIAGONAL_SPAN_LIMIT = 30.0
 OFFDIAGONAL_BK = 16
 # Channels per program of _chunk_cumsum: a 128-wide row is 512 contiguous bytes, 4 per thread of one warp.
 CUMSUM_KEY_TILE = 128
@@ -776,8 +837,9 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     gl_arg = G_lo if G_lo is not None else q
     ai = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype)) if delta else None
     if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks sum the raw gates themselves
-        _diagonal_rows[(B * T, triton.cdiv(H, DIAGONAL_HEADS))](q, k, g, beta, aqk, akk, scale, T, H, K, BT, BC,
-                                                                 DIAGONAL_HEADS, BK, **LAUNCH["diagonal"])
+        _diagonal_blocks[(triton.cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
+                                                       BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
+                                                       **LAUNCH["diagonal"])
         _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H, K,
                                         BT, BC, min(BK, OFFDIAGONAL_BK), prec, solve_precision(q.dtype),
                                         **LAUNCH["offdiagonal_solve"])
