@@ -2,7 +2,8 @@
 
 The README is prose, written by hand; its numbers come from figures/bench_h200_2026-12-02e.json (the fifth run),
 figures/bench_h200_2026-12-02f.json (the sixth), figures/bench_h200_2026-12-02g.json (the seventh),
-figures/bench_h200_2026-12-04.json (the eighth) and figures/bench_h200_2026-12-04b.json (the ninth). This test reads
+figures/bench_h200_2026-12-04.json (the eighth), figures/bench_h200_2026-12-04b.json (the ninth) and
+figures/bench_h200_2026-12-04c.json (the tenth). This test reads
 them and fails when a number in the README no longer matches its run (a re-measurement stored without the README,
 or a typo), so the page and its evidence cannot drift apart silently.
 """
@@ -64,12 +65,14 @@ def kda_forward_now(shape):
 EIGHTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-04.json").read_text())["runs"]
 NINTH_FILE = json.loads((ROOT / "figures" / "bench_h200_2026-12-04b.json").read_text())
 NINTH = NINTH_FILE["runs"]
+TENTH_FILE = json.loads((ROOT / "figures" / "bench_h200_2026-12-04c.json").read_text())
+TENTH = TENTH_FILE["runs"]
 
 
 def latest_row(kind, shape, mode):
-    """The newest stored measurement of a row: the ninth run's call where it timed the row, else the eighth run's
-    call on 111a155, else the seventh run's."""
-    for run in (NINTH, EIGHTH):
+    """The newest stored measurement of a row: the tenth run's kept call where it timed the row, else the ninth run's,
+    else the eighth run's call on 111a155, else the seventh run's."""
+    for run in (TENTH, NINTH, EIGHTH):
         for r in run["kept"]["chunked"]:
             if (r["kind"], (r["B"], r["T"]), r["mode"]) == (kind, shape, mode):
                 return r
@@ -95,12 +98,12 @@ def test_status_rows_quote_the_latest_runs():
             assert status[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"].startswith(ratios), (kind, mode)
     decode = max(SEVENTH["decode"], key=lambda r: r["B"])
     assert status["decode ≥ 3.6 TB/s at B = 256 through the API"] == f"{decode['ops_tb_per_s']:.2f} TB/s"
-    ninth = [r["ops_over_kernels"] for r in NINTH["kept"]["chunked"]]
+    tenth = [r["ops_over_kernels"] for r in TENTH["kept"]["chunked"]]
     eighth = [r["ops_over_kernels"] for r in EIGHTH["kept"]["chunked"] if r["kind"] == "gated_delta_rule"]
     assert status["public API ≤ 5 % over the kernels"].startswith(
-        f"ops / kernels {min(ninth):.3f}–{max(ninth):.3f} on the ninth run's {len(ninth)} rows, "
+        f"ops / kernels {min(tenth):.3f}–{max(tenth):.3f} on the tenth run's {len(tenth)} rows, "
         f"{min(eighth):.3f}–{max(eighth):.3f} on the eighth run's {len(eighth)} Gated DeltaNet rows")
-    (fwd_long,) = [r for r in NINTH["kept"]["chunked"] if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd")]
+    (fwd_long,) = [r for r in TENTH["kept"]["chunked"] if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd")]
     faster = min(fwd_long["fla_before_ms"], fwd_long["fla_after_ms"])
     assert (f"fla's two timings {fwd_long['fla_before_ms']:.3f}/{fwd_long['fla_after_ms']:.3f} ms: "
             f"{fwd_long['k3lite_ops_triton_ms'] / faster:.2f}× against the faster"
@@ -341,3 +344,41 @@ def test_sixth_run_prose_numbers_are_the_stored_ones():
     assert "and " + " / ".join(f"{t:.3f}" for t in times["side first, high priority"]) in prose
     gain = max(1 - h / a for h, a in zip(times["side first, high priority"], times["apart"]))
     assert f"at most {gain:.1%}".replace("%", " %") in prose
+
+
+def test_tenth_run_table_and_prose_are_the_stored_ones():
+    prose = " ".join(README.split("**Tenth run of 2026-12-04", 1)[1].split("**Ninth run", 1)[0].split())
+    kept = TENTH["kept"]
+    profile9 = {r["name"]: r["ms_per_call"] for r in NINTH["kept"]["kda_profile_2x8192x16"]["fwd"]}
+    profile10 = {r["name"]: r["ms_per_call"] for r in kept["kda_profile_2x8192x16"]["fwd"]}
+
+    def fwd(run):
+        rows = {(r["B"], r["T"]): r for r in run["kept"]["chunked"] if r["mode"] == "fwd"}
+        return ([f"{rows[s]['k3lite_ops_triton_ms']:.3f}" for s in SHAPES],
+                [f"{rows[s]['ratio_ops_vs_fla']:.2f}×" for s in SHAPES])
+
+    for label, run, diagonal in (("ninth run (`_diagonal_rows`)", NINTH, profile9["_diagonal_rows"]),
+                                 ("tenth run (`_diagonal_blocks`, kept)", TENTH, profile10["_diagonal_blocks"])):
+        times, ratios = fwd(run)
+        assert table_row(label, header="| GPU ms at (2, 8192, 16) |") == [
+            f"{diagonal:.3f}", " / ".join(times), " / ".join(ratios)], label
+    iso = TENTH_FILE["same_machine_isolated"]["results"]
+    assert f"{iso['old']['diag_ms']:.3f} ms for the row walk, {iso['new']['diag_ms']:.3f} for the anchored" in prose
+    call1 = TENTH_FILE["diagonal_forms"]["call_1_ab"]
+    s8 = "(2, 8192, 16) fwd"
+    assert (f"took {call1['candidate_chunk_rows'][s8]['kernels']['_diagonal_blocks']:.3f} ms against the row walk's "
+            f"{call1['base_3ae7a05'][s8]['kernels']['_diagonal_rows']:.3f} in the same call") in prose
+    sweep = TENTH_FILE["diagonal_forms"]["call_2_sweep"]["ms"]
+    at = {k.split(") ", 1)[1]: v for k, v in sweep.items()}
+    assert (f"at 2 warps won ({at['rows=16 BK=128 warps=2']:.3f} ms; 1 / 4 warps {at['rows=16 BK=128 warps=1']:.3f} / "
+            f"{at['rows=16 BK=128 warps=4']:.3f}; slices of 32 or 64 channels "
+            f"{min(at[f'rows=16 BK={w} warps={n}'] for w in (32, 64) for n in (1, 2, 4)):.2f}–"
+            f"{max(at[f'rows=16 BK={w} warps={n}'] for w in (32, 64) for n in (1, 2, 4)):.2f})") in prose
+    (long,) = [r for r in kept["chunked"] if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd")]
+    assert f"({long['fla_before_ms']:.3f}/{long['fla_after_ms']:.3f} ms)" in prose
+    total = sum(ms for name, ms in profile10.items() if name.startswith("_"))
+    assert f"the forward's kernels now sum to {total:.3f} ms" in prose
+    both = " / ".join(f"{r['ratio_ops_vs_fla']:.2f}×" for s in SHAPES for r in kept["chunked"]
+                      if (r["B"], r["T"]) == s and r["mode"] == "fwd+bwd")
+    assert f"Forward+backward: {both}." in prose
+    assert max(r["ratio_ops_vs_fla"] for r in kept["chunked"] if r["mode"] == "fwd" and r["T"] >= 8192) > 0.9
