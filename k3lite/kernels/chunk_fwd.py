@@ -316,7 +316,7 @@ def _diagonal_blocks(q_ptr, k_ptr, g_ptr, gs_ptr, gl_ptr, beta_ptr, aqk_ptr, akk
     #   A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))   (q_rd for Aqk)
     # Unlike the off-diagonal blocks' anchors, a sits inside the block, so one factor of a pair may be > 1: exp(x) with
     # x = G_r - G_a, at most the gates summed over half a sub-chunk. While every |x| of the sub-chunk stays
-    # <= SPAN_LIMIT (gates of -3.7 per step on average still do), the factors lie in [e^-30, e^30], their product is
+    # <= SPAN_LIMIT (gates of -3.75 per step on average still do), the factors lie in [e^-30, e^30], their product is
     # the pair's decay (<= 1 for a kept pair) and each entry an ordinary dot product. Beyond it (a gate of -1e4, -inf,
     # strong gates) the program takes _diagonal_walk, which never forms a factor > 1.
     i_s, i_bh = tl.program_id(0), tl.program_id(1)
@@ -836,7 +836,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
     ai = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype)) if delta else None
-    if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks sum the raw gates themselves
+    if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks' walk sums the raw gates itself
         _diagonal_blocks[(triton.cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
                                                        BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
                                                        **LAUNCH["diagonal"])
