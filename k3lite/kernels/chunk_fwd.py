@@ -32,6 +32,8 @@ so the gates of -0.001 after it would vanish. Two ways keep every digit:
     Where both sums hold the same large gates the first difference is exact; the second restores the small
     gates. For KDA in bf16/fp16 stage 1 writes G_lo only where |G| >= 256 and readers take it through _load_lo:
     below that its absence moves a decay by at most 1.5e-5 relative, far under the inputs' rounding (gate_lo_from).
+    Chunks (sub-chunks for the diagonal blocks) whose last row of G stays below 256 hold no G_lo at all, and their
+    readers run code without it (_chunk_has_lo, _slice_has_lo).
   * KDA's diagonal blocks (_diagonal_blocks) take exponents through an anchor row inside the block, G_r - G_a, a
     two-part span of at most half a sub-chunk's gates; one factor of a pair may then be > 1, so the program keeps
     its products only where every such span of its sub-chunk is at most DIAGONAL_SPAN_LIMIT (30: factors below e^30)
@@ -151,6 +153,28 @@ def _lo_kept(hi, lo_from):
     # Where stage 1 writes G_lo and its readers take it: |G| >= lo_from (see gate_lo_from). Elsewhere G_lo's memory
     # is left as allocated and read as 0.
     return tl.abs(hi) >= lo_from
+
+
+@triton.jit
+def _chunk_has_lo(g_base, t_last, T, K: tl.constexpr, stride, lo_from, BKF: tl.constexpr):
+    # Whether stage 1 may have written G_lo in a chunk (any channel), from its last row of G (t_last): gates are <= 0,
+    # so G falls monotonically down the chunk and its last row holds every channel's largest |G|. _offdiagonal_solve
+    # and _wy_factors launch twice, once (USE_LO) for the chunks with G_lo and once, in code that never touches it,
+    # for the others. On the H200 at (2, 8192, 16), bf16, with the benchmark's gates (no G_lo anywhere):
+    # _offdiagonal_solve 0.208 -> 0.162 ms (its spills gone: 196 bytes -> 0 under Triton 3.7.1), _wy_factors 0.167 ->
+    # 0.152 (168 -> 127 registers, with its loops' new order); the same choice as a branch inside each program cost
+    # more than it saved (0.294 and 0.251 ms), and masking the G_lo loads off alone saved nothing (0.207, 0.170)
+    # (figures/bench_h200_2026-12-04d.json). A rounding could put a row one float32 step past the last one, at
+    # |G| ~ lo_from: its G_lo would be skipped, which is what gate_lo_from allows below lo_from anyway.
+    # BKF: K rounded up to a power of two.
+    return tl.max(tl.abs(_load_row(g_base, t_last, T, K, stride, BKF)), axis=0) >= lo_from
+
+
+@triton.jit
+def _slice_has_lo(g_last, lo_from):
+    # As _chunk_has_lo, for one slice of channels whose last row of G is g_last, as a branch inside _diagonal_blocks:
+    # there it won over two launches (0.150 against 0.173 ms at 1 warp; 0.175 for the kernel before, at 2 warps).
+    return tl.max(tl.abs(g_last), axis=0) >= lo_from
 
 
 @triton.jit
@@ -330,13 +354,18 @@ def _diagonal_blocks(q_ptr, k_ptr, g_ptr, gs_ptr, gl_ptr, beta_ptr, aqk_ptr, akk
     acc_qk = tl.zeros([BC, BC], dtype=tl.float32)
     acc_kk = tl.zeros([BC, BC], dtype=tl.float32)
     widest = tl.zeros([BC, BK], dtype=tl.float32)
+    row_last = tl.minimum(r0 + BC, T) - 1
     for i_k in range(0, tl.cdiv(K, BK)):
         c0 = i_k * BK
         b_g = _load_f32(gs_ptr + base, r0, c0, T, K, S, BC, BK)
-        b_l = _load_lo(gl_ptr + base, b_g, r0, c0, T, K, S, lo_from, BC, BK)
         b_ga = _load_row(gs_ptr + base + c0, anchor, T, K - c0, S, BK)
-        b_la = _load_lo_row(gl_ptr + base + c0, b_ga, anchor, T, K - c0, S, lo_from, BK)
-        x = tl.where(valid[:, None], _span(b_g, b_l, b_ga[None, :], b_la[None, :]), 0.0)
+        if _slice_has_lo(_load_row(gs_ptr + base + c0, row_last, T, K - c0, S, BK), lo_from):
+            b_l = _load_lo(gl_ptr + base, b_g, r0, c0, T, K, S, lo_from, BC, BK)
+            b_la = _load_lo_row(gl_ptr + base + c0, b_ga, anchor, T, K - c0, S, lo_from, BK)
+            x = _span(b_g, b_l, b_ga[None, :], b_la[None, :])
+        else:
+            x = b_g - b_ga[None, :]
+        x = tl.where(valid[:, None], x, 0.0)
         widest = tl.maximum(widest, tl.abs(x))
         up = tl.exp(tl.minimum(x, SPAN_LIMIT))      # exp(G_r - G_a): the row factor
         down = tl.exp(tl.minimum(-x, SPAN_LIMIT))   # exp(G_a - G_c): the column factor
@@ -409,15 +438,48 @@ def _offdiagonal_pair(b_qr, b_kr, b_kc, b_gc, b_lc, b_ga, b_la, acc_qk, acc_kk, 
 
 
 @triton.jit
+def _lo_tile(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, USE_LO: tl.constexpr, BR: tl.constexpr,
+             BC: tl.constexpr):
+    # The G_lo tile beside hi (_load_lo), or 0 in a chunk without any (_chunk_has_lo).
+    if USE_LO:
+        return _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR, BC)
+    else:
+        return tl.zeros([BR, BC], dtype=tl.float32)
+
+
+@triton.jit
+def _lo_row(base, hi, t, T, n_cols, stride, lo_from, USE_LO: tl.constexpr, BC: tl.constexpr):
+    # Row t of G_lo beside row hi (_load_lo_row), or 0 in a chunk without any.
+    if USE_LO:
+        return _load_lo_row(base, hi, t, T, n_cols, stride, lo_from, BC)
+    else:
+        return tl.zeros([BC], dtype=tl.float32)
+
+
+@triton.jit
 def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                       DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
+                       BKF: tl.constexpr, USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                       SOLVE_PRECISION: tl.constexpr):
     # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
+    # Launched twice, once per USE_LO (chunk_prepare): each program works only if its chunk's need of G_lo is the
+    # launch's (_chunk_has_lo), so the chunks without G_lo run code that never touches it.
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    base = _head_base(i_bh // H, i_bh % H, T, H, K)
+    if _chunk_has_lo(g_ptr + base, tl.minimum(i_t * BT + BT, T) - 1, T, K, H * K, lo_from, BKF) == USE_LO:
+        _offdiagonal_chunk(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T, i_t, i_bh,
+                           H, K, BT, BC, BK, USE_LO, DOT_PRECISION, SOLVE_PRECISION)
+
+
+@triton.jit
+def _offdiagonal_chunk(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T, i_t, i_bh,
+                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                       USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr, SOLVE_PRECISION: tl.constexpr):
+    # The work of one _offdiagonal_solve program:
     #   block (i, j): anchor a = i*BC - 1 (the last row before block i), for each slice of BK channels
     #       A[r, c] += sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))  -> tl.dot
     #   Aqk blocks go to memory; Akk blocks stay in registers and meet the diagonal blocks that
     #   _diagonal_blocks wrote, in the same block merge as _solve_unit_lower.
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
     S = H * K
@@ -429,29 +491,29 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
         c0 = i_k * BK
         k0 = _load_f32(k_ptr + base, r0, c0, T, K, S, BC, BK)
         g0 = _load_f32(g_ptr + base, r0, c0, T, K, S, BC, BK)
-        l0 = _load_lo(gl_ptr + base, g0, r0, c0, T, K, S, lo_from, BC, BK)
+        l0 = _lo_tile(gl_ptr + base, g0, r0, c0, T, K, S, lo_from, USE_LO, BC, BK)
         k1 = _load_f32(k_ptr + base, r1, c0, T, K, S, BC, BK)
         g1 = _load_f32(g_ptr + base, r1, c0, T, K, S, BC, BK)
-        l1 = _load_lo(gl_ptr + base, g1, r1, c0, T, K, S, lo_from, BC, BK)
+        l1 = _lo_tile(gl_ptr + base, g1, r1, c0, T, K, S, lo_from, USE_LO, BC, BK)
         k2 = _load_f32(k_ptr + base, r2, c0, T, K, S, BC, BK)
         g2 = _load_f32(g_ptr + base, r2, c0, T, K, S, BC, BK)
-        l2 = _load_lo(gl_ptr + base, g2, r2, c0, T, K, S, lo_from, BC, BK)
+        l2 = _lo_tile(gl_ptr + base, g2, r2, c0, T, K, S, lo_from, USE_LO, BC, BK)
         ga = _load_row(g_ptr + base + c0, r1 - 1, T, K - c0, S, BK)
-        la = _load_lo_row(gl_ptr + base + c0, ga, r1 - 1, T, K - c0, S, lo_from, BK)
+        la = _lo_row(gl_ptr + base + c0, ga, r1 - 1, T, K - c0, S, lo_from, USE_LO, BK)
         d = tl.exp(tl.minimum(_span(g1, l1, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r1, c0, T, K, S, BC, BK) * d
         q10, k10 = _offdiagonal_pair(qd, k1 * d, k0, g0, l0, ga, la, q10, k10, DOT_PRECISION)
         ga = _load_row(g_ptr + base + c0, r2 - 1, T, K - c0, S, BK)
-        la = _load_lo_row(gl_ptr + base + c0, ga, r2 - 1, T, K - c0, S, lo_from, BK)
+        la = _lo_row(gl_ptr + base + c0, ga, r2 - 1, T, K - c0, S, lo_from, USE_LO, BK)
         d = tl.exp(tl.minimum(_span(g2, l2, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r2, c0, T, K, S, BC, BK) * d
         kd = k2 * d
         q20, k20 = _offdiagonal_pair(qd, kd, k0, g0, l0, ga, la, q20, k20, DOT_PRECISION)
         q21, k21 = _offdiagonal_pair(qd, kd, k1, g1, l1, ga, la, q21, k21, DOT_PRECISION)
         ga = _load_row(g_ptr + base + c0, r3 - 1, T, K - c0, S, BK)
-        la = _load_lo_row(gl_ptr + base + c0, ga, r3 - 1, T, K - c0, S, lo_from, BK)
+        la = _lo_row(gl_ptr + base + c0, ga, r3 - 1, T, K - c0, S, lo_from, USE_LO, BK)
         g3 = _load_f32(g_ptr + base, r3, c0, T, K, S, BC, BK)
-        l3 = _load_lo(gl_ptr + base, g3, r3, c0, T, K, S, lo_from, BC, BK)
+        l3 = _lo_tile(gl_ptr + base, g3, r3, c0, T, K, S, lo_from, USE_LO, BC, BK)
         d = tl.exp(tl.minimum(_span(g3, l3, ga[None, :], la[None, :]), 0.0))
         qd = _load_f32(q_ptr + base, r3, c0, T, K, S, BC, BK) * d
         kd = _load_f32(k_ptr + base, r3, c0, T, K, S, BC, BK) * d
@@ -549,20 +611,47 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 @triton.jit
 def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                CHECK: tl.constexpr):
+                BK: tl.constexpr, BV: tl.constexpr, BKF: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
     # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
     # With CHECK, the value check of beta (read here once per token): outside [0, 2] or NaN clears ok_ptr.
+    # For KDA launched twice, once per USE_LO, each program working only if its chunk's need of G_lo is the
+    # launch's (_chunk_has_lo); a gate per head reads G_lo always (one value per token: nothing to save).
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
     t_last = tl.minimum(i_t * BT + BT, T) - 1
+    if GATE == GATE_CHANNEL:
+        base = _head_base(i_bh // H, i_bh % H, T, H, K)
+        if _chunk_has_lo(g_ptr + base, t_last, T, K, H * K, lo_from, BKF) == USE_LO:
+            _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t,
+                      i_bh, t_last, H, K, V, BT, BK, BV, GATE, USE_LO, DOT_PRECISION, CHECK)
+    else:
+        _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t, i_bh,
+                  t_last, H, K, V, BT, BK, BV, GATE, True, DOT_PRECISION, CHECK)
+
+
+@triton.jit
+def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t, i_bh,
+              t_last, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+              BV: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              CHECK: tl.constexpr):
+    # The work of one _wy_factors program. U first, then W: on the H200 at (2, 8192, 16), bf16, a copy of this kernel
+    # without G_lo took 0.143 ms in this order against 0.159 with W first (figures/bench_h200_2026-12-04d.json).
+    i_b, i_h = i_bh // H, i_bh % H
     p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
     b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
     if CHECK:
         if tl.sum((~((b_beta >= 0) & (b_beta <= 2))).to(tl.int32)) > 0:
             tl.store(ok_ptr, 0)
+    vbase = _head_base(i_b, i_h, T, H, V)
+    for i_v in range(0, tl.cdiv(V, BV)):
+        p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_v = tl.load(p_v, mask=m_v, other=0.0)
+        b_xv = (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype)
+        b_u = tl.dot(b_ai.to(b_v.dtype), b_xv, input_precision=DOT_PRECISION)
+        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
     if GATE == GATE_SCALAR:
         b_gh = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
@@ -581,23 +670,15 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
         if GATE == GATE_CHANNEL:
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_g = tl.load(p_g, mask=m_g, other=0.0)
-            b_gl = _load_lo(gl_ptr + kbase, b_g, i_t * BT, i_k * BK, T, K, H * K, lo_from, BT, BK)
             b_x = b_x * tl.exp(tl.minimum(b_g, 0.0))
             g_last = _load_row(g_ptr + kbase + i_k * BK, t_last, T, K - i_k * BK, H * K, BK)
-            l_last = _load_lo_row(gl_ptr + kbase + i_k * BK, g_last, t_last, T, K - i_k * BK, H * K, lo_from, BK)
+            b_gl = _lo_tile(gl_ptr + kbase, b_g, i_t * BT, i_k * BK, T, K, H * K, lo_from, USE_LO, BT, BK)
+            l_last = _lo_row(gl_ptr + kbase + i_k * BK, g_last, t_last, T, K - i_k * BK, H * K, lo_from, USE_LO, BK)
             b_kd = b_k.to(tl.float32) * tl.exp(tl.minimum(_span(g_last[None, :], l_last[None, :], b_g, b_gl), 0.0))
             tl.store(p_kd, b_kd.to(kd_ptr.dtype.element_ty), mask=m_kd)
         b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype), input_precision=DOT_PRECISION)
         p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
-    vbase = _head_base(i_b, i_h, T, H, V)
-    for i_v in range(0, tl.cdiv(V, BV)):
-        p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_v = tl.load(p_v, mask=m_v, other=0.0)
-        b_xv = (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype)
-        b_u = tl.dot(b_ai.to(b_v.dtype), b_xv, input_precision=DOT_PRECISION)
-        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
 
 
 @triton.jit
@@ -727,7 +808,7 @@ LAUNCH = {
     "cumsum": dict(num_warps=1),
     "intra": dict(num_warps=4),
     "solve": dict(num_warps=2),
-    "diagonal": dict(num_warps=2),
+    "diagonal": dict(num_warps=1),
     "offdiagonal_solve": dict(num_warps=1, num_stages=2),
     "wy": dict(num_warps=4),
     "wy_channel": dict(num_warps=4, num_stages=1),  # _wy_factors for KDA
@@ -745,7 +826,9 @@ LAUNCH = {
 # _diagonal_blocks: channels per slice, and the largest |G_r - G_a| its anchored factors may carry. A kept pair's
 # product is its decay, <= 1; a masked pair's stays below e^60 = 1.1e26 times q.k, so no sum overflows either.
 # On the H200 at (2, 8192, 16), bf16: full width at 2 warps 0.178 ms; at 1 / 4 warps 0.193 / 0.263; slices of 32 or 64
-# channels 0.27-0.43 (figures/bench_h200_2026-12-04c.json, sweeps).
+# channels 0.27-0.43 (figures/bench_h200_2026-12-04c.json, sweeps). A later sweep found 1 warp faster: 0.162 ms at 1, 2
+# or 3 stages against 0.178 at 2 warps, despite ~1.2 KB of spills per thread under Triton 3.7.1; with G_lo skipped in
+# sub-chunks without it (_slice_has_lo), 0.150 (figures/bench_h200_2026-12-04d.json, calls 2 and 4).
 DIAGONAL_BK = 128
 DIAGONAL_SPAN_LIMIT = 30.0
 OFFDIAGONAL_BK = 16
@@ -753,8 +836,10 @@ OFFDIAGONAL_BK = 16
 CUMSUM_KEY_TILE = 128
 # Rows per tile of _chunk_cumsum (see there for the measurements).
 CUMSUM_ROWS = 8
-# Value-block widths: the output stage's; the state pass's (None: state_block_v picks it from the grid size).
-BLOCK_V = {"output": 64, "state": None}
+# Value-block widths: the output stage's (KDA's apart: it reads a [64, BK] float32 tile of G per value block, so a
+# block of all 128 values reads it once; 0.128 against 0.141 ms at (2, 8192, 16), bf16, figures/bench_h200_2026-12-04d.json);
+# the state pass's (None: state_block_v picks it from the grid size).
+BLOCK_V = {"output": 64, "output_channel": 128, "state": None}
 
 
 # For bf16/fp16 inputs stage 1 keeps G_lo only where |G| >= this (see gate_lo_from for the bound).
@@ -840,9 +925,10 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
         _diagonal_blocks[(triton.cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
                                                        BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
                                                        **LAUNCH["diagonal"])
-        _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H, K,
-                                        BT, BC, min(BK, OFFDIAGONAL_BK), prec, solve_precision(q.dtype),
-                                        **LAUNCH["offdiagonal_solve"])
+        for use_lo in lo_launches(lo_from):
+            _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H, K, BT, BC,
+                                            min(BK, OFFDIAGONAL_BK), BK, use_lo, prec, solve_precision(q.dtype),
+                                            **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
@@ -852,6 +938,12 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     if delta:
         parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok, lo_from)
     return parts
+
+
+def lo_launches(lo_from):
+    """The USE_LO values a reader of KDA's G_lo is launched with (see _chunk_has_lo): both where stage 1 wrote G_lo
+    only from lo_from up, only True where it wrote it everywhere (lo_from = 0: float32 inputs)."""
+    return (False, True) if lo_from > 0 else (True,)
 
 
 def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0):
@@ -866,10 +958,11 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0):
     w = torch.empty_like(k)
     u = torch.empty_like(v)
     kd = torch.empty_like(k) if gate != GATE_NONE else k
-    _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
-                             values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
-                             min(BK, KEY_TILE), BV, gate, dot_precision(k.dtype), values_ok is not None,
-                             **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
+    for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL else (True,):
+        _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
+                                 values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
+                                 min(BK, KEY_TILE), BV, BK, gate, use_lo, dot_precision(k.dtype), values_ok is not None,
+                                 **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
 
 
@@ -905,7 +998,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
                                                    gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
-    BV_out = min(BLOCK_V["output"], _block(V))
+    BV_out = min(BLOCK_V["output_channel" if gate == GATE_CHANNEL else "output"], _block(V))
     _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                        min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
