@@ -67,12 +67,14 @@ NINTH_FILE = json.loads((ROOT / "figures" / "bench_h200_2026-12-04b.json").read_
 NINTH = NINTH_FILE["runs"]
 TENTH_FILE = json.loads((ROOT / "figures" / "bench_h200_2026-12-04c.json").read_text())
 TENTH = TENTH_FILE["runs"]
+ELEVENTH_FILE = json.loads((ROOT / "figures" / "bench_h200_2026-12-04d.json").read_text())
+ELEVENTH = ELEVENTH_FILE["runs"]
 
 
 def latest_row(kind, shape, mode):
-    """The newest stored measurement of a row: the tenth run's kept call where it timed the row, else the ninth run's,
-    else the eighth run's call on 111a155, else the seventh run's."""
-    for run in (TENTH, NINTH, EIGHTH):
+    """The newest stored measurement of a row: the eleventh run's kept call where it timed the row, else the tenth
+    run's, the ninth run's, the eighth run's call on 111a155, else the seventh run's."""
+    for run in (ELEVENTH, TENTH, NINTH, EIGHTH):
         for r in run["kept"]["chunked"]:
             if (r["kind"], (r["B"], r["T"]), r["mode"]) == (kind, shape, mode):
                 return r
@@ -98,30 +100,36 @@ def test_status_rows_quote_the_latest_runs():
             assert status[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"].startswith(ratios), (kind, mode)
     decode = max(SEVENTH["decode"], key=lambda r: r["B"])
     assert status["decode ≥ 3.6 TB/s at B = 256 through the API"] == f"{decode['ops_tb_per_s']:.2f} TB/s"
-    tenth = [r["ops_over_kernels"] for r in TENTH["kept"]["chunked"]]
+    eleventh = [r["ops_over_kernels"] for r in ELEVENTH["kept"]["chunked"]]
     eighth = [r["ops_over_kernels"] for r in EIGHTH["kept"]["chunked"] if r["kind"] == "gated_delta_rule"]
     assert status["public API ≤ 5 % over the kernels"].startswith(
-        f"ops / kernels {min(tenth):.3f}–{max(tenth):.3f} on the tenth run's {len(tenth)} rows, "
+        f"ops / kernels {min(eleventh):.3f}–{max(eleventh):.3f} on the eleventh run's {len(eleventh)} rows, "
         f"{min(eighth):.3f}–{max(eighth):.3f} on the eighth run's {len(eighth)} Gated DeltaNet rows")
-    (fwd_long,) = [r for r in TENTH["kept"]["chunked"] if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd")]
+    (fwd_long,) = [r for r in ELEVENTH["kept"]["chunked"] if (r["B"], r["T"], r["mode"]) == (2, 8192, "fwd")]
     faster = min(fwd_long["fla_before_ms"], fwd_long["fla_after_ms"])
     assert (f"fla's two timings {fwd_long['fla_before_ms']:.3f}/{fwd_long['fla_after_ms']:.3f} ms: "
             f"{fwd_long['k3lite_ops_triton_ms'] / faster:.2f}× against the faster"
             ) in status["KDA forward ≤ 0.9× at T ≥ 8192"]
 
 
+def strict_ratio(row):
+    """The larger of a row's two ratios: over the mean of fla's two timings, and over the faster of them."""
+    return max(row["ratio_ops_vs_fla"], row["k3lite_ops_triton_ms"] / min(row["fla_before_ms"], row["fla_after_ms"]))
+
+
 def test_status_marks_follow_the_numbers():
-    # A target is marked met exactly when the newest stored ratios meet it.
+    # A target is marked met exactly when the newest stored ratios meet it, over the mean of fla's two timings and
+    # over the faster of them.
     marks = {label: mark.split()[0] for label, (_, mark) in status_cells().items()}
-    long_rows = [latest_row("kda", shape, "fwd")["ratio_ops_vs_fla"] for shape in SHAPES if shape[1] >= 8192]
+    long_rows = [strict_ratio(latest_row("kda", shape, "fwd")) for shape in SHAPES if shape[1] >= 8192]
     assert marks["KDA forward ≤ 0.9× at T ≥ 8192"] == ("✔" if max(long_rows) <= 0.9 else "✗")
     assert marks["KDA forward ≤ 1.1× at (8, 2048)"] == (
-        "✔" if latest_row("kda", (8, 2048), "fwd")["ratio_ops_vs_fla"] <= 1.1 else "✗")
+        "✔" if strict_ratio(latest_row("kda", (8, 2048), "fwd")) <= 1.1 else "✗")
     for kind in KIND_NAMES:
         for mode, label in (("fwd", "forward"), ("fwd+bwd", "forward+backward")):
             if (kind, mode) == ("kda", "fwd"):
                 continue
-            worst = max(latest_row(kind, s, mode)["ratio_ops_vs_fla"] for s in SHAPES)
+            worst = max(strict_ratio(latest_row(kind, s, mode)) for s in SHAPES)
             assert marks[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"] == ("✔" if worst <= 1.1 else "✗"), (kind, mode)
     rows = {(r["kind"], r["B"], r["T"], r["mode"]) for r in SEVENTH["chunked"]}
     api = max(latest_row(kind, (B, T), mode)["ops_over_kernels"] for kind, B, T, mode in rows)
@@ -382,3 +390,59 @@ def test_tenth_run_table_and_prose_are_the_stored_ones():
                       if (r["B"], r["T"]) == s and r["mode"] == "fwd+bwd")
     assert f"Forward+backward: {both}." in prose
     assert max(r["ratio_ops_vs_fla"] for r in kept["chunked"] if r["mode"] == "fwd" and r["T"] >= 8192) > 0.9
+
+
+def test_eleventh_run_table_and_prose_are_the_stored_ones():
+    prose = " ".join(README.split("**Eleventh run of 2026-12-04", 1)[1].split("**Tenth run", 1)[0].split())
+    call4 = ELEVENTH_FILE["call_4_two_launches"]
+    names = ("_diagonal_blocks", "_offdiagonal_solve", "_wy_factors", "_chunk_output")
+    for label, form in (("fd1a445", "base"), ("kept", "mid"), ("two launches for the diagonal blocks too", "new")):
+        rows = call4[form]["rows"]
+        kernels = rows["(2, 8192, 16) fwd"]["kernels"]
+        assert table_row(label, header="| form | `_diagonal_blocks` |") == (
+            [f"{kernels[n]:.3f}" for n in names]
+            + [" / ".join(f"{rows[f'({B}, {T}, 16) fwd']['api_ms']:.3f}" for B, T in SHAPES)]), label
+    # the kept form is faster than fd1a445 at every shape and exactly as accurate
+    base, kept = call4["base"], call4["mid"]
+    assert all(kept["rows"][k]["api_ms"] < base["rows"][k]["api_ms"] for k in kept["rows"])
+    assert kept["accuracy_bf16_vs_float32_pipeline"] == base["accuracy_bf16_vs_float32_pipeline"]
+    masked = ELEVENTH_FILE["call_1_masked_off"]
+    k1 = {f: masked[f]["rows"]["(2, 8192, 16) fwd"]["kernels"] for f in ("base", "new")}
+    assert (f"`_offdiagonal_solve` {k1['new']['_offdiagonal_solve']:.3f} ms and `_wy_factors` "
+            f"{k1['new']['_wy_factors']:.3f}, against {k1['base']['_offdiagonal_solve']:.3f} and "
+            f"{k1['base']['_wy_factors']:.3f}, while stage 1 went from {k1['base']['_chunk_cumsum']:.3f} to "
+            f"{k1['new']['_chunk_cumsum']:.3f}") in prose
+    probe = ELEVENTH_FILE["call_2_probe"]["ms"]
+    no_lo = probe["wy variant v_first=1 lo=0 i64=0 w4s1 (same=True)"]
+    w_first = probe["wy variant v_first=0 lo=0 i64=0 w4s1 (same=True)"]
+    assert (f"took {no_lo:.3f} ms, against {probe['wy ours w4s1']:.3f} for the package's and "
+            f"{probe['wy fla (autotuned)']:.3f} for fla's kernel") in prose
+    assert f"({no_lo:.3f} against {w_first:.3f} ms for the copy without G_lo)" in prose
+    call3 = ELEVENTH_FILE["call_3_branch_inside"]
+    k3 = {f: call3[f]["rows"]["(2, 8192, 16) fwd"]["kernels"] for f in ("base", "new")}
+    assert (f"`_offdiagonal_solve` {k3['new']['_offdiagonal_solve']:.3f} ms and `_wy_factors` "
+            f"{k3['new']['_wy_factors']:.3f}, against {k3['base']['_offdiagonal_solve']:.3f} and "
+            f"{k3['base']['_wy_factors']:.3f}") in prose
+    rows = {(r["B"], r["T"], r["mode"]): r for r in ELEVENTH["kept"]["chunked"]}
+    fwd = [rows[(B, T, "fwd")] for B, T in SHAPES]
+    assert ("forward " + " / ".join(f"{r['k3lite_ops_triton_ms']:.3f}" for r in fwd) + " ms, "
+            + " / ".join(f"{r['ratio_ops_vs_fla']:.2f}×" for r in fwd) + " over the mean") in prose
+    long = rows[(2, 8192, "fwd")]
+    assert (f"{long['fla_before_ms']:.3f} ms before k3lite and {long['fla_after_ms']:.3f} after, and against the "
+            f"faster the forward is {long['k3lite_ops_triton_ms'] / min(long['fla_before_ms'], long['fla_after_ms']):.2f}×"
+            ) in prose
+    fla4 = base["fla_fwd"]["(2, 8192, 16)"]
+    assert (f"{kept['rows']['(2, 8192, 16) fwd']['api_ms']:.3f} ms against fla's {fla4['before']:.3f} before "
+            f"({fla4['after']:.3f} after)") in prose
+    assert strict_ratio(long) > 0.9 >= strict_ratio(rows[(1, 32768, "fwd")])
+    profile = {r["name"]: r["ms_per_call"] for r in ELEVENTH["kept"]["kda_profile_2x8192x16"]["fwd"]}
+    assert f"kernels sum to {sum(ms for n, ms in profile.items() if n.startswith('_')):.3f} ms" in prose
+    assert f"(state pass {profile['_state_pass']:.3f}, the largest)" in prose
+    assert max(profile, key=profile.get) == "_state_pass"
+    both = " / ".join(f"{rows[(B, T, 'fwd+bwd')]['ratio_ops_vs_fla']:.2f}×" for B, T in SHAPES)
+    assert f"Forward+backward: {both}." in prose
+    ptx_old, ptx_new = ELEVENTH_FILE["ptxas_sm90"]["fd1a445"], ELEVENTH_FILE["ptxas_sm90"]["kept"]
+    assert ptx_new["_offdiagonal_solve, USE_LO=False"]["spill_store_bytes"] == 0
+    assert (f"has no spills ({ptx_old['_offdiagonal_solve']['spill_store_bytes']} bytes before, Triton 3.7.1) and "
+            f"`_wy_factors` {ptx_new['_wy_factors, USE_LO=False']['registers']} registers instead of "
+            f"{ptx_old['_wy_factors']['registers']}") in prose

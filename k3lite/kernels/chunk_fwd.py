@@ -467,8 +467,8 @@ def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     base = _head_base(i_bh // H, i_bh % H, T, H, K)
     if _chunk_has_lo(g_ptr + base, tl.minimum(i_t * BT + BT, T) - 1, T, K, H * K, lo_from, BKF) == USE_LO:
-        _offdiagonal_chunk(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T, i_t, i_bh,
-                           H, K, BT, BC, BK, USE_LO, DOT_PRECISION, SOLVE_PRECISION)
+        _offdiagonal_chunk(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T, i_t,
+                           i_bh, H, K, BT, BC, BK, USE_LO, DOT_PRECISION, SOLVE_PRECISION)
 
 
 @triton.jit
@@ -635,8 +635,10 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
               t_last, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
               BV: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
               CHECK: tl.constexpr):
-    # The work of one _wy_factors program. U first, then W: on the H200 at (2, 8192, 16), bf16, a copy of this kernel
-    # without G_lo took 0.143 ms in this order against 0.159 with W first (figures/bench_h200_2026-12-04d.json).
+    # The work of one _wy_factors program. KDA's computes U first, then W: on the H200 at (2, 8192, 16), bf16, a copy
+    # of this kernel without G_lo took 0.143 ms in this order against 0.159 with W first
+    # (figures/bench_h200_2026-12-04d.json).
+    # The other kinds keep W first, the order their benchmark rows were measured in.
     i_b, i_h = i_bh // H, i_bh % H
     p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
@@ -644,14 +646,8 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
     if CHECK:
         if tl.sum((~((b_beta >= 0) & (b_beta <= 2))).to(tl.int32)) > 0:
             tl.store(ok_ptr, 0)
-    vbase = _head_base(i_b, i_h, T, H, V)
-    for i_v in range(0, tl.cdiv(V, BV)):
-        p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_v = tl.load(p_v, mask=m_v, other=0.0)
-        b_xv = (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype)
-        b_u = tl.dot(b_ai.to(b_v.dtype), b_xv, input_precision=DOT_PRECISION)
-        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
+    if GATE == GATE_CHANNEL:
+        _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H, V, BT, BV, DOT_PRECISION)
     if GATE == GATE_SCALAR:
         b_gh = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
         b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
@@ -679,6 +675,22 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
         b_w = tl.dot(b_ai.to(b_k.dtype), b_x.to(b_k.dtype), input_precision=DOT_PRECISION)
         p_w, m_w = _tile(w_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         tl.store(p_w, b_w.to(w_ptr.dtype.element_ty), mask=m_w)
+    if GATE != GATE_CHANNEL:
+        _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H, V, BT, BV, DOT_PRECISION)
+
+
+@triton.jit
+def _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+               BV: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # U = Ai @ (beta * V) of one chunk, BV values at a time.
+    vbase = _head_base(i_b, i_h, T, H, V)
+    for i_v in range(0, tl.cdiv(V, BV)):
+        p_v, m_v = _tile(v_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_v = tl.load(p_v, mask=m_v, other=0.0)
+        b_xv = (b_v.to(tl.float32) * b_beta[:, None]).to(b_v.dtype)
+        b_u = tl.dot(b_ai.to(b_v.dtype), b_xv, input_precision=DOT_PRECISION)
+        p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
 
 
 @triton.jit
@@ -837,7 +849,8 @@ CUMSUM_KEY_TILE = 128
 # Rows per tile of _chunk_cumsum (see there for the measurements).
 CUMSUM_ROWS = 8
 # Value-block widths: the output stage's (KDA's apart: it reads a [64, BK] float32 tile of G per value block, so a
-# block of all 128 values reads it once; 0.128 against 0.141 ms at (2, 8192, 16), bf16, figures/bench_h200_2026-12-04d.json);
+# block of all 128 values reads it once; 0.128 against 0.141 ms at (2, 8192, 16), bf16,
+# figures/bench_h200_2026-12-04d.json);
 # the state pass's (None: state_block_v picks it from the grid size).
 BLOCK_V = {"output": 64, "output_channel": 128, "state": None}
 
