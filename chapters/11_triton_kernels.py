@@ -568,7 +568,11 @@ show(chunk_fwd._wy_values, "b_u = tl.dot", "tl.store(p_u")
 # %% [markdown]
 # **5. The state pass** is the only sequential stage. One program owns a `[K, BV]` block of one head's
 # state and walks through the chunks, storing the state each chunk starts from (`h`) for the output
-# stage and the backward:
+# stage and the backward. Each token's contribution must decay from that token to the chunk's end,
+# $e^{G_C - G_r}$. With a gate per key channel (KDA) that factor differs per channel, so stage 4 writes the
+# keys already decayed ($K_{dec}$). With one gate per head it is a single number per token, and the same
+# product $K_{dec}^\top V' = K^\top (e^{G_C - G} \odot V')$ needs no second copy of the keys: the pass scales
+# the rows of $V'$ instead (the `GATE_SCALAR` lines).
 
 # %%
 show(chunk_fwd._state_pass, "for i_t in range(0, NT)", "b_s += tl.dot")

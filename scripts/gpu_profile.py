@@ -125,6 +125,9 @@ VARIANTS = {
     "diagonal_slices32": {"DIAGONAL_BK": 32},
     "offdiagonal_bk64": {"OFFDIAGONAL_BK": 64},
     "offdiagonal_bk32": {"OFFDIAGONAL_BK": 32},
+    # What the second launch of KDA's G_lo readers costs (see chunk_fwd.lo_launches): valid only where no chunk holds
+    # G_lo, as in the benchmark's gates (their accuracy row shows it).
+    "single_lo_launch": {"lo_launches": lambda lo_from: (False,)},
 }
 
 

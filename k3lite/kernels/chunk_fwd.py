@@ -15,8 +15,9 @@ Stages, each a kernel (G is the chunk-local cumulative sum of the log-gates):
                           the sub-chunk's middle row (or, for strong gates, by walking its rows: _diagonal_walk)
      _offdiagonal_solve   the six blocks below them as tensor-core products through an anchor row,
                           then the same block merge as _solve_unit_lower, one program per chunk
-  4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V
+  4. _wy_factors          W = Ai diag(beta) (exp(G) * K),  U = Ai diag(beta) V  (and for KDA K_dec = exp(G_C - G) * K)
   5. _state_pass          per chunk: h = S;  V' = U - W S;  S = diag(exp(G_C)) S + (exp(G_C - G) * K)^T V'
+                          (a gate per head: the same product as K^T (exp(G_C - G) * V'), one factor per token)
   6. _chunk_output        O = scale * (exp(G) * Q) h + Aqk V'
 Linear attention skips 3 and 4 and uses V' = V.
 
@@ -609,12 +610,24 @@ def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC:
 
 
 @triton.jit
+def _token_decay_to_chunk_end(g_ptr, gl_ptr, i_b, i_h, i_t, t_last, T, H: tl.constexpr, BT: tl.constexpr):
+    # exp(G_C - G_r) for the rows r of chunk i_t, a gate per head (G, G_lo [B, T, H]): the decay from each token to
+    # the chunk's end, a two-part span (_span), <= 1.
+    b_gh = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+    b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
+    last = (i_b * T + t_last) * H + i_h
+    return tl.exp(tl.minimum(_span(tl.load(g_ptr + last), tl.load(gl_ptr + last), b_gh, b_gl), 0.0))
+
+
+@triton.jit
 def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, BKF: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr,
-                DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
+                WRITE_KD: tl.constexpr, DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
-    # Also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own.
+    # With WRITE_KD also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own
+    # (KDA's forward, and every backward). The forward of a gate per head does not write it: its state pass scales
+    # the rows of V' by the same factors instead (one per token), which saves writing K_dec and reading it back.
     # With CHECK, the value check of beta (read here once per token): outside [0, 2] or NaN clears ok_ptr.
     # For KDA launched twice, once per USE_LO, each program working only if its chunk's need of G_lo is the
     # launch's (_chunk_has_lo); a gate per head reads G_lo always (one value per token: nothing to save).
@@ -624,17 +637,17 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
         base = _head_base(i_bh // H, i_bh % H, T, H, K)
         if _chunk_has_lo(g_ptr + base, t_last, T, K, H * K, lo_from, BKF) == USE_LO:
             _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t,
-                      i_bh, t_last, H, K, V, BT, BK, BV, GATE, USE_LO, DOT_PRECISION, CHECK)
+                      i_bh, t_last, H, K, V, BT, BK, BV, GATE, USE_LO, WRITE_KD, DOT_PRECISION, CHECK)
     else:
         _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t, i_bh,
-                  t_last, H, K, V, BT, BK, BV, GATE, True, DOT_PRECISION, CHECK)
+                  t_last, H, K, V, BT, BK, BV, GATE, True, WRITE_KD, DOT_PRECISION, CHECK)
 
 
 @triton.jit
 def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t, i_bh,
               t_last, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-              BV: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
-              CHECK: tl.constexpr):
+              BV: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr, WRITE_KD: tl.constexpr,
+              DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
     # The work of one _wy_factors program. KDA's computes U first, then W: on the H200 at (2, 8192, 16), bf16, a copy
     # of this kernel without G_lo took 0.143 ms in this order against 0.159 with W first
     # (figures/bench_h200_2026-12-04d.json).
@@ -649,11 +662,9 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
     if GATE == GATE_CHANNEL:
         _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H, V, BT, BV, DOT_PRECISION)
     if GATE == GATE_SCALAR:
-        b_gh = _load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
-        b_gl = _load_vec_f32(gl_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
-        b_gs = tl.exp(tl.minimum(b_gh, 0.0))
-        last = (i_b * T + t_last) * H + i_h
-        b_kdec = tl.exp(tl.minimum(_span(tl.load(g_ptr + last), tl.load(gl_ptr + last), b_gh, b_gl), 0.0))
+        b_gs = tl.exp(tl.minimum(_load_vec_f32(g_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT), 0.0))
+        if WRITE_KD:
+            b_kdec = _token_decay_to_chunk_end(g_ptr, gl_ptr, i_b, i_h, i_t, t_last, T, H, BT)
     kbase = _head_base(i_b, i_h, T, H, K)
     for i_k in range(0, tl.cdiv(K, BK)):
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
@@ -662,7 +673,8 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
         p_kd, m_kd = _tile(kd_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
         if GATE == GATE_SCALAR:
             b_x = b_x * b_gs[:, None]
-            tl.store(p_kd, (b_k.to(tl.float32) * b_kdec[:, None]).to(kd_ptr.dtype.element_ty), mask=m_kd)
+            if WRITE_KD:
+                tl.store(p_kd, (b_k.to(tl.float32) * b_kdec[:, None]).to(kd_ptr.dtype.element_ty), mask=m_kd)
         if GATE == GATE_CHANNEL:
             p_g, m_g = _tile(g_ptr + kbase, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
             b_g = tl.load(p_g, mask=m_g, other=0.0)
@@ -694,13 +706,14 @@ def _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H: tl.constexpr, V:
 
 
 @triton.jit
-def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
+def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, gl_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
                 HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
     #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + K_dec^T V'
-    # (k_ptr holds K_dec = exp(G_C - G) * K when there is a gate, written by _wy_factors.)
+    # For KDA k_ptr holds K_dec = exp(G_C - G) * K, written by _wy_factors. For a gate per head k_ptr is K itself
+    # and the factor, one per token, scales the rows of V' instead: K_dec^T V' = K^T (exp(G_C - G) * V').
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     rk = tl.arange(0, BK)
@@ -717,18 +730,24 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT
         h_c = h_ptr + _chunk_state_base(i_b, i_t, i_h, NT, H, K, V)
         tl.store(h_c + state_off, b_s.to(h_ptr.dtype.element_ty), mask=mask_kv)
         p_u, m_u = _tile(u_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
-        b_vn = tl.load(p_u, mask=m_u, other=0.0)
-        dtype = b_vn.dtype
+        b_v = tl.load(p_u, mask=m_u, other=0.0)
+        dtype = b_v.dtype
+        b_vn = b_v
         if DELTA:
             p_w, m_w = _tile(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
             b_w = tl.load(p_w, mask=m_w, other=0.0)
-            b_vn = (b_vn.to(tl.float32) - tl.dot(b_w, b_s.to(dtype), input_precision=DOT_PRECISION)).to(dtype)
+            b_v = b_v.to(tl.float32) - tl.dot(b_w, b_s.to(dtype), input_precision=DOT_PRECISION)   # V', float32
+            b_vn = b_v.to(dtype)
             p_vn, m_vn = _tile(vn_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
             tl.store(p_vn, b_vn, mask=m_vn)
         p_k, m_k = _tile(k_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
         b_k = tl.load(p_k, mask=m_k, other=0.0)
         if GATE != GATE_NONE:
             b_s = b_s * _chunk_decay(g_ptr, i_b, i_h, i_t, 0, T, H, K, BT, BK, GATE)[:, None]
+        if GATE == GATE_SCALAR:
+            t_last = tl.minimum(i_t * BT + BT, T) - 1
+            b_decay = _token_decay_to_chunk_end(g_ptr, gl_ptr, i_b, i_h, i_t, t_last, T, H, BT)
+            b_vn = (b_v.to(tl.float32) * b_decay[:, None]).to(dtype)
         b_s += tl.dot(tl.trans(b_k.to(dtype)), b_vn, input_precision=DOT_PRECISION)
     tl.store(ht_ptr + _state_base(i_bh, K, V) + state_off, b_s, mask=mask_kv)
 
@@ -949,7 +968,9 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
             _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, solve_precision(q.dtype), **LAUNCH["solve"])
     parts = {"G": G, "G_lo": G_lo, "lo_from": lo_from, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
-        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok, lo_from)
+        # A gate per head decays the values in the state pass (see _state_pass): no K_dec to write.
+        parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok, lo_from,
+                                                         need_kd=gate != GATE_SCALAR)
     return parts
 
 
@@ -959,10 +980,11 @@ def lo_launches(lo_from):
     return (False, True) if lo_from > 0 else (True,)
 
 
-def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0):
+def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0, need_kd=True):
     """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai).
     With ``values_ok`` the kernel sets it to 0 if a beta is outside [0, 2]. ``lo_from``: the one stage 1 wrote
-    G_lo with (gate_sums)."""
+    G_lo with (gate_sums). ``need_kd=False`` (a gate per head only) returns K in place of K_dec and writes none:
+    the forward's state pass decays the values instead (_state_pass)."""
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -970,11 +992,13 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0):
     NT = triton.cdiv(T, CHUNK)
     w = torch.empty_like(k)
     u = torch.empty_like(v)
-    kd = torch.empty_like(k) if gate != GATE_NONE else k
+    write_kd = gate != GATE_NONE and (need_kd or gate == GATE_CHANNEL)
+    kd = torch.empty_like(k) if write_kd else k
     for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL else (True,):
         _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
                                  values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
-                                 min(BK, KEY_TILE), BV, BK, gate, use_lo, dot_precision(k.dtype), values_ok is not None,
+                                 min(BK, KEY_TILE), BV, BK, gate, use_lo, write_kd, dot_precision(k.dtype),
+                                 values_ok is not None,
                                  **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
 
@@ -1008,7 +1032,9 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     ht = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     h0 = initial_state if initial_state is not None else ht
     BV_state = min(BLOCK_V["state"] or state_block_v(B * H, V, BV), _block(V))
-    _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK, BV_state,
+    gl_arg = parts["G_lo"] if parts["G_lo"] is not None else q
+    _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, gl_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK,
+                                                   BV_state,
                                                    gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
     BV_out = min(BLOCK_V["output_channel" if gate == GATE_CHANNEL else "output"], _block(V))
