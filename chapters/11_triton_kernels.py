@@ -532,6 +532,9 @@ plt.show()
 # their digits (for KDA in bf16 the second only where a sum is large enough to need it; section 5 says when).
 # It takes the chunk `CUMSUM_ROWS` rows at a time: one tile load, a scan down the tile of (sum, remainder) pairs
 # joined by a compensated addition (`_two_sum`), then the pair carried from the tiles before it. Section 5 follows this stage through four forms, each measured, the last one this:
+# (Its first line, `_wait_for_previous_stage(PDL)`, opens every stage. With programmatic dependent launch a stage's
+# programs may be scheduled before the stage ahead of it has finished, and each then waits there, before it touches
+# memory. `PDL` is off in the package until it has been timed on a GPU, and off it compiles to nothing.)
 
 # %%
 show(chunk_fwd._chunk_cumsum)
