@@ -46,8 +46,6 @@ def compile_sm90(fn, pointer_types, constants, **options):
     """fn compiled for sm90 (Triton's compiler and ptxas, no GPU). pointer_types: the type of each pointer and float
     argument; the other runtime arguments are i32. Pointers get the real launcher's 16-byte alignment."""
     names = fn.arg_names
-    # constexprs left out take their defaults (PDL = False: no programmatic dependent launch)
-    constants = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **constants}
     signature = {n: "constexpr" if n in constants else pointer_types.get(n, "i32") for n in names}
     constexprs = {(names.index(n),): v for n, v in constants.items()}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n, t in pointer_types.items() if t.startswith("*")}

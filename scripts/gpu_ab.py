@@ -15,9 +15,7 @@ and (8, 2048), forward and forward+backward through the public API (k3lite.ops.k
 triton.testing.do_bench median, ms) and per kernel (torch.profiler, 5 calls), and the bf16 error against the float32
 pipeline (scripts/gpu_profile.py: accuracy). --fla times the reference's forward before and after; --stage1 times
 stage 1 (chunk_fwd.gate_sums) alone with and without its value check; --diagonal-sweep times KDA's _diagonal_blocks
-under other slice widths and warp counts; --pdl times the KDA and Gated DeltaNet forwards with programmatic dependent
-launch off and on (chunk_fwd.PDL), alternating, and checks that both give the same bits. GPU only; not part of any
-test.
+under other slice widths and warp counts. GPU only; not part of any test.
 """
 
 from __future__ import annotations
@@ -86,25 +84,6 @@ def diagonal_sweep(results):
             print(f"_diagonal_blocks {(B, T, H)} BK={width} warps={warps}: {ms:.4f} ms", flush=True)
 
 
-def pdl_both_ways(results):
-    for kind in ("kda", "gated_delta_rule"):
-        for B, T, H in SHAPES:
-            t = bench.mixer_inputs(kind, B, T, H, 128, torch.bfloat16, "cuda", False)
-            times, outputs = {False: [], True: []}, {}
-            for pdl in (False, True, False, True):
-                chunk_fwd.PDL = pdl
-                times[pdl].append(median_ms(lambda: bench.k3lite_call(kind, t, "triton")))
-                outputs[pdl] = bench.k3lite_call(kind, t, "triton")
-            same = torch.equal(outputs[False], outputs[True])
-            results.setdefault("pdl", {})[f"{kind} {(B, T, H)}"] = {"off_ms": times[False], "on_ms": times[True],
-                                                                    "same_bits": same}
-            print(f"PDL {kind} {(B, T, H)}: off {times[False]} on {times[True]} ms, same bits {same}", flush=True)
-    chunk_fwd.PDL = PDL_DEFAULT
-
-
-PDL_DEFAULT = chunk_fwd.PDL
-
-
 def main():
     label, out = sys.argv[1], Path(sys.argv[2])
     results = {"label": label, "file": k3lite.__file__}
@@ -126,9 +105,6 @@ def main():
     print("bf16 against the float32 pipeline (rel. RMS):", results["accuracy"], flush=True)
     if "--stage1" in sys.argv:
         stage1_alone(results)
-    if "--pdl" in sys.argv:
-        save()
-        pdl_both_ways(results)
     if "--diagonal-sweep" in sys.argv:
         save()
         diagonal_sweep(results)

@@ -532,13 +532,3 @@ def test_silu_and_mul_kernel():
     out.backward(dh)
     ref.backward(dh.double())
     assert rel_err(gate.grad, g64.grad) < 1e-5 and rel_err(up.grad, u64.grad) < 1e-5
-
-
-def test_no_programmatic_dependent_launch_off_the_gpu(monkeypatch):
-    # PDL is a launch option of CUDA GPUs of compute capability 9 or later; the interpreter and a CPU tensor get none,
-    # so every stage runs with its PDL constexpr False (no griddepcontrol instruction) whatever the switch says.
-    from k3lite.kernels import chunk_fwd
-
-    for switch in (False, True):
-        monkeypatch.setattr(chunk_fwd, "PDL", switch)
-        assert chunk_fwd.pdl_options(torch.device("cpu")) == {}

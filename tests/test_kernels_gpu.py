@@ -327,24 +327,3 @@ def test_situ_glu_float32_takes_the_exact_path():
     # The approximate tanh/reciprocal path is for 16-bit tensors only; float32 must stay IEEE-accurate.
     gate, up = 3 * torch.randn(4096, 1024, device="cuda"), 10 * torch.randn(4096, 1024, device="cuda")
     assert rel_err(situ_glu(gate, up, backend="triton"), situ_glu(gate, up, backend="torch")) < 1e-5
-
-
-@pytest.mark.parametrize("kind", list(OPS))
-def test_programmatic_dependent_launch_changes_no_bit(kind, monkeypatch):
-    # The forward's stages wait for the stage before them (chunk_fwd._wait_for_previous_stage) when launched with PDL;
-    # launched without it they run in stream order. Both must give the same bits, with chunks holding G_lo and without
-    # (gates of -20 at some tokens: their chunks' sums pass 256) and a T that ends inside a chunk.
-    from k3lite.kernels import chunk_fwd
-
-    q, k, v, g, beta, h0 = make_inputs(kind, 2, 700, torch.bfloat16, seed=7)
-    if g is not None:
-        g = g.clone()
-        g[:, 300:330] = -20.0
-    results = {}
-    for pdl in (True, False):
-        monkeypatch.setattr(chunk_fwd, "PDL", pdl)
-        hopper = torch.cuda.get_device_capability()[0] >= 9
-        assert ("launch_pdl" in chunk_fwd.pdl_options(q.device)) == (pdl and hopper)
-        results[pdl] = call(kind, "chunked", q, k, v, g, beta, initial_state=h0, backend="triton")
-    for with_pdl, without in zip(results[True], results[False]):
-        assert torch.equal(with_pdl, without)

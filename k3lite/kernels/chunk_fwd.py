@@ -56,8 +56,6 @@ Every tl.dot takes its input precision from the DOT_PRECISION constexpr (see dot
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from . import _ensure_backend
@@ -65,11 +63,6 @@ from . import _ensure_backend
 _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imported (see k3lite.kernels)
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-try:
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
-except ImportError:  # Triton before 3.3: no programmatic dependent launch (pdl_options turns it off)
-    gdc_wait = gdc_launch_dependents = None
 
 # Tokens per chunk: a 64-row tile fills the tensor cores' M dimension for every product of a chunk, and
 # the sequential state pass then takes T / 64 steps.
@@ -89,17 +82,6 @@ GATE_CHANNEL = tl.constexpr(2)
 # Gates are raised to this before they are summed: exp(-1024) is 0 in float32 and float64, so every decay
 # through such a gate is still exactly 0, and the sums stay finite (-inf gates would give inf - inf = NaN).
 GATE_FLOOR = tl.constexpr(-1024.0)
-
-
-@triton.jit
-def _wait_for_previous_stage(PDL: tl.constexpr):
-    # Programmatic dependent launch (PDL, Hopper and later; see pdl_options): a stage launched with it may have its
-    # programs scheduled while the stage before it still runs. Each program waits here, before its first memory access,
-    # until that stage has finished and its writes are visible, then lets the next stage be scheduled in turn. So the
-    # stages still run one after the other; what overlaps is the next launch's start with the current stage's end.
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
 
 
 @triton.jit
@@ -186,13 +168,14 @@ def _chunk_has_lo(g_base, t_last, T, K: tl.constexpr, stride, lo_from, BKF: tl.c
     # (figures/bench_h200_2026-12-04d.json). A rounding could put a row one float32 step past the last one, at
     # |G| ~ lo_from: its G_lo would be skipped, which is what gate_lo_from allows below lo_from anyway.
     # BKF: K rounded up to a power of two.
-    return tl.max(tl.abs(_load_row(g_base, t_last, T, K, stride, BKF)), axis=0) >= lo_from
+    return _slice_has_lo(_load_row(g_base, t_last, T, K, stride, BKF), lo_from)
 
 
 @triton.jit
 def _slice_has_lo(g_last, lo_from):
-    # As _chunk_has_lo, for one slice of channels whose last row of G is g_last, as a branch inside _diagonal_blocks:
-    # there it won over two launches (0.150 against 0.173 ms at 1 warp; 0.175 for the kernel before, at 2 warps).
+    # Whether stage 1 may have written G_lo in the channels whose last row of G is g_last (see _chunk_has_lo). Inside
+    # _diagonal_blocks, per sub-chunk, the choice is a branch: there it won over two launches (0.150 against 0.173 ms
+    # at 1 warp; 0.175 for the kernel before, at 2 warps).
     return tl.max(tl.abs(g_last), axis=0) >= lo_from
 
 
@@ -269,7 +252,7 @@ def _two_sum(a_hi, a_lo, b_hi, b_lo):
 
 @triton.jit
 def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr, PDL: tl.constexpr = False):
+                  BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a compensated running sum
     # (_two_sum: gates of every size keep their digits), whose float32 rounding is hi and whose remainder is lo.
     # Each gate is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
@@ -283,7 +266,6 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     # (_load_lo) read 0 for the rest.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
     # <= 0 (NaN included) clears the flag at ok_ptr, which the launcher asserts on (see chunk_forward).
-    _wait_for_previous_stage(PDL)
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
@@ -317,10 +299,9 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
 @triton.jit
 def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                       GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr = False):
+                       GATE: tl.constexpr, DELTA: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # GATE_NONE and GATE_SCALAR: the decay exp(G_r - G_i) is a scalar per (r, i), so one [BT, BT] product
     # Q K^T (and K K^T) per chunk, then decay, causal mask, beta rows, scale.
-    _wait_for_previous_stage(PDL)
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
@@ -355,7 +336,7 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
 @triton.jit
 def _diagonal_blocks(q_ptr, k_ptr, g_ptr, gs_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, lo_from, T,
                      H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                     SPAN_LIMIT: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr = False):
+                     SPAN_LIMIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # GATE_CHANNEL (KDA), the 16x16 diagonal block of one sub-chunk, one program per (sub-chunk, head), as a
     # tensor-core product through one anchor row a, the sub-chunk's middle row:
     #   A[r, c] = sum_d (k_rd exp(G_rd - G_ad)) (k_cd exp(G_ad - G_cd))   (q_rd for Aqk)
@@ -364,7 +345,6 @@ def _diagonal_blocks(q_ptr, k_ptr, g_ptr, gs_ptr, gl_ptr, beta_ptr, aqk_ptr, akk
     # <= SPAN_LIMIT (gates of -3.75 per step on average still do), the factors lie in [e^-30, e^30], their product is
     # the pair's decay (<= 1 for a kept pair) and each entry an ordinary dot product. Beyond it (a gate of -1e4, -inf,
     # strong gates) the program takes _diagonal_walk, which never forms a factor > 1.
-    _wait_for_previous_stage(PDL)
     i_s, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     base = _head_base(i_b, i_h, T, H, K)
@@ -482,11 +462,10 @@ def _lo_row(base, hi, t, T, n_cols, stride, lo_from, USE_LO: tl.constexpr, BC: t
 def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                        BKF: tl.constexpr, USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                       SOLVE_PRECISION: tl.constexpr, PDL: tl.constexpr = False):
+                       SOLVE_PRECISION: tl.constexpr):
     # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
     # Launched twice, once per USE_LO (chunk_prepare): each program works only if its chunk's need of G_lo is the
     # launch's (_chunk_has_lo), so the chunks without G_lo run code that never touches it.
-    _wait_for_previous_stage(PDL)
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     base = _head_base(i_bh // H, i_bh % H, T, H, K)
     if _chunk_has_lo(g_ptr + base, tl.minimum(i_t * BT + BT, T) - 1, T, K, H * K, lo_from, BKF) == USE_LO:
@@ -617,9 +596,8 @@ def _merge_inverse(a, o, r0, T, S, a10, a20, a21, a30, a31, a32, BC: tl.constexp
 
 @triton.jit
 def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                      DOT_PRECISION: tl.constexpr, PDL: tl.constexpr = False):
+                      DOT_PRECISION: tl.constexpr):
     # GATE_NONE and GATE_SCALAR: Ai = (I + Akk)^-1 per chunk, every block of Akk read from memory.
-    _wait_for_previous_stage(PDL)
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     a = akk_ptr + _head_base(i_b, i_h, T, H, BT)
@@ -646,7 +624,7 @@ def _token_decay_to_chunk_end(g_ptr, gl_ptr, i_b, i_h, i_t, t_last, T, H: tl.con
 def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, BKF: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr,
-                WRITE_KD: tl.constexpr, DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr, PDL: tl.constexpr = False):
+                WRITE_KD: tl.constexpr, DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
     # With WRITE_KD also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own
     # (KDA's forward, and every backward). The forward of a gate per head does not write it: its state pass scales
@@ -654,7 +632,6 @@ def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_
     # With CHECK, the value check of beta (read here once per token): outside [0, 2] or NaN clears ok_ptr.
     # For KDA launched twice, once per USE_LO, each program working only if its chunk's need of G_lo is the
     # launch's (_chunk_has_lo); a gate per head reads G_lo always (one value per token: nothing to save).
-    _wait_for_previous_stage(PDL)
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     t_last = tl.minimum(i_t * BT + BT, T) - 1
     if GATE == GATE_CHANNEL:
@@ -733,12 +710,11 @@ def _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H: tl.constexpr, V:
 def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, gl_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr,
-                HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr = False):
+                HAS_H0: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Sequential over chunks; one program owns the float32 state block S[:, v-block] of one head.
     #   h_c = S;  V' = U - W S (delta) or V (linear);  S = diag(exp(G_C)) S + K_dec^T V'
     # For KDA k_ptr holds K_dec = exp(G_C - G) * K, written by _wy_factors. For a gate per head k_ptr is K itself
     # and the factor, one per token, scales the rows of V' instead: K_dec^T V' = K^T (exp(G_C - G) * V').
-    _wait_for_previous_stage(PDL)
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     rk = tl.arange(0, BK)
@@ -780,10 +756,8 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, gl_ptr, h0_ptr, h_ptr, vn_ptr, ht_pt
 @triton.jit
 def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                  BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                  PDL: tl.constexpr = False):
+                  BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # O = scale * (exp(G) * Q) h + Aqk V'   (Aqk already carries the scale and the causal mask)
-    _wait_for_previous_stage(PDL)
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     kbase = _head_base(i_b, i_h, T, H, K)
@@ -908,28 +882,6 @@ LO_FROM_HALF = 256.0
 # Streaming multiprocessors of the H200, the machine the launch settings were chosen on.
 SM_COUNT = 132
 
-# Whether the forward's stages are launched with programmatic dependent launch where the GPU has it (pdl_options).
-# Off until it has been timed and tested on a GPU: written on 2026-12-04 after the session's last GPU call, it compiles
-# for sm90 under Triton 3.6.0 and 3.7.1 (two griddepcontrol instructions per stage) and, off, leaves every stage's
-# instructions as they were. The test that turns it on is tests/test_kernels_gpu.py's
-# test_programmatic_dependent_launch_changes_no_bit; scripts/gpu_ab.py --pdl times the forward both ways.
-PDL = False
-
-
-@functools.lru_cache(maxsize=None)
-def _gpu_has_pdl(device_index) -> bool:
-    return gdc_wait is not None and torch.cuda.get_device_capability(device_index)[0] >= 9
-
-
-def pdl_options(device) -> dict:
-    """Launch options of a forward stage on ``device``: programmatic dependent launch (``launch_pdl``, and the PDL
-    constexpr that makes each program wait for the stage before it: _wait_for_previous_stage) on CUDA GPUs of compute
-    capability 9 or later; none elsewhere (the interpreter, older GPUs, a Triton without it), where PDL stays False."""
-    if not PDL or device.type != "cuda":
-        return {}
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return {"PDL": True, "launch_pdl": True} if _gpu_has_pdl(index) else {}
-
 
 def state_block_v(heads, V, widest):
     """Value-block width of a sequential state pass (forward or reverse) over ``heads`` = B*H heads.
@@ -979,7 +931,7 @@ def gate_sums(g, kind, values_ok=None, lo_from=0.0):
     bk_sum = min(_block(gate_width), CUMSUM_KEY_TILE)
     grid = (triton.cdiv(gate_width, bk_sum), triton.cdiv(T, CHUNK), B * H)
     _chunk_cumsum[grid](g, G, G_lo, values_ok if values_ok is not None else G, lo_from, T, H, gate_width, CHUNK, bk_sum,
-                        CUMSUM_ROWS, values_ok is not None, **LAUNCH["cumsum"], **pdl_options(g.device))
+                        CUMSUM_ROWS, values_ok is not None, **LAUNCH["cumsum"])
     return G, G_lo
 
 
@@ -992,7 +944,6 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     BK = _block(K)
     NT = triton.cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
-    pdl = pdl_options(dev)
 
     lo_from = gate_lo_from(kind, q.dtype)
     G, G_lo = gate_sums(g, kind, values_ok, lo_from)
@@ -1006,16 +957,16 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks' walk sums the raw gates itself
         _diagonal_blocks[(triton.cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
                                                        BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
-                                                       **LAUNCH["diagonal"], **pdl)
+                                                       **LAUNCH["diagonal"])
         for use_lo in lo_launches(lo_from):
             _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H, K, BT, BC,
                                             min(BK, OFFDIAGONAL_BK), BK, use_lo, prec, solve_precision(q.dtype),
-                                            **LAUNCH["offdiagonal_solve"], **pdl)
+                                            **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
-                                        gate, delta, prec, **LAUNCH["intra"], **pdl)
+                                        gate, delta, prec, **LAUNCH["intra"])
         if delta:
-            _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, solve_precision(q.dtype), **LAUNCH["solve"], **pdl)
+            _solve_unit_lower[(NT, B * H)](akk, ai, T, H, BT, BC, solve_precision(q.dtype), **LAUNCH["solve"])
     parts = {"G": G, "G_lo": G_lo, "lo_from": lo_from, "aqk": aqk, "ai": ai, "w": None, "u": None, "kd": k}
     if delta:
         # A gate per head decays the values in the state pass (see _state_pass): no K_dec to write.
@@ -1033,8 +984,8 @@ def lo_launches(lo_from):
 def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0, need_kd=True):
     """Stage 4 alone: W, U and K_dec from Ai = (I + Akk)^-1 (the backward reuses the forward's Ai).
     With ``values_ok`` the kernel sets it to 0 if a beta is outside [0, 2]. ``lo_from``: the one stage 1 wrote
-    G_lo with (gate_sums). ``need_kd=False`` (a gate per head only) returns K in place of K_dec and writes none:
-    the forward's state pass decays the values instead (_state_pass)."""
+    G_lo with (gate_sums). ``need_kd=False`` returns K in place of K_dec and writes none; only the forward of a
+    gate per head asks for that, because its state pass decays the values instead (_state_pass)."""
     gate = GATE_OF_KIND[kind]
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -1042,14 +993,14 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0, need_
     NT = triton.cdiv(T, CHUNK)
     w = torch.empty_like(k)
     u = torch.empty_like(v)
-    write_kd = gate != GATE_NONE and (need_kd or gate == GATE_CHANNEL)
+    write_kd = gate != GATE_NONE and need_kd
     kd = torch.empty_like(k) if write_kd else k
     for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL else (True,):
         _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
                                  values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
                                  min(BK, KEY_TILE), BV, BK, gate, use_lo, write_kd, dot_precision(k.dtype),
                                  values_ok is not None,
-                                 **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"], **pdl_options(k.device))
+                                 **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
 
 
@@ -1085,13 +1036,11 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     gl_arg = parts["G_lo"] if parts["G_lo"] is not None else q
     _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, gl_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK,
                                                    BV_state,
-                                                   gate, delta, initial_state is not None, prec, **LAUNCH["state"],
-                                                   **pdl_options(dev))
+                                                   gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
     BV_out = min(BLOCK_V["output_channel" if gate == GATE_CHANNEL else "output"], _block(V))
     _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
-                                                       min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"],
-                                                       **pdl_options(dev))
+                                                       min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
         return o, ht, {"G": G, "G_lo": parts["G_lo"], "lo_from": parts["lo_from"], "h": h, "vn": vn, "aqk": aqk,
                        "ai": parts["ai"]}
