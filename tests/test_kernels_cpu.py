@@ -154,6 +154,36 @@ def test_kda_spikes_stay_exact_under_the_half_precision_rule(spike, monkeypatch)
         assert (rel_err(o, o_ref) < 1e-5) == holds, (lo_from, rel_err(o, o_ref))
 
 
+@pytest.mark.parametrize("lo_group", [1, 4])
+def test_kda_chunks_with_g_lo_spread_over_several_groups(lo_group, monkeypatch):
+    # The USE_LO launches of _offdiagonal_solve and _wy_factors take LO_GROUP chunks per program and work on those
+    # with G_lo. Ten chunks (the last one partial) and a -1e4 gate in chunks 1, 5 and 9 only: with groups of four,
+    # the first, second and third group each hold one such chunk at a different place, beside chunks without G_lo
+    # and, in the last group, positions past the end. Forward and backward against the recurrence, as the spikes'
+    # test does, with no unwritten G_lo read (NaN).
+    from k3lite.kernels import chunk_fwd
+
+    T = 9 * chunk_fwd.CHUNK + 24
+    q, k, v, _, beta, h0 = make_inputs("kda", T, -1.0, seed=600, batch=1)
+    g = torch.full((1, T, H, K), -0.001)
+    g[:, [70, 5 * chunk_fwd.CHUNK + 11, 9 * chunk_fwd.CHUNK + 3], 1] = -1e4
+    half_precision_rule(monkeypatch, chunk_fwd.LO_FROM_HALF)
+    monkeypatch.setattr(chunk_fwd, "LO_GROUP", lo_group)
+    G, _ = chunk_fwd.gate_sums(g, "kda", lo_from=chunk_fwd.LO_FROM_HALF)
+    last_rows = G[:, torch.arange(chunk_fwd.CHUNK - 1, T, chunk_fwd.CHUNK).tolist() + [T - 1]]
+    assert (last_rows.abs().amax(dim=(0, 2, 3)) >= chunk_fwd.LO_FROM_HALF).nonzero().flatten().tolist() == [1, 5, 9]
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta, h0)]
+    refs = [x.detach().double().requires_grad_(True) for x in (q, k, v, g, beta, h0)]
+    o, state = kda.chunked(*leaves[:5], initial_state=leaves[5], backend="triton")
+    o_ref, state_ref = kda.recurrent(*refs[:5], initial_state=refs[5])
+    assert rel_err(o, o_ref) < 1e-5 and rel_err(state, state_ref) < 1e-5
+    d_o, d_state = torch.randn_like(o), torch.randn_like(state)
+    torch.autograd.backward([o, state], [d_o, d_state])
+    torch.autograd.backward([o_ref, state_ref], [d_o.double(), d_state.double()])
+    for name, x, ref in zip("q k v g beta h0".split(), leaves, refs):
+        assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
+
+
 def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(monkeypatch):
     # Gates of -8 per step on average: sums below 256 lose G_lo, which may move an exponent by one float32 step of
     # |G| < 256 (2^-16), 1.5e-5 relative; the output must stay within that of the recurrence, the gradients within

@@ -180,6 +180,26 @@ def _slice_has_lo(g_last, lo_from):
 
 
 @triton.jit
+def _chunks_with_lo(g_base, i_group, T, K: tl.constexpr, stride, lo_from, BT: tl.constexpr, GROUP: tl.constexpr,
+                    BKF: tl.constexpr):
+    # _chunk_has_lo for the GROUP chunks i_group * GROUP .. i_group * GROUP + GROUP - 1 of one head at once (one
+    # [GROUP, BKF] load of their last rows of G), as an int32 vector: 1 where the chunk may have G_lo, 0 elsewhere and
+    # past the last chunk. The USE_LO launch of a reader of G_lo has one program per such group (lo_group_grid).
+    chunks = i_group * GROUP + tl.arange(0, GROUP)
+    t_last = tl.minimum(chunks * BT + BT, T) - 1
+    cols = tl.arange(0, BKF)
+    m = (chunks * BT < T)[:, None] & (cols < K)[None, :]
+    g_last = tl.load(g_base + t_last[:, None] * stride + cols[None, :], mask=m, other=0.0)
+    return (tl.max(tl.abs(g_last), axis=1) >= lo_from).to(tl.int32)
+
+
+@triton.jit
+def _group_member(flags, j, GROUP: tl.constexpr):
+    # Entry j of a [GROUP] int32 vector, as a scalar.
+    return tl.sum(tl.where(tl.arange(0, GROUP) == j, flags, 0))
+
+
+@triton.jit
 def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
     # The G_lo tile beside the G tile hi, for the forward's stages: the load is masked by _lo_kept, so an entry stage 1
     # did not write is never fetched (with the benchmark's gates, none is). Against _load_lo_whole, on one H200 at
@@ -251,6 +271,19 @@ def _two_sum(a_hi, a_lo, b_hi, b_lo):
 
 
 @triton.jit
+def _max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _clear_flag_where(ok_ptr, bad):
+    # The value checks' flag (values_ok, see chunk_forward) set to 0 by every entry of bad that holds: a masked store
+    # of one address, so a program whose values are all good stores nothing and needs no reduction of bad first.
+    zero = tl.zeros_like(bad).to(tl.int32)
+    tl.store(ok_ptr + zero, zero, mask=bad)
+
+
+@triton.jit
 def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                   BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
     # G = cumsum of g within each chunk of BT tokens, as two float32 tensors hi + lo: a compensated running sum
@@ -274,13 +307,13 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     # The check keeps the largest gate seen in each tile position, NaN kept (one max.NaN per gate). Alone on the H200 at
     # (2, 8192, 16), float32 gates, the stage took 0.074 ms without a check and 0.081 with it; with the count of bad
     # gates kept before (a compare, a convert and an add per gate), 0.096 against 0.073 (bench_h200_2026-12-04b.json).
-    worst = tl.full([BS, BK], -1.0, dtype=tl.float32)
+    worst = tl.full([BK], -1.0, dtype=tl.float32)
     for i_s in tl.static_range(BT // BS):
         row0 = i_t * BT + i_s * BS
         p, m = _tile(g_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
         gate = tl.load(p, mask=m, other=0.0).to(tl.float32)
         if CHECK:
-            worst = tl.maximum(worst, gate, propagate_nan=tl.PropagateNan.ALL)
+            worst = tl.maximum(worst, tl.reduce(gate, 0, _max_keeping_nan), propagate_nan=tl.PropagateNan.ALL)
         floored = tl.maximum(gate, GATE_FLOOR)
         hi, lo = tl.associative_scan((floored, tl.zeros_like(floored)), 0, _two_sum)
         hi, lo = _two_sum(carry_hi[None, :], carry_lo[None, :], hi, lo)
@@ -292,8 +325,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
         p_lo, m_lo = _tile(lo_ptr + base, row0, i_k * BK, T, K, H * K, BS, BK)
         tl.store(p_lo, lo, mask=m_lo & _lo_kept(hi, lo_from))
     if CHECK:
-        if tl.sum((~(worst <= 0)).to(tl.int32)) > 0:
-            tl.store(ok_ptr, 0)
+        _clear_flag_where(ok_ptr, ~(worst <= 0))
 
 
 @triton.jit
@@ -462,15 +494,24 @@ def _lo_row(base, hi, t, T, n_cols, stride, lo_from, USE_LO: tl.constexpr, BC: t
 def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                        BKF: tl.constexpr, USE_LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                       SOLVE_PRECISION: tl.constexpr):
-    # GATE_CHANNEL (KDA), one program per chunk: the six blocks (i, j < i) of Aqk and Akk, then Ai = (I + Akk)^-1.
-    # Launched twice, once per USE_LO (chunk_prepare): each program works only if its chunk's need of G_lo is the
-    # launch's (_chunk_has_lo), so the chunks without G_lo run code that never touches it.
+                       SOLVE_PRECISION: tl.constexpr, LO_GROUP: tl.constexpr):
+    # GATE_CHANNEL (KDA): the six blocks (i, j < i) of Aqk and Akk of a chunk, then Ai = (I + Akk)^-1.
+    # Launched twice, once per USE_LO (chunk_prepare), so the chunks without G_lo run code that never touches it:
+    # without USE_LO one program per chunk, working only if the chunk has no G_lo (_chunk_has_lo); with it one program
+    # per LO_GROUP chunks (lo_group_grid), working on those of its chunks that have G_lo (_chunks_with_lo).
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
     base = _head_base(i_bh // H, i_bh % H, T, H, K)
-    if _chunk_has_lo(g_ptr + base, tl.minimum(i_t * BT + BT, T) - 1, T, K, H * K, lo_from, BKF) == USE_LO:
+    if USE_LO:
+        flags = _chunks_with_lo(g_ptr + base, i_t, T, K, H * K, lo_from, BT, LO_GROUP, BKF)
+        if tl.max(flags) > 0:
+            for j in range(LO_GROUP):
+                if _group_member(flags, j, LO_GROUP) > 0:
+                    _offdiagonal_chunk(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale,
+                                       lo_from, T, i_t * LO_GROUP + j, i_bh, H, K, BT, BC, BK, True, DOT_PRECISION,
+                                       SOLVE_PRECISION)
+    elif not _chunk_has_lo(g_ptr + base, tl.minimum(i_t * BT + BT, T) - 1, T, K, H * K, lo_from, BKF):
         _offdiagonal_chunk(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T, i_t,
-                           i_bh, H, K, BT, BC, BK, USE_LO, DOT_PRECISION, SOLVE_PRECISION)
+                           i_bh, H, K, BT, BC, BK, False, DOT_PRECISION, SOLVE_PRECISION)
 
 
 @triton.jit
@@ -624,22 +665,33 @@ def _token_decay_to_chunk_end(g_ptr, gl_ptr, i_b, i_h, i_t, t_last, T, H: tl.con
 def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, BKF: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr,
-                WRITE_KD: tl.constexpr, DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
+                WRITE_KD: tl.constexpr, DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr, LO_GROUP: tl.constexpr):
     # W = Ai @ (beta * exp(G) * K),  U = Ai @ (beta * V); exp(G) <= 1 (decay from the chunk start).
     # With WRITE_KD also K_dec = exp(G_C - G) * K (<= 1 factors), so the sequential state pass does no exp of its own
     # (KDA's forward, and every backward). The forward of a gate per head does not write it: its state pass scales
     # the rows of V' by the same factors instead (one per token), which saves writing K_dec and reading it back.
     # With CHECK, the value check of beta (read here once per token): outside [0, 2] or NaN clears ok_ptr.
-    # For KDA launched twice, once per USE_LO, each program working only if its chunk's need of G_lo is the
-    # launch's (_chunk_has_lo); a gate per head reads G_lo always (one value per token: nothing to save).
+    # For KDA launched twice, once per USE_LO, as _offdiagonal_solve (see there); a gate per head reads G_lo always
+    # (one value per token: nothing to save), one program per chunk.
     i_t, i_bh = tl.program_id(0), tl.program_id(1)
-    t_last = tl.minimum(i_t * BT + BT, T) - 1
     if GATE == GATE_CHANNEL:
         base = _head_base(i_bh // H, i_bh % H, T, H, K)
-        if _chunk_has_lo(g_ptr + base, t_last, T, K, H * K, lo_from, BKF) == USE_LO:
-            _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t,
-                      i_bh, t_last, H, K, V, BT, BK, BV, GATE, USE_LO, WRITE_KD, DOT_PRECISION, CHECK)
+        if USE_LO:
+            flags = _chunks_with_lo(g_ptr + base, i_t, T, K, H * K, lo_from, BT, LO_GROUP, BKF)
+            if tl.max(flags) > 0:
+                for j in range(LO_GROUP):
+                    if _group_member(flags, j, LO_GROUP) > 0:
+                        i_c = i_t * LO_GROUP + j
+                        _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from,
+                                  T, i_c, i_bh, tl.minimum(i_c * BT + BT, T) - 1, H, K, V, BT, BK, BV, GATE, True,
+                                  WRITE_KD, DOT_PRECISION, CHECK)
+        else:
+            t_last = tl.minimum(i_t * BT + BT, T) - 1
+            if not _chunk_has_lo(g_ptr + base, t_last, T, K, H * K, lo_from, BKF):
+                _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
+                          i_t, i_bh, t_last, H, K, V, BT, BK, BV, GATE, False, WRITE_KD, DOT_PRECISION, CHECK)
     else:
+        t_last = tl.minimum(i_t * BT + BT, T) - 1
         _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T, i_t, i_bh,
                   t_last, H, K, V, BT, BK, BV, GATE, True, WRITE_KD, DOT_PRECISION, CHECK)
 
@@ -658,8 +710,7 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
     b_ai = tl.load(p_ai, mask=m_ai, other=0.0)
     b_beta = _load_vec_f32(beta_ptr + _head_base(i_b, i_h, T, H, 1), i_t * BT, T, H, BT)
     if CHECK:
-        if tl.sum((~((b_beta >= 0) & (b_beta <= 2))).to(tl.int32)) > 0:
-            tl.store(ok_ptr, 0)
+        _clear_flag_where(ok_ptr, ~((b_beta >= 0) & (b_beta <= 2)))
     if GATE == GATE_CHANNEL:
         _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H, V, BT, BV, DOT_PRECISION)
     if GATE == GATE_SCALAR:
@@ -868,6 +919,12 @@ OFFDIAGONAL_BK = 16
 CUMSUM_KEY_TILE = 128
 # Rows per tile of _chunk_cumsum (see there for the measurements).
 CUMSUM_ROWS = 8
+# Chunks per program in the USE_LO launch of KDA's readers of G_lo (_offdiagonal_solve, _wy_factors; see there).
+# Where no chunk has G_lo (bf16 inputs with gates of ordinary strength) each of those programs only reads its chunks'
+# last rows of G and ends, and at 1 to 3 resident programs per multiprocessor (their registers) one program per chunk
+# took several waves to do that. Four chunks per program cut those programs fourfold; where every chunk has G_lo the
+# fewer programs each work on four chunks in turn, about as many waves as before at the benchmark's shapes.
+LO_GROUP = 4
 # Value-block widths: the output stage's (KDA's apart: it reads a [64, BK] float32 tile of G per value block, so a
 # block of all 128 values reads it once; 0.128 against 0.141 ms at (2, 8192, 16), bf16,
 # figures/bench_h200_2026-12-04d.json);
@@ -959,9 +1016,10 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
                                                        BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
                                                        **LAUNCH["diagonal"])
         for use_lo in lo_launches(lo_from):
-            _offdiagonal_solve[(NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H, K, BT, BC,
-                                            min(BK, OFFDIAGONAL_BK), BK, use_lo, prec, solve_precision(q.dtype),
-                                            **LAUNCH["offdiagonal_solve"])
+            _offdiagonal_solve[lo_group_grid(use_lo, NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H,
+                                                                 K, BT, BC, min(BK, OFFDIAGONAL_BK), BK, use_lo, prec,
+                                                                 solve_precision(q.dtype), LO_GROUP,
+                                                                 **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),
                                         gate, delta, prec, **LAUNCH["intra"])
@@ -973,6 +1031,11 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
         parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok, lo_from,
                                                          need_kd=gate != GATE_SCALAR)
     return parts
+
+
+def lo_group_grid(use_lo, NT, heads):
+    """Grid of a reader of KDA's G_lo: one program per chunk without USE_LO, one per LO_GROUP chunks with it."""
+    return (triton.cdiv(NT, LO_GROUP) if use_lo else NT, heads)
 
 
 def lo_launches(lo_from):
@@ -995,11 +1058,12 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0, need_
     u = torch.empty_like(v)
     write_kd = gate != GATE_NONE and need_kd
     kd = torch.empty_like(k) if write_kd else k
-    for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL else (True,):
-        _wy_factors[(NT, B * H)](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
+    for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL else (False,):
+        grid = lo_group_grid(use_lo, NT, B * H)   # a gate per head: one program per chunk
+        _wy_factors[grid](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
                                  values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
                                  min(BK, KEY_TILE), BV, BK, gate, use_lo, write_kd, dot_precision(k.dtype),
-                                 values_ok is not None,
+                                 values_ok is not None, LO_GROUP,
                                  **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
     return w, u, kd
 
