@@ -304,9 +304,11 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     base = _head_base(i_b, i_h, T, H, K)
     carry_hi = tl.zeros([BK], dtype=tl.float32)
     carry_lo = tl.zeros([BK], dtype=tl.float32)
-    # The check keeps the largest gate seen in each tile position, NaN kept (one max.NaN per gate). Alone on the H200 at
-    # (2, 8192, 16), float32 gates, the stage took 0.074 ms without a check and 0.081 with it; with the count of bad
-    # gates kept before (a compare, a convert and an add per gate), 0.096 against 0.073 (bench_h200_2026-12-04b.json).
+    # The check keeps the largest gate seen in each channel, NaN kept (max.NaN), and at the end clears the flag by a
+    # masked store (_clear_flag_where). Alone on the H200 at (2, 8192, 16), float32 gates, 0.0729 ms with the check and
+    # 0.0730 without; keeping a [BS, BK] tile of largest gates instead, summed into one count at the end, took 0.0798
+    # (206 registers per thread against 168; figures/bench_h200_2026-12-04f.json, call 1), and a count of bad gates
+    # kept per gate (a compare, a convert and an add per gate) 0.096 against 0.073 (bench_h200_2026-12-04b.json).
     worst = tl.full([BK], -1.0, dtype=tl.float32)
     for i_s in tl.static_range(BT // BS):
         row0 = i_t * BT + i_s * BS
