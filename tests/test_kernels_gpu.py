@@ -151,9 +151,11 @@ def test_gate_spike_in_bf16_keeps_the_low_part_where_it_counts(spike, monkeypatc
     # output must be the same to well within bf16's tolerance, and both within it of the float64 recurrence.
     from k3lite.kernels import chunk_fwd
 
+    # The spikes put G_lo in chunks 0, 1, 3 and 4: the USE_LO launches' first group of chunks (LO_GROUP = 4) holds
+    # one without it, the second group starts with one.
     q, k, v, g, beta, h0 = make_inputs("kda", 2, 300, torch.bfloat16, seed=7)
     g = torch.full(g.shape, -0.001, device="cuda")
-    g[:, [5, 70, 200]] = spike
+    g[:, [5, 70, 200, 260]] = spike
     o_rule = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")[0]
     monkeypatch.setattr(chunk_fwd, "gate_lo_from", lambda kind, dtype: 0.0)
     o_all = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")[0]
