@@ -154,6 +154,21 @@ def test_kda_spikes_stay_exact_under_the_half_precision_rule(spike, monkeypatch)
         assert (rel_err(o, o_ref) < 1e-5) == holds, (lo_from, rel_err(o, o_ref))
 
 
+def assert_kda_kernels_match_recurrence(inputs, output_tol, grad_tol=1e-4):
+    """KDA through the Triton pipeline against the float64 recurrence: output and final state within output_tol,
+    all six gradients finite and within grad_tol (relative)."""
+    leaves = [x.clone().requires_grad_(True) for x in inputs]
+    refs = [x.detach().double().requires_grad_(True) for x in inputs]
+    o, state = kda.chunked(*leaves[:5], initial_state=leaves[5], backend="triton")
+    o_ref, state_ref = kda.recurrent(*refs[:5], initial_state=refs[5])
+    assert rel_err(o, o_ref) < output_tol and rel_err(state, state_ref) < output_tol
+    d_o, d_state = torch.randn_like(o), torch.randn_like(state)
+    torch.autograd.backward([o, state], [d_o, d_state])
+    torch.autograd.backward([o_ref, state_ref], [d_o.double(), d_state.double()])
+    for name, x, ref in zip("q k v g beta h0".split(), leaves, refs):
+        assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < grad_tol, name
+
+
 @pytest.mark.parametrize("lo_group", [1, 4])
 def test_kda_chunks_with_g_lo_spread_over_several_groups(lo_group, monkeypatch):
     # The USE_LO launches of _offdiagonal_solve and _wy_factors take LO_GROUP chunks per program and work on those
@@ -172,16 +187,7 @@ def test_kda_chunks_with_g_lo_spread_over_several_groups(lo_group, monkeypatch):
     G, _ = chunk_fwd.gate_sums(g, "kda", lo_from=chunk_fwd.LO_FROM_HALF)
     last_rows = G[:, torch.arange(chunk_fwd.CHUNK - 1, T, chunk_fwd.CHUNK).tolist() + [T - 1]]
     assert (last_rows.abs().amax(dim=(0, 2, 3)) >= chunk_fwd.LO_FROM_HALF).nonzero().flatten().tolist() == [1, 5, 9]
-    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta, h0)]
-    refs = [x.detach().double().requires_grad_(True) for x in (q, k, v, g, beta, h0)]
-    o, state = kda.chunked(*leaves[:5], initial_state=leaves[5], backend="triton")
-    o_ref, state_ref = kda.recurrent(*refs[:5], initial_state=refs[5])
-    assert rel_err(o, o_ref) < 1e-5 and rel_err(state, state_ref) < 1e-5
-    d_o, d_state = torch.randn_like(o), torch.randn_like(state)
-    torch.autograd.backward([o, state], [d_o, d_state])
-    torch.autograd.backward([o_ref, state_ref], [d_o.double(), d_state.double()])
-    for name, x, ref in zip("q k v g beta h0".split(), leaves, refs):
-        assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
+    assert_kda_kernels_match_recurrence((q, k, v, g, beta, h0), output_tol=1e-5)
 
 
 def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(monkeypatch):
@@ -192,16 +198,7 @@ def test_kda_strong_gates_forward_and_backward_under_the_half_precision_rule(mon
 
     inputs = make_inputs("kda", 130, -16.0, seed=130)
     half_precision_rule(monkeypatch, chunk_fwd.LO_FROM_HALF)
-    leaves = [x.clone().requires_grad_(True) for x in inputs]
-    refs = [x.detach().double().requires_grad_(True) for x in inputs]
-    o, state = kda.chunked(*leaves[:5], initial_state=leaves[5], backend="triton")
-    o_ref, state_ref = kda.recurrent(*refs[:5], initial_state=refs[5])
-    assert rel_err(o, o_ref) < 1.5e-5 and rel_err(state, state_ref) < 1.5e-5
-    d_o, d_state = torch.randn_like(o), torch.randn_like(state)
-    torch.autograd.backward([o, state], [d_o, d_state])
-    torch.autograd.backward([o_ref, state_ref], [d_o.double(), d_state.double()])
-    for name, x, ref in zip("q k v g beta h0".split(), leaves, refs):
-        assert torch.isfinite(x.grad).all() and rel_err(x.grad, ref.grad) < 1e-4, name
+    assert_kda_kernels_match_recurrence(inputs, output_tol=1.5e-5)
 
 
 def diagonal_blocks(q, k, g, beta, span_limit, width=16):
