@@ -41,7 +41,7 @@ import triton.language as tl  # noqa: E402
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
                         SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _lo_kept, _load_f32,
                         _load_lo_row_whole, _load_lo_whole, _load_row, _load_vec_f32, _span, _state_base, _store,
-                        _tile, _vec, dot_precision, state_block_v, wy_factors)
+                        _tile, _vec, cdiv, dot_precision, state_block_v, wy_factors)
 
 
 @triton.jit
@@ -572,7 +572,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     B, T, H, K = q.shape
     V = v.shape[-1]
     BT, BC = CHUNK, SUB
-    NT = triton.cdiv(T, BT)
+    NT = cdiv(T, BT)
     BK = _block(K)
     BKb, BV = min(KEY_TILE, BK), min(VALUE_TILE, _block(V))
     dev, prec = q.device, dot_precision(q.dtype)
@@ -588,7 +588,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     beta_arg = beta if beta is not None else q
     w = parts["w"] if delta else q
     d_o = d_o.contiguous()
-    gated = gate != GATE_NONE
+    gated = gate != GATE_NONE.value
 
     dv = torch.empty(B, T, H, V, **f32)
     daqk = torch.empty(B, T, H, BT, **f32)
@@ -606,22 +606,22 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     q_state = q
     if gated:
         q_state = torch.empty_like(q)
-        _gated_queries[(triton.cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(),
-                                                                     K if gate == GATE_SCALAR else 1, ELEMENTWISE_BLOCK)
+        _gated_queries[(cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(),
+                                                                     K if gate == GATE_SCALAR.value else 1, ELEMENTWISE_BLOCK)
     # The key rows split in two halves, each at least 16 wide for the tensor cores.
-    _bwd_state_pass_halves[(triton.cdiv(V, BV_state), B * H)](
+    _bwd_state_pass_halves[(cdiv(V, BV_state), B * H)](
         q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
         H, K, V, BT, max(BK, 2 * SUB), BV_state, gate, delta, d_state is not None, prec, **launch)
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
     dG = dq   # no gate: an unused placeholder
-    if gate == GATE_CHANNEL:
+    if gate == GATE_CHANNEL.value:
         dG = torch.empty(B, T, H, K, **f32)
-    if gate == GATE_SCALAR:   # one partial sum over the channels per key block of stage 3
-        dG = torch.empty(B, T, H, triton.cdiv(K, BKb), **f32)
+    if gate == GATE_SCALAR.value:   # one partial sum over the channels per key block of stage 3
+        dG = torch.empty(B, T, H, cdiv(K, BKb), **f32)
     dw = torch.empty(B, T, H, K, **f32) if delta else dq
-    _bwd_state_grads[(triton.cdiv(K, BKb), NT, B * H)](
+    _bwd_state_grads[(cdiv(K, BKb), NT, B * H)](
         q, k, g_arg, gl_arg, h, dh, v_new, d_o, dv, dq, dk, dw, dG, scale, lo_from, T, NT, H, K, V, BT, BKb, BV, gate,
         delta, prec, **LAUNCH["state_grads"])
 
@@ -636,11 +636,11 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dv_out = out(dv, v) if delta else dv   # linear attention: dv is final after the state pass
     dbeta_out = out(dbeta, beta) if delta else dq
     # One gate per head: stages 4 and 5 read it as a row and add its gradient, summed over channels, to dG_row.
-    dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR else dG
+    dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR.value else dG
     if delta:
         _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dv_out, dk, dG_row, dbeta, dakk, T, H, K, V,
                              BT, BKb, BV, gate, prec, **LAUNCH["wy"])
-    if gate == GATE_CHANNEL:
+    if gate == GATE_CHANNEL.value:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, dq_out, dk_out, dbeta_out, lo_from, T, H, K, BT,
                                              BC, BK, gated, delta, prec, **LAUNCH["intra"])
@@ -651,7 +651,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dg = None
     if gated:
         dg = torch.empty(g.shape, device=dev, dtype=g.dtype)
-        if gate == GATE_SCALAR:  # one gate per head: stage 3's partial sums, plus the rows, reverse cumsum
+        if gate == GATE_SCALAR.value:  # one gate per head: stage 3's partial sums, plus the rows, reverse cumsum
             _bwd_gate_cumsum[(NT, B * H)](dG.sum(-1) + dG_row, dg, T, H, 1, BT, SUB, **LAUNCH["gate_cumsum"])
         else:
             _bwd_gate_cumsum[(NT, B * H)](dG, dg, T, H, K, BT, BKb, **LAUNCH["gate_cumsum"])

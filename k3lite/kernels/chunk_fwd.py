@@ -75,7 +75,9 @@ KEY_TILE = 64
 VALUE_TILE = 64
 
 # Gate kinds, a constexpr argument GATE of the kernels: no decay (linear attention, DeltaNet), one log-gate
-# per head and token (Gated DeltaNet), one per key channel (KDA).
+# per head and token (Gated DeltaNet), one per key channel (KDA). Host code compares plain ints (GATE_OF_KIND and
+# .value): from Python, each comparison with a tl.constexpr builds and unwraps constexpr objects, about a
+# microsecond, and the launchers make several per forward.
 GATE_NONE = tl.constexpr(0)
 GATE_SCALAR = tl.constexpr(1)
 GATE_CHANNEL = tl.constexpr(2)
@@ -848,9 +850,21 @@ GATE_OF_KIND = {"linear_attention": GATE_NONE.value, "delta_rule": GATE_NONE.val
 DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rule": True, "kda": True}
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b), for grids and chunk counts on the host. triton.cdiv and triton.next_power_of_2 are constexpr
+    functions, and each call of one from Python unwraps its arguments first: a few microseconds, paid several times per
+    forward, which at small shapes is time the host may not have (see the README's thirteenth run)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1), on the host; see cdiv."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def _block(n: int) -> int:
     """Tile width for an axis of n: a power of two (tl.arange), at least 16 (the smallest tl.dot operand)."""
-    return max(16, triton.next_power_of_2(n))
+    return max(16, next_power_of_2(n))
 
 
 def dot_precision(dtype) -> str:
@@ -951,7 +965,7 @@ def state_block_v(heads, V, widest):
     pass took 0.617 ms at 16 against 0.676 at 32, its reverse pass 1.327 against 1.366 (2026-12-02); with the
     reverse pass's loads one chunk ahead and 3 stages, 0.658 at 16 against 1.113 at 32 (same day, later)."""
     width = widest
-    while width > 16 and heads * triton.cdiv(V, width) < SM_COUNT // 2:
+    while width > 16 and heads * cdiv(V, width) < SM_COUNT // 2:
         width //= 2
     return width
 
@@ -981,14 +995,14 @@ def gate_sums(g, kind, values_ok=None, lo_from=0.0):
     Returns (None, None) without a gate. With ``values_ok`` (a 0-d int32 tensor) the kernel sets it to 0
     if a gate is not <= 0. G_lo is written only where |G| >= ``lo_from`` (gate_lo_from); read it with _load_lo."""
     gate = GATE_OF_KIND[kind]
-    if gate == GATE_NONE:
+    if gate == GATE_NONE.value:
         return None, None
     B, T, H = g.shape[:3]
     G = torch.empty(g.shape, device=g.device, dtype=torch.float32)
     G_lo = _allocate_lo(G)
-    gate_width = g.shape[3] if gate == GATE_CHANNEL else 1   # a gate per head: one "channel"
+    gate_width = g.shape[3] if gate == GATE_CHANNEL.value else 1   # a gate per head: one "channel"
     bk_sum = min(_block(gate_width), CUMSUM_KEY_TILE)
-    grid = (triton.cdiv(gate_width, bk_sum), triton.cdiv(T, CHUNK), B * H)
+    grid = (cdiv(gate_width, bk_sum), cdiv(T, CHUNK), B * H)
     _chunk_cumsum[grid](g, G, G_lo, values_ok if values_ok is not None else G, lo_from, T, H, gate_width, CHUNK, bk_sum,
                         CUMSUM_ROWS, values_ok is not None, **LAUNCH["cumsum"])
     return G, G_lo
@@ -1001,7 +1015,7 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     B, T, H, K = q.shape
     BT, BC = CHUNK, SUB
     BK = _block(K)
-    NT = triton.cdiv(T, BT)
+    NT = cdiv(T, BT)
     dev, prec = q.device, dot_precision(q.dtype)
 
     lo_from = gate_lo_from(kind, q.dtype)
@@ -1013,8 +1027,8 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     g_arg = G if G is not None else q
     gl_arg = G_lo if G_lo is not None else q
     ai = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype)) if delta else None
-    if gate == GATE_CHANNEL:  # always a delta kind (KDA); the diagonal blocks' walk sums the raw gates itself
-        _diagonal_blocks[(triton.cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
+    if gate == GATE_CHANNEL.value:  # always a delta kind (KDA); the diagonal blocks' walk sums the raw gates itself
+        _diagonal_blocks[(cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
                                                        BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
                                                        **LAUNCH["diagonal"])
         for use_lo in lo_launches(lo_from):
@@ -1031,13 +1045,13 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     if delta:
         # A gate per head decays the values in the state pass (see _state_pass): no K_dec to write.
         parts["w"], parts["u"], parts["kd"] = wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok, lo_from,
-                                                         need_kd=gate != GATE_SCALAR)
+                                                         need_kd=gate != GATE_SCALAR.value)
     return parts
 
 
 def lo_group_grid(use_lo, NT, heads):
     """Grid of a reader of KDA's G_lo: one program per chunk without USE_LO, one per LO_GROUP chunks with it."""
-    return (triton.cdiv(NT, LO_GROUP) if use_lo else NT, heads)
+    return (cdiv(NT, LO_GROUP) if use_lo else NT, heads)
 
 
 def lo_launches(lo_from):
@@ -1055,18 +1069,18 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0, need_
     B, T, H, K = k.shape
     V = v.shape[-1]
     BK, BV = _block(K), min(VALUE_TILE, _block(V))
-    NT = triton.cdiv(T, CHUNK)
+    NT = cdiv(T, CHUNK)
     w = torch.empty_like(k)
     u = torch.empty_like(v)
-    write_kd = gate != GATE_NONE and need_kd
+    write_kd = gate != GATE_NONE.value and need_kd
     kd = torch.empty_like(k) if write_kd else k
-    for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL else (False,):
+    for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL.value else (False,):
         grid = lo_group_grid(use_lo, NT, B * H)   # a gate per head: one program per chunk
         _wy_factors[grid](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
                                  values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
                                  min(BK, KEY_TILE), BV, BK, gate, use_lo, write_kd, dot_precision(k.dtype),
                                  values_ok is not None, LO_GROUP,
-                                 **LAUNCH["wy_channel" if gate == GATE_CHANNEL else "wy"])
+                                 **LAUNCH["wy_channel" if gate == GATE_CHANNEL.value else "wy"])
     return w, u, kd
 
 
@@ -1084,7 +1098,7 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     V = v.shape[-1]
     BT = CHUNK
     BK, BV = _block(K), min(VALUE_TILE, _block(V))
-    NT = triton.cdiv(T, BT)
+    NT = cdiv(T, BT)
     dev, dt, prec = q.device, q.dtype, dot_precision(q.dtype)
 
     parts = chunk_prepare(kind, q, k, v, g, beta, scale, values_ok)
@@ -1100,12 +1114,12 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     h0 = initial_state if initial_state is not None else ht
     BV_state = min(BLOCK_V["state"] or state_block_v(B * H, V, BV), _block(V))
     gl_arg = parts["G_lo"] if parts["G_lo"] is not None else q
-    _state_pass[(triton.cdiv(V, BV_state), B * H)](kd, u, w, g_arg, gl_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK,
+    _state_pass[(cdiv(V, BV_state), B * H)](kd, u, w, g_arg, gl_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK,
                                                    BV_state,
                                                    gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
-    BV_out = min(BLOCK_V["output_channel" if gate == GATE_CHANNEL else "output"], _block(V))
-    _chunk_output[(triton.cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
+    BV_out = min(BLOCK_V["output_channel" if gate == GATE_CHANNEL.value else "output"], _block(V))
+    _chunk_output[(cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
                                                        min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
         return o, ht, {"G": G, "G_lo": parts["G_lo"], "lo_from": parts["lo_from"], "h": h, "vn": vn, "aqk": aqk,

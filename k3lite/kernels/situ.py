@@ -32,6 +32,8 @@ _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imp
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from .chunk_fwd import cdiv  # noqa: E402
+
 BLOCK = 2048
 WARPS = 8
 
@@ -109,7 +111,7 @@ def _silu_mul_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, BLOCK: tl.con
 
 
 def _grid(n, block):
-    return (triton.cdiv(n, block),)
+    return (cdiv(n, block),)
 
 
 # Set to False to time the exact path on 16-bit tensors too (benchmark comparisons).

@@ -1,0 +1,88 @@
+"""Host time of one chunked forward, the GPU's kernels aside: every Triton launch of the pipeline replaced by a no-op.
+
+    python scripts/host_overhead.py [--out FILE.json] [--base DIR]
+
+At small shapes the GPU can finish a forward sooner than Python issues it (the thirteenth run's Gated DeltaNet and
+DeltaNet rows at (8, 2048), README). This measures what the package's own Python costs per call, on any machine:
+float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make them), each
+kind through k3lite.ops.<kind>.chunked(backend="triton") and through k3lite.kernels.chunked, the median of 7 rounds of
+300 calls, in microseconds. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
+instead (e.g. a `git archive <commit> k3lite | tar -x -C DIR` copy) in a child process. Not part of any test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SHAPE = (8, 256, 16, 128)
+ROUNDS, CALLS = 7, 300
+
+
+def measure():
+    import torch
+
+    import k3lite
+    from k3lite import _validate, kernels
+    from k3lite.kernels import chunk_fwd
+    from k3lite.ops import delta_rule, gated_delta_rule, kda
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    for name in dir(chunk_fwd):   # a JITFunction on a GPU, an InterpretedFunction under the interpreter
+        if type(getattr(chunk_fwd, name)).__name__ in ("JITFunction", "InterpretedFunction"):
+            setattr(chunk_fwd, name, NoLaunch())
+    _validate.check_values = lambda *args, **kwargs: None
+    torch.manual_seed(0)
+    B, T, H, D = SHAPE
+    q, k, v = (torch.randn(B, T, H, D) for _ in range(3))
+    beta = torch.rand(B, T, H)
+    cases = {"delta_rule": (delta_rule, None),
+             "gated_delta_rule": (gated_delta_rule, torch.nn.functional.logsigmoid(torch.randn(B, T, H) + 4)),
+             "kda": (kda, -torch.rand(B, T, H, D))}
+    result = {"package": k3lite.__file__, "shape": SHAPE, "us_per_call": {}}
+    for kind, (op, g) in cases.items():
+        args = (q, k, v) + ((g,) if g is not None else ()) + (beta,)
+        paths = {"ops": lambda: op.chunked(*args, backend="triton"),
+                 "kernels": lambda: kernels.chunked(kind, q, k, v, g, beta)}
+        for path, fn in paths.items():
+            for _ in range(20):
+                fn()
+            rounds = []
+            for _ in range(ROUNDS):
+                start = time.perf_counter()
+                for _ in range(CALLS):
+                    fn()
+                rounds.append((time.perf_counter() - start) / CALLS * 1e6)
+            result["us_per_call"][f"{kind} {path}"] = statistics.median(rounds)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--base", type=Path, help="measure the package in this folder instead (child process)")
+    args = parser.parse_args()
+    if args.base is not None:
+        code = f"import sys; sys.path.insert(0, {str(args.base.resolve())!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); " \
+               "import json, host_overhead; print(json.dumps(host_overhead.measure()))"
+        result = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                           cwd="/").stdout.splitlines()[-1])
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        result = measure()
+    for name, us in result["us_per_call"].items():
+        print(f"{name:<26} {us:7.1f} us")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
