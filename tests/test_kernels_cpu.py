@@ -559,3 +559,16 @@ def test_silu_and_mul_kernel():
     out.backward(dh)
     ref.backward(dh.double())
     assert rel_err(gate.grad, g64.grad) < 1e-5 and rel_err(up.grad, u64.grad) < 1e-5
+
+
+def test_host_cdiv_and_next_power_of_2_agree_with_tritons():
+    # The launchers use plain-Python copies (Triton's are constexpr functions, slow to call from the host); the
+    # grids and tile widths they give must be Triton's.
+    import triton
+
+    from k3lite.kernels import chunk_fwd
+
+    for n in range(1, 1100):
+        assert chunk_fwd.next_power_of_2(n) == triton.next_power_of_2(n), n
+        for d in (1, 3, 16, 64, 128):
+            assert chunk_fwd.cdiv(n, d) == triton.cdiv(n, d), (n, d)

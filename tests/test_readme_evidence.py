@@ -595,3 +595,12 @@ def test_thirteenth_run_table_and_prose_are_the_stored_ones():
     assert device["left_s"] == 0 and "Device time: all 1,800 s" in prose
     assert ("The four calls took " + ", ".join(f"{t:.0f}" for t in device["calls_wall_s"][:-1])
             + f" and {device['calls_wall_s'][-1]:.0f} s") in prose
+
+
+def test_host_overhead_prose_is_the_stored_one():
+    prose = " ".join(README.split("**Thirteenth run of 2026-12-04", 1)[1].split("**Twelfth run", 1)[0].split())
+    host = json.loads((ROOT / "figures" / "host_overhead_2026-12-04.json").read_text())
+    before, after = host["before"], host["after"]
+    quoted = [f"{before[f'{k} ops']:.1f} to {after[f'{k} ops']:.1f}" for k in ("delta_rule", "gated_delta_rule", "kda")]
+    assert (f"DeltaNet from {quoted[0]} µs, Gated DeltaNet from {quoted[1]} and KDA from {quoted[2]}") in prose
+    assert all(after[name] < before[name] for name in before)
