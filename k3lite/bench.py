@@ -123,6 +123,22 @@ def kernel_call(kind, t):
     return kernels.run_chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
 
 
+def host_issue_ms(fn, calls=20):
+    """Median host milliseconds of one call of fn, the device idle before each (synchronised first, not after): on a
+    GPU the time Python takes to issue the call's work. A row whose host time reaches its timed ms was set by the host,
+    not the GPU (the thirteenth run's (8, 2048) rows of Gated DeltaNet and DeltaNet, README)."""
+    times = []
+    for _ in range(calls):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def kernel_times(fn, iters=10):
     """GPU time per call of every kernel fn launches, {name: ms} (torch.profiler; no launch gaps counted)."""
     from torch.profiler import ProfilerActivity, profile
@@ -200,6 +216,9 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, 
                     row[f"{name}_ms"] = None
                     row[f"{name}_error"] = repr(err)[:200]
                 torch.cuda.empty_cache() if device == "cuda" else None
+            if device == "cuda":   # where the host sets the pace (see host_issue_ms)
+                for name in ("k3lite_triton", "k3lite_ops_triton"):
+                    row[f"{name}_host_ms"] = host_issue_ms(with_backward(methods[name], t) if grad else methods[name])
             add_ratios(row)
             results["chunked"].append(row)
             print_row(row)
@@ -248,7 +267,8 @@ def print_row(row):
     print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | ops API "
           f"{fmt(row.get('k3lite_ops_triton_ms'))} kernels {fmt(row.get('k3lite_triton_ms'))}"
           f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_before_ms'))}/{fmt(row.get('fla_after_ms'))}"
-          f" | sdpa {fmt(row['sdpa_ms'])} | vs fla: ops {fmt(row.get('ratio_ops_vs_fla'), '.2f')}x kernels "
+          f" | sdpa {fmt(row['sdpa_ms'])} | host ops {fmt(row.get('k3lite_ops_triton_host_ms'))}"
+          f" | vs fla: ops {fmt(row.get('ratio_ops_vs_fla'), '.2f')}x kernels "
           f"{fmt(row.get('ratio_vs_fla'), '.2f')}x | at {row['elapsed_s']:.0f} s", flush=True)
 
 
@@ -896,7 +916,9 @@ def main(argv=None):
                                 "k3lite.kernels.run_chunked, the kernels alone; fla_before_ms / fla_after_ms: the "
                                 "reference timed before and after them, fla_ms their mean; ratio_ops_vs_fla and "
                                 "ratio_vs_fla: ops API and kernels over fla_ms; k3lite_torch_ms: the same chunked "
-                                "algorithm in PyTorch operations (forward only on the GPU). decode: ops_step_triton_ms "
+                                "algorithm in PyTorch operations (forward only on the GPU); on a GPU "
+                                "k3lite_ops_triton_host_ms / k3lite_triton_host_ms: host ms to issue one call (the "
+                                "device idle first), which a row set by the host reaches. decode: ops_step_triton_ms "
                                 "= k3lite.ops.kda.step(backend='triton'), _inplace_ms with inplace=True, "
                                 "k3lite_default_ms = kernels.run_step alone"},
                "chunked": [], "decode": [], "situ": {}}

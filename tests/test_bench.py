@@ -178,3 +178,17 @@ def test_device_and_graph_times_refuse_a_cache_that_grew_and_record_a_failed_cap
         row = {}
         bench.device_and_graph_times("gpt2", gpt2_step, tokens, gpt2_current, row)
     assert row["gpt2_graph_ms_per_step"] is None and "not permitted" in row["gpt2_graph_error"]
+
+
+def test_host_issue_time_is_the_median_of_the_calls():
+    # host_issue_ms times each call alone; a call that sleeps 2 ms every other time has a median of one of the two.
+    import time
+
+    calls = []
+
+    def fn():
+        calls.append(None)
+        time.sleep(0.002 if len(calls) % 2 else 0.0)
+
+    ms = bench.host_issue_ms(fn, calls=5)
+    assert len(calls) == 5 and ms >= 2.0
