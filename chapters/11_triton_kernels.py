@@ -2301,20 +2301,22 @@ expect("the kept call meets 0.9x at (1, 32768) against either fla timing, and mi
 # %% [markdown]
 # ### The last half percent
 #
-# The twelfth run left the forward at (2, 8192) half a percent above 0.9× fla. Three small costs remained, each a
-# few microseconds, and the thirteenth run (`bench_h200_2026-12-04f.json`) measured all three on one machine.
+# The twelfth run left the forward at (2, 8192) {glue:text}`ch11_twelfth_miss` above 0.9× fla's faster timing. Three
+# small costs remained, each a few microseconds, and the thirteenth run (`bench_h200_2026-12-04f.json`) measured all
+# three on one machine.
 #
 # * **Launch gaps.** Programmatic dependent launch lets the GPU schedule a kernel's programs before the kernel
 #   ahead of it ends; each program then waits for it before touching memory. It gives the same bits, and it was
 #   slower (below), so it is not in the package.
 # * **The value check in stage 1.** Stage 1 reads every gate, so it also checks that each is $\le 0$. It kept the
-#   largest gate of every tile position, a $[8, 128]$ tile per program, and summed it into one count at the end.
+#   largest gate of every tile position, a {glue:text}`ch11_cumsum_tile` tile per program, and summed it into one
+#   count at the end.
 #   Now it keeps one largest gate per channel, and a bad one clears the flag with a masked store: no reduction,
 #   and fewer registers.
 # * **The empty launch.** The launch with $G_{lo}$ of `_offdiagonal_solve` and `_wy_factors` had one program per
 #   chunk. With the benchmark's gates, every one of those programs only read its chunk's last row and ended. But
 #   the launch's registers let few programs share a multiprocessor, so that took several waves. One program per
-#   `LO_GROUP` chunks cuts those programs fourfold.
+#   `LO_GROUP` = {glue:text}`ch11_lo_group` chunks cuts the number of those programs by that factor.
 
 # %%
 THIRTEENTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04f.json").read_text())
@@ -2354,6 +2356,11 @@ for name, rows in runs13.items():
               f"{faster_ratio(r):.3f}x the faster")
 pdl8 = c1["pipeline"]["new"]["kda (2, 8192, 16)"]
 pdl32_gdn = c1["pipeline"]["new"]["gated_delta_rule (1, 32768, 16)"]
+twelfth_long = {(r["B"], r["T"]): r for r in json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04e.json").read_text())[
+    "runs"]["kept"]["chunked"] if r["kind"] == "kda" and r["mode"] == "fwd"}[(2, 8192)]
+glue("ch11_twelfth_miss", f"{faster_ratio(twelfth_long) / 0.9 - 1:.1%}".replace("%", " %"), display=False)
+glue("ch11_cumsum_tile", f"[{chunk_fwd.CUMSUM_ROWS}, {chunk_fwd.CUMSUM_KEY_TILE}]", display=False)
+glue("ch11_lo_group", f"{chunk_fwd.LO_GROUP}", display=False)
 glue("ch11_pdl_off", f"{mean(pdl8['api_ms_pdl_off']):.3f}", display=False)
 glue("ch11_pdl_on", f"{mean(pdl8['api_ms_pdl_on']):.3f}", display=False)
 glue("ch11_pdl_gdn_off", f"{mean(pdl32_gdn['api_ms_pdl_off']):.3f}", display=False)
@@ -2399,9 +2406,10 @@ expect("in both runs the KDA forward is at most 0.9x the faster fla timing at (2
 # counts {glue:text}`ch11_check_regs_new` registers per thread where the old check needed
 # {glue:text}`ch11_check_regs_old`.
 #
-# Four chunks per program took the forward from {glue:text}`ch11_group_api1` to {glue:text}`ch11_group_api4` ms
-# at (2, 8192). The saving is not free. Where every chunk has $G_{lo}$ (one channel per head with gates of −6), each
-# program now works through four chunks in turn, and the forward takes {glue:text}`ch11_group_strong4` ms against
+# {glue:text}`ch11_lo_group` chunks per program took the forward from {glue:text}`ch11_group_api1` to
+# {glue:text}`ch11_group_api4` ms at (2, 8192). The saving is not free. Where every chunk has $G_{lo}$ (one channel
+# per head with gates of −6), each program now works through its chunks in turn, and the forward takes
+# {glue:text}`ch11_group_strong4` ms against
 # {glue:text}`ch11_group_strong1`, {glue:text}`ch11_group_strong_cost` more. The package takes that trade because
 # the benchmark's gates, like ordinary ones, leave $G_{lo}$ empty. A model whose gates are that strong would want
 # the opposite choice, and a bigger cost to fix first: with gates that strong the diagonal blocks walk their

@@ -174,11 +174,12 @@ def _chunk_has_lo(g_base, t_last, T, K: tl.constexpr, stride, lo_from, BKF: tl.c
 
 
 @triton.jit
-def _slice_has_lo(g_last, lo_from):
+def _slice_has_lo(g_last, lo_from, AXIS: tl.constexpr = 0):
     # Whether stage 1 may have written G_lo in the channels whose last row of G is g_last (see _chunk_has_lo). Inside
     # _diagonal_blocks, per sub-chunk, the choice is a branch: there it won over two launches (0.150 against 0.173 ms
     # at 1 warp; 0.175 for the kernel before, at 2 warps).
-    return tl.max(tl.abs(g_last), axis=0) >= lo_from
+    # (AXIS = 1: one answer per row of g_last, each row one chunk's last row; see _chunks_with_lo.)
+    return tl.max(tl.abs(g_last), axis=AXIS) >= lo_from
 
 
 @triton.jit
@@ -192,7 +193,7 @@ def _chunks_with_lo(g_base, i_group, T, K: tl.constexpr, stride, lo_from, BT: tl
     cols = tl.arange(0, BKF)
     m = (chunks * BT < T)[:, None] & (cols < K)[None, :]
     g_last = tl.load(g_base + t_last[:, None] * stride + cols[None, :], mask=m, other=0.0)
-    return (tl.max(tl.abs(g_last), axis=1) >= lo_from).to(tl.int32)
+    return _slice_has_lo(g_last, lo_from, 1).to(tl.int32)
 
 
 @triton.jit
