@@ -2,6 +2,7 @@
 
     PYTHONPATH=/tmp/tt3.7.1 python3 scripts/kernel_registers.py             # ptxas -v, sm90 (no GPU)
     python3 scripts/kernel_registers.py --check                             # the candidate, under the interpreter
+    PYTHONPATH=/tmp/tt3.7.1 python3 scripts/kernel_registers.py --ptx-digest [--kernels DIR]   # same instructions?
 
 (/tmp/tt3.7.1: Triton 3.7.1's wheel for this Python, unzipped; see scripts/compile_sm90.py.)
 
@@ -20,11 +21,17 @@ compares its blocks with _diagonal_rows's and the package's _diagonal_blocks; ex
 1e-6. The same table follows for every
 stage of the KDA forward and the backward's _bwd_intra at the launch settings the package uses (LAUNCH). --out FILE
 writes the counts as JSON. Not part of any test.
+
+--ptx-digest prints one digest per stage of the PTX's instructions: the debug sections, the .loc / .file lines and the
+$L__tmp labels that only mark source lines are left out, so a change that moves no instruction (a helper shared, a
+comment, a line shifted) gives the same digest. --kernels DIR digests the kernels in DIR instead (e.g. the k3lite/kernels
+of a `git archive <commit> | tar -x -C /tmp/base` copy); diff the two outputs to see which stages a change recompiled.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import subprocess
@@ -41,6 +48,8 @@ else:
     sys.path.insert(0, str(ROOT / "scripts"))
     import compile_sm90  # noqa: E402  (stands in for torch: the kernels' modules load without the package)
 
+    if "--kernels" in sys.argv:
+        compile_sm90.KERNELS = Path(sys.argv[sys.argv.index("--kernels") + 1]).resolve()
     cf = compile_sm90.load_chunk_fwd()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -240,6 +249,24 @@ def registers(out):
                                          "stages": stages}, indent=1))
 
 
+def ptx_digest(out):
+    """One line per stage: an md5 of its sm90 PTX without what only marks source positions, and its line count."""
+    print(f"triton {triton.__version__}, sm90, kernels from {compile_sm90.KERNELS}")
+    digests = {}
+    for label, fn, ptrs, constants, launch in stage_cases():
+        ptx = compile_sm90.compile_sm90(fn, ptrs, constants, **launch).asm["ptx"]
+        ptx = ptx.split(".section\t.debug", 1)[0]
+        lines = [line.strip() for line in ptx.splitlines()]
+        kept = [re.sub(r"\$L__tmp\d+", "$L__tmp", line) for line in lines
+                if line and not line.startswith((".loc", ".file")) and not re.fullmatch(r"\$L__tmp\d+:", line)]
+        digest = hashlib.md5("\n".join(kept).encode()).hexdigest()[:12]
+        digests[label] = {"md5_12": digest, "lines": len(kept)}
+        print(f"{label:<40}{digest:>14}{len(kept):>8} lines")
+    if out:
+        Path(out).write_text(json.dumps({"triton": triton.__version__, "target": "sm90",
+                                         "kernels": str(compile_sm90.KERNELS), "stages": digests}, indent=1))
+
+
 def check():
     import torch
 
@@ -273,5 +300,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--out")
+    parser.add_argument("--ptx-digest", action="store_true")
+    parser.add_argument("--kernels", help="the k3lite/kernels folder to compile (read before the arguments are parsed)")
     args = parser.parse_args()
-    check() if args.check else registers(args.out)
+    if args.check:
+        check()
+    elif args.ptx_digest:
+        ptx_digest(args.out)
+    else:
+        registers(args.out)

@@ -604,3 +604,20 @@ def test_host_overhead_prose_is_the_stored_one():
     quoted = [f"{before[f'{k} ops']:.1f} to {after[f'{k} ops']:.1f}" for k in ("delta_rule", "gated_delta_rule", "kda")]
     assert (f"DeltaNet from {quoted[0]} µs, Gated DeltaNet from {quoted[1]} and KDA from {quoted[2]}") in prose
     assert all(after[name] < before[name] for name in before)
+
+
+def test_gpu_tests_status_row_is_the_thirteenth_runs_and_the_kernels_since_compile_the_same():
+    cell = status_cells()["GPU tests under the machine's Triton and 3.7.1"][0]
+    tests = THIRTEENTH_FILE["gpu_tests"]
+    new, machine = tests["triton_3.7.1"], tests["machine_triton_3.6.0"]
+    assert new["failed"] == machine["failed"] == 0 and new["passed_per_file"] == machine["passed_per_file"]
+    assert tests["commit"].startswith("the working tree of call 3 (4e61b41 and the two commits after it")
+    assert cell.startswith("every GPU test file on a562108 (the thirteenth run's call 3)")
+    assert (f"{sum(new['passed_per_file'].values())} passed and {sum(machine['passed_per_file'].values())} passed, "
+            "none failed") in cell
+    for path, n in new["passed_per_file"].items():
+        assert f"`{path}` {n}" in cell
+    digests = json.loads((ROOT / "figures" / "ptx_digest_2026-12-04.json").read_text())
+    assert digests["triton"] == "3.7.1" and digests["target"] == "sm90"
+    assert digests["a562108"] == digests["a8b732b"] and len(digests["a8b732b"]) == 9
+    assert "`figures/ptx_digest_2026-12-04.json`" in cell and "same sm90 PTX under 3.7.1" in cell
