@@ -8,6 +8,10 @@ numbers measured in the same run. Each chunked and decode row is timed twice for
 public ops API (``k3lite.ops.<kind>.chunked(..., backend="triton")``, ``k3lite.ops.kda.step``), which is
 what a model calls, and through the kernels alone (``k3lite.kernels.run_chunked`` / ``run_step``, no
 argument checks); the reference library is timed before and after them, and its two times are kept.
+On a GPU each chunked row also records the host time to issue one call of each k3lite path (``host_issue_ms``)
+and ops over kernels from four pairs timed back to back in alternating order (``ops_over_kernels_paired``):
+the two paths launch the same kernels, so what separates them is the API's own cost, which separate timings
+can confuse with the machine's drift.
 On a CPU the same table runs at toy sizes (the Triton kernels go through the interpreter), which only
 shows that the code runs, not how fast anything is.
 
@@ -139,6 +143,22 @@ def host_issue_ms(fn, calls=20):
     return statistics.median(times)
 
 
+def paired_ratios(measure, kernels_fn, ops_fn, rounds=4):
+    """ops / kernels from ``rounds`` pairs, each timed right after the other, alternating which goes first: what the API
+    adds over the kernels, with a steady drift of the machine seen once each way (an even count of rounds puts the median
+between the two). Returns (ratios, median)."""
+    ratios = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            kernels_ms = measure(kernels_fn)
+            ops_ms = measure(ops_fn)
+        else:
+            ops_ms = measure(ops_fn)
+            kernels_ms = measure(kernels_fn)
+        ratios.append(ops_ms / kernels_ms)
+    return ratios, statistics.median(ratios)
+
+
 def kernel_times(fn, iters=10):
     """GPU time per call of every kernel fn launches, {name: ms} (torch.profiler; no launch gaps counted)."""
     from torch.profiler import ProfilerActivity, profile
@@ -217,8 +237,12 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, 
                     row[f"{name}_error"] = repr(err)[:200]
                 torch.cuda.empty_cache() if device == "cuda" else None
             if device == "cuda":   # where the host sets the pace (see host_issue_ms)
-                for name in ("k3lite_triton", "k3lite_ops_triton"):
-                    row[f"{name}_host_ms"] = host_issue_ms(with_backward(methods[name], t) if grad else methods[name])
+                calls = {name: with_backward(methods[name], t) if grad else methods[name]
+                         for name in ("k3lite_triton", "k3lite_ops_triton")}
+                for name, call in calls.items():
+                    row[f"{name}_host_ms"] = host_issue_ms(call)
+                row["ops_over_kernels_rounds"], row["ops_over_kernels_paired"] = paired_ratios(
+                    measure, calls["k3lite_triton"], calls["k3lite_ops_triton"])
             add_ratios(row)
             results["chunked"].append(row)
             print_row(row)
@@ -268,6 +292,7 @@ def print_row(row):
           f"{fmt(row.get('k3lite_ops_triton_ms'))} kernels {fmt(row.get('k3lite_triton_ms'))}"
           f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_before_ms'))}/{fmt(row.get('fla_after_ms'))}"
           f" | sdpa {fmt(row['sdpa_ms'])} | host ops {fmt(row.get('k3lite_ops_triton_host_ms'))}"
+          f" | ops/kernels paired {fmt(row.get('ops_over_kernels_paired'))}"
           f" | vs fla: ops {fmt(row.get('ratio_ops_vs_fla'), '.2f')}x kernels "
           f"{fmt(row.get('ratio_vs_fla'), '.2f')}x | at {row['elapsed_s']:.0f} s", flush=True)
 

@@ -5,8 +5,9 @@
 At small shapes the GPU can finish a forward sooner than Python issues it (the thirteenth run's Gated DeltaNet and
 DeltaNet rows at (8, 2048), README). This measures what the package's own Python costs per call, on any machine:
 float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make them), each
-kind through k3lite.ops.<kind>.chunked(backend="triton") and through k3lite.kernels.chunked, the median of 7 rounds of
-300 calls, in microseconds. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
+kind through k3lite.ops.<kind>.chunked(backend="triton"), through k3lite.kernels.chunked and through
+k3lite.kernels.run_chunked (no argument checks: the path k3lite.bench times as the kernels alone), the median of 7
+rounds of 300 calls, in microseconds. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
 instead (e.g. a `git archive <commit> k3lite | tar -x -C DIR` copy) in a child process. Not part of any test.
 """
 
@@ -51,7 +52,8 @@ def measure():
     for kind, (op, g) in cases.items():
         args = (q, k, v) + ((g,) if g is not None else ()) + (beta,)
         paths = {"ops": lambda: op.chunked(*args, backend="triton"),
-                 "kernels": lambda: kernels.chunked(kind, q, k, v, g, beta)}
+                 "kernels": lambda: kernels.chunked(kind, q, k, v, g, beta),
+                 "run_chunked": lambda: kernels.run_chunked(kind, q, k, v, g, beta, scale=D ** -0.5)}
         for path, fn in paths.items():
             for _ in range(20):
                 fn()
@@ -79,7 +81,7 @@ def main():
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         result = measure()
     for name, us in result["us_per_call"].items():
-        print(f"{name:<26} {us:7.1f} us")
+        print(f"{name:<30} {us:7.1f} us")
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -192,3 +192,30 @@ def test_host_issue_time_is_the_median_of_the_calls():
 
     ms = bench.host_issue_ms(fn, calls=5)
     assert len(calls) == 5 and ms >= 2.0
+
+
+def test_paired_ratios_alternate_which_path_goes_first_and_take_the_median():
+    # A machine that slows down 10 % at every timing: separate timings would show the drift as API cost. Pairs that
+    # alternate their order see it once each way (1.1, then 1 / 1.1), and the median of an even count sits between.
+    import pytest
+
+    order, clock = [], [1.0]
+
+    def measure(fn):
+        order.append(fn.__name__)
+        clock[0] *= 1.1
+        return clock[0]
+
+    def kernels():
+        pass
+
+    def ops():
+        pass
+
+    ratios, median = bench.paired_ratios(measure, kernels, ops)
+    assert order == ["kernels", "ops", "ops", "kernels"] * 2
+    assert ratios == pytest.approx([1.1, 1 / 1.1] * 2)
+    assert median == pytest.approx((1.1 + 1 / 1.1) / 2) and abs(median - 1) < 0.005
+    # A real cost shows through: the API 5 % slower at every timing, no drift.
+    ratios, median = bench.paired_ratios(lambda fn: 1.05 if fn is ops else 1.0, kernels, ops)
+    assert median == pytest.approx(1.05)
