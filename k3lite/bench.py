@@ -159,6 +159,16 @@ between the two). Returns (ratios, median)."""
     return ratios, statistics.median(ratios)
 
 
+def api_cost(row, measure, calls, host_calls=20, rounds=4):
+    """What the public API adds over the kernels, into ``row``: the host time to issue each path (a row whose host time
+    reaches its timed ms was set by the host, see host_issue_ms) and ops over kernels from alternating pairs
+    (paired_ratios). ``calls``: {"k3lite_triton": fn, "k3lite_ops_triton": fn}."""
+    for name, call in calls.items():
+        row[f"{name}_host_ms"] = host_issue_ms(call, host_calls)
+    row["ops_over_kernels_rounds"], row["ops_over_kernels_paired"] = paired_ratios(
+        measure, calls["k3lite_triton"], calls["k3lite_ops_triton"], rounds)
+
+
 def kernel_times(fn, iters=10):
     """GPU time per call of every kernel fn launches, {name: ms} (torch.profiler; no launch gaps counted)."""
     from torch.profiler import ProfilerActivity, profile
@@ -236,13 +246,9 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, 
                     row[f"{name}_ms"] = None
                     row[f"{name}_error"] = repr(err)[:200]
                 torch.cuda.empty_cache() if device == "cuda" else None
-            if device == "cuda":   # where the host sets the pace (see host_issue_ms)
-                calls = {name: with_backward(methods[name], t) if grad else methods[name]
-                         for name in ("k3lite_triton", "k3lite_ops_triton")}
-                for name, call in calls.items():
-                    row[f"{name}_host_ms"] = host_issue_ms(call)
-                row["ops_over_kernels_rounds"], row["ops_over_kernels_paired"] = paired_ratios(
-                    measure, calls["k3lite_triton"], calls["k3lite_ops_triton"])
+            if device == "cuda":
+                api_cost(row, measure, {name: with_backward(methods[name], t) if grad else methods[name]
+                                        for name in ("k3lite_triton", "k3lite_ops_triton")})
             add_ratios(row)
             results["chunked"].append(row)
             print_row(row)

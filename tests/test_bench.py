@@ -219,3 +219,23 @@ def test_paired_ratios_alternate_which_path_goes_first_and_take_the_median():
     # A real cost shows through: the API 5 % slower at every timing, no drift.
     ratios, median = bench.paired_ratios(lambda fn: 1.05 if fn is ops else 1.0, kernels, ops)
     assert median == pytest.approx(1.05)
+
+
+def test_api_cost_times_both_paths_through_the_real_calls():
+    # The GPU rows' extra fields, filled on the CPU through the interpreter (one token, a few calls): both paths run.
+    import time
+
+    t = bench.mixer_inputs("gated_delta_rule", 1, 1, 1, 16, torch.float32, "cpu", grad=False)
+    calls = {"k3lite_triton": lambda: bench.kernel_call("gated_delta_rule", t),
+             "k3lite_ops_triton": lambda: bench.k3lite_call("gated_delta_rule", t, "triton")}
+
+    def measure(fn):
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    row = {}
+    bench.api_cost(row, measure, calls, host_calls=1, rounds=2)
+    assert row["k3lite_triton_host_ms"] > 0 and row["k3lite_ops_triton_host_ms"] > 0
+    assert len(row["ops_over_kernels_rounds"]) == 2 and all(r > 0 for r in row["ops_over_kernels_rounds"])
+    assert row["ops_over_kernels_paired"] == sum(row["ops_over_kernels_rounds"]) / 2
