@@ -1102,7 +1102,7 @@ expect("bf16 A matrices raised the largest error by less than 20 %",
 # the KDA forward went from {glue:text}`ch11_var_kda_before` to {glue:text}`ch11_var_kda_after` ms of GPU time and
 # Gated DeltaNet's from {glue:text}`ch11_var_gdn_before` to {glue:text}`ch11_var_gdn_after`; the package keeps all
 # three. Through the public API the forward now takes what its kernels take, to within
-# {glue:text}`ch11_second_api_gap` (README, second run of 2026-12-02). The KDA forward is still
+# {glue:text}`ch11_second_api_gap` (`BENCHMARKS.md`, second run of 2026-12-02). The KDA forward is still
 # {glue:text}`ch11_second_kda_vs_fla`× fla's.
 
 # %% [markdown]
@@ -2296,7 +2296,7 @@ expect("the kept call meets 0.9x at (1, 32768) against either fla timing, and mi
 # fla's two timings. At (2, 8192) those two timings disagreed ({glue:text}`ch11_eleventh_fla8k` ms), and against the
 # faster the forward is {glue:text}`ch11_eleventh_faster8k`; at (1, 32768) it is {glue:text}`ch11_eleventh_faster32k`
 # either way. The issue's 0.9× is met at 32768 and missed, by about {glue:text}`ch11_eleventh_miss`, at 8192. A ratio over a reference that
-# drifted is not a result to lean on, so the README marks the target unmet.
+# drifted is not a result to lean on, so the README marked the target unmet.
 
 # %% [markdown]
 # ### The last half percent

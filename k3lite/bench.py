@@ -130,7 +130,7 @@ def kernel_call(kind, t):
 def host_issue_ms(fn, calls=20):
     """Median host milliseconds of one call of fn, the device idle before each (synchronised first, not after): on a
     GPU the time Python takes to issue the call's work. A row whose host time reaches its timed ms was set by the host,
-    not the GPU (the thirteenth run's (8, 2048) rows of Gated DeltaNet and DeltaNet, README)."""
+    not the GPU (see the thirteenth run's (8, 2048) rows of Gated DeltaNet and DeltaNet, BENCHMARKS.md)."""
     times = []
     for _ in range(calls):
         if torch.cuda.is_available():

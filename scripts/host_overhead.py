@@ -3,7 +3,7 @@
     python scripts/host_overhead.py [--out FILE.json] [--base DIR]
 
 At small shapes the GPU can finish a forward sooner than Python issues it (the thirteenth run's Gated DeltaNet and
-DeltaNet rows at (8, 2048), README). This measures what the package's own Python costs per call, on any machine:
+DeltaNet rows at (8, 2048), BENCHMARKS.md). This measures what the package's own Python costs per call, on any machine:
 float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make them), each
 kind through k3lite.ops.<kind>.chunked(backend="triton"), through k3lite.kernels.chunked and through
 k3lite.kernels.run_chunked (no argument checks: the path k3lite.bench times as the kernels alone), the median of 7

@@ -1,6 +1,7 @@
-"""The README's benchmark tables, its status rows and the prose around them must say what the stored runs measured.
+"""The README's status rows, the run log's tables (BENCHMARKS.md) and the prose around them must say what the stored
+runs measured.
 
-The README is prose, written by hand; its numbers come from figures/bench_h200_2026-12-02e.json (the fifth run),
+Both pages are prose, written by hand; their numbers come from figures/bench_h200_2026-12-02e.json (the fifth run),
 figures/bench_h200_2026-12-02f.json (the sixth), figures/bench_h200_2026-12-02g.json (the seventh),
 figures/bench_h200_2026-12-04.json (the eighth), figures/bench_h200_2026-12-04b.json (the ninth) and
 figures/bench_h200_2026-12-04c.json (the tenth). This test reads
@@ -19,7 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = json.loads((ROOT / "figures" / "bench_h200_2026-12-02e.json").read_text())
-README = (ROOT / "README.md").read_text()
+# The README holds the targets' status table and the runs list; BENCHMARKS.md each run's section (newest first).
+# Read as one text: every heading and row label the tests look for occurs once in the two.
+README = (ROOT / "README.md").read_text() + "\n\n" + (ROOT / "BENCHMARKS.md").read_text()
 SHAPES = [(2, 8192), (1, 32768), (8, 2048)]
 
 
@@ -621,3 +624,28 @@ def test_gpu_tests_status_row_is_the_thirteenth_runs_and_the_kernels_since_compi
     assert digests["triton"] == "3.7.1" and digests["target"] == "sm90"
     assert digests["a562108"] == digests["a8b732b"] and len(digests["a8b732b"]) == 9
     assert "`figures/ptx_digest_2026-12-04.json`" in cell and "same sm90 PTX under 3.7.1" in cell
+
+
+def test_api_host_cost_prose_is_the_stored_one():
+    prose = " ".join(README.split("**Thirteenth run of 2026-12-04", 1)[1].split("**Twelfth run", 1)[0].split())
+    runs = json.loads((ROOT / "figures" / "host_overhead_api_2026-12-04.json").read_text())["runs"]
+    extra = [r[f"{k} ops"] - r[f"{k} run_chunked"] for r in runs for k in ("delta_rule", "gated_delta_rule", "kda")]
+    assert len(runs) == 3 and min(extra) > 0
+    assert f"The ops API took {min(extra):.1f}–{max(extra):.1f} µs more per call than it." in prose
+    gaps = {r["kind"]: (r["k3lite_ops_triton_ms"] - r["k3lite_triton_ms"]) * 1e3 for r in THIRTEENTH["kept"]["chunked"]
+            if (r["B"], r["T"], r["mode"]) == (8, 2048, "fwd")}
+    assert (f"{gaps['gated_delta_rule']:.0f} µs (Gated DeltaNet) and {gaps['delta_rule']:.0f} µs (DeltaNet) between "
+            "ops and kernels, several times that") in prose
+    assert min(gaps["gated_delta_rule"], gaps["delta_rule"]) > 2 * max(extra)
+    mark = status_cells()["public API ≤ 5 % over the kernels"][1]
+    assert (f"the API's own host cost measured at {min(extra):.1f}–{max(extra):.1f} µs a call, a fraction of those "
+            f"rows' {gaps['gated_delta_rule']:.0f} and {gaps['delta_rule']:.0f} µs gaps") in mark
+
+
+def test_the_readme_points_to_the_run_log_and_the_log_holds_every_run():
+    readme, log = (ROOT / "README.md").read_text(), (ROOT / "BENCHMARKS.md").read_text()
+    assert "[`BENCHMARKS.md`](BENCHMARKS.md)" in readme and "**Thirteenth run of" not in readme
+    names = ["Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh", "Fifth", "Sixth", "Fourth",
+             "Third", "Second"]
+    positions = [log.index(f"**{name} run of 2026-12-0") for name in names]
+    assert positions == sorted(positions) and "**Re-measured on 2026-12-02" in log

@@ -854,7 +854,7 @@ DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rul
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b), for grids and chunk counts on the host. triton.cdiv and triton.next_power_of_2 are constexpr
     functions, and each call of one from Python unwraps its arguments first: a few microseconds, paid several times per
-    forward, which at small shapes is time the host may not have (see the README's thirteenth run)."""
+    forward, which at small shapes is time the host may not have (BENCHMARKS.md, thirteenth run)."""
     return -(-a // b)
 
 
