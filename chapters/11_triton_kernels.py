@@ -2425,17 +2425,19 @@ expect("in both runs the KDA forward is at most 0.9x the faster fla timing at (2
 # ### The gates' gradient where the gates are strong
 #
 # The backward needs $\partial L/\partial g$, and it gets it without differentiating a single exponential. Inside a
-# chunk the gates enter only through $G_r = \sum_{s \le r} g_s$, and every product decays a query by $e^{G_r}$ and a
-# key by $e^{-G_c}$ (through the anchors, but the exponents are those). Move $G_r$ by $\epsilon$ and $q_r$ is
-# scaled by $e^{\epsilon}$, $k_r$ by $e^{-\epsilon}$. So
+# chunk the gates enter only through $G_r = \sum_{s \le r} g_s$, and every use of $G_r$ scales a vector: the query
+# $q_r$, and the key $k_r$ where token $r$ is the later one of a pair, by $e^{G_r}$; the key $k_r$ where it is the
+# earlier one by $e^{-G_r}$ (through the anchors, but the exponents are those). Move $G_r$ by $\epsilon$ and the
+# first kind is scaled by $e^{\epsilon}$, the second by $e^{-\epsilon}$. So, writing $dk^{\text{later}}_r$ and
+# $dk^{\text{earlier}}_r$ for the two parts of $k_r$'s gradient,
 #
-# $$\frac{\partial L}{\partial G_r} = q_r \odot \frac{\partial L}{\partial q_r} - k_r \odot \frac{\partial L}{\partial k_r}
+# $$\frac{\partial L}{\partial G_r} = q_r \odot dq_r + k_r \odot dk^{\text{later}}_r - k_r \odot dk^{\text{earlier}}_r
 # \;(+\text{ the chunk's last row, which also decays the state}),\qquad
 # \frac{\partial L}{\partial g_s} = \sum_{r \ge s} \frac{\partial L}{\partial G_r},$$
 #
 # with the sum over the rows of the chunk. The backward has dq and dk anyway, so this costs one multiply-add per
 # entry and a reverse cumulative sum (stages 3 to 6 of `chunk_bwd_triton.py`; fla does the same). The catch is the
-# size of the terms. $q \odot dq$ and $k \odot dk$ are of order one, and with strong gates
+# size of the terms. They are of order one, and with strong gates
 # $\partial L/\partial g$ is tiny: each token's state is almost forgotten by the next, so moving a gate changes
 # almost nothing. The identity then reaches a tiny number by cancelling terms of order one, and float32 keeps only
 # an *absolute* accuracy, a few float32 steps of those terms. The cell below takes KDA through the Triton backward
@@ -2500,7 +2502,7 @@ glue("ch11_dg_gate", f"{STRENGTHS[-1]:.0f}", display=False)
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7, 4.0))
 ax.semilogy(STRENGTHS, [e["triton_rel"] for e in dg_errors.values()], "o-", color=red,
-            label="Triton backward: dG = Q dQ - K dK, summed over the chunk")
+            label="Triton backward: dG from q dq and k dk, summed over the chunk")
 ax.semilogy(STRENGTHS, [e["torch_rel"] for e in dg_errors.values()], "s-", color=blue,
             label="PyTorch chunked form: autograd through the exponentials")
 ax.set_xlabel("log-gate g per step, nats (each channel within 0.1 of it)")

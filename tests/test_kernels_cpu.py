@@ -106,8 +106,8 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
 @pytest.mark.parametrize("kind", ["gated_delta_rule", "kda"])
 def test_strong_gates_leave_dg_an_absolute_error_of_float32s_size(kind):
     # Gates of -20 per step: the state forgets almost everything every token, and the true dg is tiny (about 1e-8
-    # here). The backward finds dG as Q dQ - K dK (+ the chunk's last-row terms) and dg as its reverse sum over the
-    # chunk (chunk_bwd_triton stages 3-6): terms of order one that cancel. In float32 that leaves dg an absolute error
+    # here). The backward finds dG from q dq and k dk, signed by the direction of each decay (chunk_bwd_triton stages
+    # 3-5), and dg as its reverse sum over the chunk (stage 6): terms of order one that cancel. In float32 that leaves dg an absolute error
     # of a few float32 steps of those terms, far above dg itself (a relative error of about 1e2 here), while every
     # other gradient keeps its 1e-5. So dg is held to 1e-6 of the largest |q dq| + |k dk| (summed over the channels
     # for one gate per head): an error of the formula's own size, not of float32's, would fail it.

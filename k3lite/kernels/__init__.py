@@ -17,8 +17,9 @@ Both entry points check their arguments as ``k3lite.ops`` does (one set of check
 
 Gradients of ``chunked``: every stage of the backward is a Triton kernel (``chunk_bwd_triton.py``: the
 reverse state pass plus the chunk-parallel gradients through the intra-chunk products, the triangular
-solve, the WY factors and the decays). ``step`` has no backward (see its docstring). The gates' gradient comes
-from the identity dG = Q dQ - K dK summed in reverse over each chunk, terms of order one that cancel: its error is
+solve, the WY factors and the decays). ``step`` has no backward (see its docstring). The gates' gradient is
+each vector the gates scale times its gradient (q dq and k dk, signed by the direction of the decay; in the state
+stage dG = Q dQ - K dK), summed in reverse over each chunk: terms of order one that cancel, so its error is
 absolute, a few float32 steps of |q dq| + |k dk|. Where the gates are so strong that dg itself falls below that
 (about -20 per step: dg near 1e-8), its relative error is large; the PyTorch backward (``backend="torch"``)
 differentiates the decays themselves and keeps it relative (tests/test_kernels_cpu.py measures both).
