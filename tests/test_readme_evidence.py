@@ -649,3 +649,11 @@ def test_the_readme_points_to_the_run_log_and_the_log_holds_every_run():
              "Third", "Second"]
     positions = [log.index(f"**{name} run of 2026-12-0") for name in names]
     assert positions == sorted(positions) and "**Re-measured on 2026-12-02" in log
+
+
+def test_the_run_logs_recipe_quotes_the_kept_calls_time():
+    log = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
+    kept = THIRTEENTH["kept"]
+    assert kept["meta"]["command"].startswith(
+        "python -m k3lite.bench --kinds kda,gated_delta_rule,delta_rule --sections fwd,profile")
+    assert f"wrote its last row {kept['chunked'][-1]['elapsed_s']:.0f} s after it started" in log
