@@ -79,7 +79,14 @@ SPIKES = [(kind, 70, gates) for kind in ("gated_delta_rule", "kda") for gates in
 CASES += SPIKES + [("kda", 130, EDGE_OF_THE_ANCHORS)]
 
 
-@pytest.mark.parametrize("kind,T,gate_min", CASES)
+def gates_id(gate_min):
+    """A readable test id for a gate setting: -20.0, spike-1e+04, band-3.74..-3.64."""
+    if isinstance(gate_min, tuple):
+        return f"{gate_min[0]}{'..'.join(f'{x:g}' for x in gate_min[1:])}"
+    return f"{gate_min:g}"
+
+
+@pytest.mark.parametrize("kind,T,gate_min", CASES, ids=[f"{kind}-T{T}-{gates_id(g)}" for kind, T, g in CASES])
 def test_chunked_matches_recurrent(kind, T, gate_min):
     torch.manual_seed(0)
     inputs = make_inputs(kind, T, gate_min, seed=T, batch=2 if T == 70 else 1)  # batch 2 once per kind
