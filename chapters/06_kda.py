@@ -424,9 +424,14 @@ for name, g_long in strong_gates.items():
 # that each factor is $\le 1$, and K3 additionally bounds every gate at $-5$, which keeps a 16-token
 # factor below $e^{80}$. `k3lite.ops.kda` halves each chunk recursively down to single tokens, which
 # is the same idea with the anchor at every halving boundary. The Triton forward of `k3lite.kernels`
-# (`chunk_fwd.py`) follows the production split: in a 64-token chunk, the four $16 \times 16$ blocks on
-# the diagonal are computed pair by pair with exact differences $G_r - G_i \le 0$, one token's row per
-# program, and the six blocks below them are tensor-core products through an anchor row.
+# (`chunk_fwd.py`) follows the production split: in a 64-token chunk, the six $16 \times 16$ blocks below the
+# diagonal are tensor-core products through an anchor row, and each of the four blocks on the diagonal is one
+# product through an anchor row in its middle. There one factor of a pair may exceed 1, so the kernel keeps that
+# product only while every exponent stays within a fixed limit (`DIAGONAL_SPAN_LIMIT`); where the gates are
+# stronger, K3's strongest among them, it walks the block's rows with sums of gates of one sign instead
+# (chapter 11 gives the numbers). The bound matters to the backward too: the gates' gradient, as fast kernels
+# compute it, keeps only an absolute accuracy, so with gates far below $-5$ it is mostly rounding (chapter 11,
+# "The gates' gradient where the gates are strong").
 
 
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
