@@ -949,7 +949,9 @@ def main(argv=None):
                                 "ratio_vs_fla: ops API and kernels over fla_ms; k3lite_torch_ms: the same chunked "
                                 "algorithm in PyTorch operations (forward only on the GPU); on a GPU "
                                 "k3lite_ops_triton_host_ms / k3lite_triton_host_ms: host ms to issue one call (the "
-                                "device idle first), which a row set by the host reaches. decode: ops_step_triton_ms "
+                                "device idle first), which a row set by the host reaches; ops_over_kernels_paired: "
+                                "the median of ops_over_kernels_rounds, four pairs of the two timed back to back in "
+                                "alternating order. decode: ops_step_triton_ms "
                                 "= k3lite.ops.kda.step(backend='triton'), _inplace_ms with inplace=True, "
                                 "k3lite_default_ms = kernels.run_step alone"},
                "chunked": [], "decode": [], "situ": {}}
