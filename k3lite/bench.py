@@ -332,8 +332,12 @@ def bench_decode(batches, H, D, device, measure, fla, results, save):
         row["k3lite_triton_ms"] = row["configs"][best]
         row["best_config"] = best
         scale = D ** -0.5
-        row["k3lite_default_ms"] = measure(lambda: kernels.run_step("kda", q, k, v, g, beta, state=state, scale=scale))
-        row["ops_step_triton_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="triton"))
+        kernel_step = lambda: kernels.run_step("kda", q, k, v, g, beta, state=state, scale=scale)  # noqa: E731
+        ops_step = lambda: kda.step(q, k, v, g, beta, state=state, backend="triton")  # noqa: E731
+        row["k3lite_default_ms"] = measure(kernel_step)
+        row["ops_step_triton_ms"] = measure(ops_step)
+        if device == "cuda":   # host time and paired ratio, as for the chunked rows (run_step as the kernels)
+            api_cost(row, measure, {"k3lite_triton": kernel_step, "k3lite_ops_triton": ops_step})
         scratch = state.clone()   # the in-place step overwrites its state on every call
         row["ops_step_triton_inplace_ms"] = measure(
             lambda: kda.step(q, k, v, g, beta, state=scratch, backend="triton", inplace=True))
@@ -351,7 +355,9 @@ def bench_decode(batches, H, D, device, measure, fla, results, save):
               f"in place {row['ops_step_triton_inplace_ms']:.4f} ms ({row['ops_inplace_tb_per_s']:.2f} TB/s), "
               f"kernel alone {row['k3lite_default_ms']:.4f} ms ({row['tb_per_s']:.2f} TB/s), best config {best} "
               f"{row['k3lite_triton_ms']:.4f} ms, torch {row['k3lite_torch_ms']:.4f} ms, "
-              f"fla {fmt(row.get('fla_before_ms'), '.4f')}/{fmt(row.get('fla_after_ms'), '.4f')} ms", flush=True)
+              f"fla {fmt(row.get('fla_before_ms'), '.4f')}/{fmt(row.get('fla_after_ms'), '.4f')} ms, "
+              f"host ops {fmt(row.get('k3lite_ops_triton_host_ms'), '.4f')} ms, "
+              f"ops/kernel paired {fmt(row.get('ops_over_kernels_paired'))}", flush=True)
         save()
 
 
@@ -953,7 +959,8 @@ def main(argv=None):
                                 "the median of ops_over_kernels_rounds, four pairs of the two timed back to back in "
                                 "alternating order. decode: ops_step_triton_ms "
                                 "= k3lite.ops.kda.step(backend='triton'), _inplace_ms with inplace=True, "
-                                "k3lite_default_ms = kernels.run_step alone"},
+                                "k3lite_default_ms = kernels.run_step alone; on a GPU the host times and the paired "
+                                "ratio as above, with run_step as the kernels"},
                "chunked": [], "decode": [], "situ": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
 
