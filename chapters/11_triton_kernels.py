@@ -194,7 +194,8 @@ show(recurrent_step._decode_step, "bad = False", "tl.store(o_ptr")
 #   with `.item()`; the asynchronous host-side form (a max, an aminmax, comparisons, two asserts) is eight
 #   small launches per token.
 #
-# The launcher picks the block sizes and the grid:
+# The launcher picks the block sizes (`chunk_fwd._block`, which the chunked pipeline uses too: the axis rounded up
+# to a power of two, at least 16) and the grid:
 
 # %%
 show(recurrent_step.decode_step)

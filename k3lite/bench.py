@@ -130,7 +130,7 @@ def kernel_call(kind, t):
 def host_issue_ms(fn, calls=20):
     """Median host milliseconds of one call of fn, the device idle before each (synchronised first, not after): on a
     GPU the time Python takes to issue the call's work. A row whose host time reaches its timed ms was set by the host,
-    not the GPU (see the thirteenth run's (8, 2048) rows of Gated DeltaNet and DeltaNet, BENCHMARKS.md)."""
+    not the GPU (BENCHMARKS.md, thirteenth run, asks this of Gated DeltaNet's and DeltaNet's rows at (8, 2048))."""
     times = []
     for _ in range(calls):
         if torch.cuda.is_available():
@@ -145,8 +145,8 @@ def host_issue_ms(fn, calls=20):
 
 def paired_ratios(measure, kernels_fn, ops_fn, rounds=4):
     """ops / kernels from ``rounds`` pairs, each timed right after the other, alternating which goes first: what the API
-    adds over the kernels, with a steady drift of the machine seen once each way (an even count of rounds puts the median
-between the two). Returns (ratios, median)."""
+    adds over the kernels, with a steady drift of the machine seen once each way (an even count of rounds puts the
+    median between the two). Returns (ratios, median)."""
     ratios = []
     for i in range(rounds):
         if i % 2 == 0:

@@ -91,6 +91,11 @@ def latest_row(kind, shape, mode):
     return seventh_row(kind, shape, mode)
 
 
+def run_section(name, next_name):
+    """The prose of one run's section of the log, whitespace folded: from "**<name> run of" to "**<next_name> run"."""
+    return " ".join(README.split(f"**{name} run of", 1)[1].split(f"**{next_name} run", 1)[0].split())
+
+
 def status_cells():
     return {m.group(1): (m.group(2), m.group(3)) for m in
             re.finditer(r"^\| ([^|]+?) \| ([^|]+) \| [^|]+ \| ([^|]+) \|$", README, re.MULTILINE)}
@@ -185,7 +190,7 @@ def test_ninth_run_tables_and_prose_are_the_stored_ones():
     kept, base = call3["kept_form"], call3["base_887e6db"]
     assert all(kept["rows"][key]["api_ms"] < base["rows"][key]["api_ms"] for key in base["rows"])
     assert kept["accuracy"] == base["accuracy"]
-    prose = " ".join(README.split("**Ninth run of 2026-12-04", 1)[1].split("**Eighth run", 1)[0].split())
+    prose = run_section("Ninth", "Eighth")
     stage1_count, stage1_max = call2["candidate"]["stage1"], kept["stage1"]
     assert (f"{stage1_count['check=False lo_from=256.0']:.3f} ms without a check and "
             f"{stage1_count['check=True lo_from=256.0']:.3f} with the count (call 2); "
@@ -262,7 +267,7 @@ def test_eighth_run_table_is_the_stored_one():
                         if (r["kind"], (r["B"], r["T"]), r["mode"]) == ("kda", shape, mode)]
                 expected.append(f"{r['k3lite_ops_triton_ms']:.3f} ({r['ratio_ops_vs_fla']:.2f}×)")
         assert cells[1:] == expected, run
-    prose = " ".join(README.split("**Eighth run of 2026-12-04", 1)[1].split("**Seventh run", 1)[0].split())
+    prose = run_section("Eighth", "Seventh")
     intra = {run: stage(run, "fwd+bwd", "_bwd_intra") for run in runs}
     assert f"cost the backward's `_bwd_intra` {intra['masked_loads'] - intra['before']:.2f} ms" in prose
     assert f"came down from {intra['before']:.3f} to {intra['kept']:.3f} ms" in prose
@@ -293,7 +298,7 @@ def test_seventh_run_table_is_the_stored_one():
 
 
 def test_seventh_run_prose_numbers_are_the_stored_ones():
-    prose = " ".join(README.split("**Seventh run of 2026-12-02", 1)[1].split("**Fifth run", 1)[0].split())
+    prose = run_section("Seventh", "Fifth")
     probe = SEVENTH["stage1_probe"]["second_run"]["results"]
     shapes = ("(2, 8192, 16)", "(1, 32768, 16)")
 
@@ -346,7 +351,7 @@ def test_sixth_run_fusion_table_is_the_stored_one():
 
 def test_sixth_run_prose_numbers_are_the_stored_ones():
     # The README's sentences under the sixth run's table, rebuilt from the JSONs (line breaks ignored).
-    prose = " ".join(README.split("**Sixth run of 2026-12-02", 1)[1].split("**Fourth run", 1)[0].split())
+    prose = run_section("Sixth", "Fourth")
     in_order, one_launch = SIXTH["fusions_in_pipeline_order"], SIXTH["one_launch"]["timings"]
     apart, fused = (
         [_kernel_ms(in_order["timings"][f"{kind} (8, 2048, 16) fwd fused={flag}"], *names)
@@ -377,7 +382,7 @@ def test_sixth_run_prose_numbers_are_the_stored_ones():
 
 
 def test_tenth_run_table_and_prose_are_the_stored_ones():
-    prose = " ".join(README.split("**Tenth run of 2026-12-04", 1)[1].split("**Ninth run", 1)[0].split())
+    prose = run_section("Tenth", "Ninth")
     kept = TENTH["kept"]
     profile9 = {r["name"]: r["ms_per_call"] for r in NINTH["kept"]["kda_profile_2x8192x16"]["fwd"]}
     profile10 = {r["name"]: r["ms_per_call"] for r in kept["kda_profile_2x8192x16"]["fwd"]}
@@ -415,7 +420,7 @@ def test_tenth_run_table_and_prose_are_the_stored_ones():
 
 
 def test_eleventh_run_table_and_prose_are_the_stored_ones():
-    prose = " ".join(README.split("**Eleventh run of 2026-12-04", 1)[1].split("**Tenth run", 1)[0].split())
+    prose = run_section("Eleventh", "Tenth")
     call4 = ELEVENTH_FILE["call_4_two_launches"]
     names = ("_diagonal_blocks", "_offdiagonal_solve", "_wy_factors", "_chunk_output")
     for label, form in (("fd1a445", "base"), ("kept", "mid"), ("two launches for the diagonal blocks too", "new")):
@@ -471,7 +476,7 @@ def test_eleventh_run_table_and_prose_are_the_stored_ones():
 
 
 def test_twelfth_run_table_and_prose_are_the_stored_ones():
-    prose = " ".join(README.split("**Twelfth run of 2026-12-04", 1)[1].split("**Eleventh run", 1)[0].split())
+    prose = run_section("Twelfth", "Eleventh")
     profile = TWELFTH_FILE["call_1_profile"]["profile"]
     ours, fla = profile["gated_delta_rule fwd k3lite"], profile["gated_delta_rule fwd fla"]
     assert (f"the state pass, {ours['_state_pass']:.3f} ms against fla's "
@@ -532,7 +537,7 @@ def test_twelfth_run_table_and_prose_are_the_stored_ones():
 
 
 def test_thirteenth_run_table_and_prose_are_the_stored_ones():
-    prose = " ".join(README.split("**Thirteenth run of 2026-12-04", 1)[1].split("**Twelfth run", 1)[0].split())
+    prose = run_section("Thirteenth", "Twelfth")
     c1 = THIRTEENTH_FILE["call_1"]
     pdl = c1["pipeline"]["new"]["kda (2, 8192, 16)"]
     times = lambda xs: " / ".join(f"{t:.3f}" for t in xs)  # noqa: E731
@@ -601,7 +606,7 @@ def test_thirteenth_run_table_and_prose_are_the_stored_ones():
 
 
 def test_host_overhead_prose_is_the_stored_one():
-    prose = " ".join(README.split("**Thirteenth run of 2026-12-04", 1)[1].split("**Twelfth run", 1)[0].split())
+    prose = run_section("Thirteenth", "Twelfth")
     host = json.loads((ROOT / "figures" / "host_overhead_2026-12-04.json").read_text())
     before, after = host["before"], host["after"]
     quoted = [f"{before[f'{k} ops']:.1f} to {after[f'{k} ops']:.1f}" for k in ("delta_rule", "gated_delta_rule", "kda")]
@@ -627,7 +632,7 @@ def test_gpu_tests_status_row_is_the_thirteenth_runs_and_the_kernels_since_compi
 
 
 def test_api_host_cost_prose_is_the_stored_one():
-    prose = " ".join(README.split("**Thirteenth run of 2026-12-04", 1)[1].split("**Twelfth run", 1)[0].split())
+    prose = run_section("Thirteenth", "Twelfth")
     runs = json.loads((ROOT / "figures" / "host_overhead_api_2026-12-04.json").read_text())["runs"]
     extra = [r[f"{k} ops"] - r[f"{k} run_chunked"] for r in runs for k in ("delta_rule", "gated_delta_rule", "kda")]
     assert len(runs) == 3 and min(extra) > 0

@@ -607,7 +607,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     if gated:
         q_state = torch.empty_like(q)
         _gated_queries[(cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(),
-                                                                     K if gate == GATE_SCALAR.value else 1, ELEMENTWISE_BLOCK)
+                                                              K if gate == GATE_SCALAR.value else 1, ELEMENTWISE_BLOCK)
     # The key rows split in two halves, each at least 16 wide for the tensor cores.
     _bwd_state_pass_halves[(cdiv(V, BV_state), B * H)](
         q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,

@@ -1030,8 +1030,8 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
     ai = torch.empty(B, T, H, BT, device=dev, dtype=a_dtype(q.dtype)) if delta else None
     if gate == GATE_CHANNEL.value:  # always a delta kind (KDA); the diagonal blocks' walk sums the raw gates itself
         _diagonal_blocks[(cdiv(T, BC), B * H)](q, k, g, G, G_lo, beta, aqk, akk, scale, lo_from, T, H, K, BT,
-                                                       BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
-                                                       **LAUNCH["diagonal"])
+                                               BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
+                                               **LAUNCH["diagonal"])
         for use_lo in lo_launches(lo_from):
             _offdiagonal_solve[lo_group_grid(use_lo, NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H,
                                                                  K, BT, BC, min(BK, OFFDIAGONAL_BK), BK, use_lo, prec,
@@ -1078,10 +1078,10 @@ def wy_factors(kind, k, v, G, G_lo, beta, ai, values_ok=None, lo_from=0.0, need_
     for use_lo in lo_launches(lo_from) if gate == GATE_CHANNEL.value else (False,):
         grid = lo_group_grid(use_lo, NT, B * H)   # a gate per head: one program per chunk
         _wy_factors[grid](k, v, G if G is not None else k, G_lo if G_lo is not None else k, beta, ai, w, u, kd,
-                                 values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
-                                 min(BK, KEY_TILE), BV, BK, gate, use_lo, write_kd, dot_precision(k.dtype),
-                                 values_ok is not None, LO_GROUP,
-                                 **LAUNCH["wy_channel" if gate == GATE_CHANNEL.value else "wy"])
+                          values_ok if values_ok is not None else w, lo_from, T, H, K, V, CHUNK,
+                          min(BK, KEY_TILE), BV, BK, gate, use_lo, write_kd, dot_precision(k.dtype),
+                          values_ok is not None, LO_GROUP,
+                          **LAUNCH["wy_channel" if gate == GATE_CHANNEL.value else "wy"])
     return w, u, kd
 
 
@@ -1116,12 +1116,12 @@ def chunk_forward(kind, q, k, v, g, beta, scale, initial_state, *, keep_intermed
     BV_state = min(BLOCK_V["state"] or state_block_v(B * H, V, BV), _block(V))
     gl_arg = parts["G_lo"] if parts["G_lo"] is not None else q
     _state_pass[(cdiv(V, BV_state), B * H)](kd, u, w, g_arg, gl_arg, h0, h, vn, ht, T, NT, H, K, V, BT, BK,
-                                                   BV_state,
-                                                   gate, delta, initial_state is not None, prec, **LAUNCH["state"])
+                                            BV_state,
+                                            gate, delta, initial_state is not None, prec, **LAUNCH["state"])
     o = torch.empty_like(v)
     BV_out = min(BLOCK_V["output_channel" if gate == GATE_CHANNEL.value else "output"], _block(V))
     _chunk_output[(cdiv(V, BV_out), NT, B * H)](q, g_arg, h, aqk, vn, o, scale, T, NT, H, K, V, BT,
-                                                       min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
+                                                min(BK, KEY_TILE), BV_out, gate, prec, **LAUNCH["output"])
     if keep_intermediates:
         return o, ht, {"G": G, "G_lo": parts["G_lo"], "lo_from": parts["lo_from"], "h": h, "vn": vn, "aqk": aqk,
                        "ai": parts["ai"]}

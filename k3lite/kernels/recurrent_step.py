@@ -25,7 +25,7 @@ _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imp
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, cdiv, next_power_of_2
+from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, _block, cdiv
 
 
 @triton.jit
@@ -91,8 +91,8 @@ def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=
     host-side checks, which raise a ValueError at once."""
     B, H, K = q.shape
     V = v.shape[-1]
-    BK = max(16, next_power_of_2(K))
-    BV = min(block_v, max(16, next_power_of_2(V)))
+    BK = _block(K)
+    BV = min(block_v, _block(V))
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     state = state if inplace else state.contiguous()
     g = g.contiguous() if g is not None else q
@@ -102,7 +102,7 @@ def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=
     check = q.is_cuda and kind in VALUE_MESSAGES
     ok = values_ok_flag(q.device) if check else q
     _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, ok, scale, K, V, BK, BV,
-                                              GATE_OF_KIND[kind], DELTA_OF_KIND[kind], check, num_warps=num_warps)
+                                       GATE_OF_KIND[kind], DELTA_OF_KIND[kind], check, num_warps=num_warps)
     if check:
         torch._assert_async(ok, f"k3lite: {VALUE_MESSAGES[kind]} (ValueError on CPU)")
     return o, new_state
