@@ -463,6 +463,17 @@ def test_chunked_entry_point_rejects_bad_arguments(kind, name, make_bad, message
                         initial_state=h0)
 
 
+@pytest.mark.parametrize("kind", ["kda", "delta_rule"])
+def test_chunked_without_grad_runs_the_same_kernels_without_an_autograd_node(kind):
+    args, h0 = _kernel_inputs(kind, T=70)
+    o, state = kernels.chunked(kind, **args, initial_state=h0)
+    assert o.grad_fn is None and state.grad_fn is None
+    leaves = {name: x.clone().requires_grad_() if x is not None else None for name, x in args.items()}
+    o_grad, state_grad = kernels.chunked(kind, **leaves, initial_state=h0)
+    assert o_grad.grad_fn is not None
+    assert torch.equal(o, o_grad.detach()) and torch.equal(state, state_grad.detach())
+
+
 @pytest.mark.parametrize("bad_state,message", [
     (lambda h0: h0[:, :, :, 0], r"initial_state must have shape \[B, H, K, V\]"),
     (lambda h0: h0.transpose(-1, -2), r"initial_state must have shape \[B, H, K, V\]"),

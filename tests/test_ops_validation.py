@@ -207,3 +207,33 @@ def test_value_checks_skip_while_compiling(monkeypatch):
     _validate.check_beta(torch.full((B, T, H), 3.0), dims)
     with pytest.raises(ValueError, match="beta must have shape"):
         _validate.check_beta(torch.full((B, T), 3.0), dims)
+
+
+def test_a_layout_that_passed_is_looked_up_and_any_other_is_checked(monkeypatch):
+    from k3lite import _validate
+
+    monkeypatch.setattr(_validate, "_PASSED_LAYOUTS", {})
+    good = good_inputs("kda")
+    call("kda", "chunked", good)
+    assert len(_validate._PASSED_LAYOUTS) == 1
+    # The same layout again is a lookup: the shape checks are not run (a check that would fail proves it) ...
+    with monkeypatch.context() as patch:
+        patch.setattr(_validate, "check_qkv", lambda *args, **kwargs: pytest.fail("checked a known layout again"))
+        call("kda", "chunked", good_inputs("kda"))
+    # ... but the values are checked on every call, and every layout that differs meets the checks.
+    expect("g is a log-space decay", "kda", "chunked", replaced("kda", g=torch.rand(B, T, H, K)))
+    expect("k must have a floating-point dtype", "kda", "chunked", replaced("kda", k=good["k"].long()))
+    expect(r"v must have shape", "kda", "chunked", replaced("kda", v=torch.randn(B, T, H + 1, V)))
+    expect(r"g must have shape \[B, T, H, K\]", "kda", "chunked", replaced("kda", g=-torch.rand(B, T, H)))
+    expect("q must be a torch.Tensor", "kda", "chunked", replaced("kda", q=good["q"].tolist()))
+    assert len(_validate._PASSED_LAYOUTS) == 1    # a layout that failed is never kept
+
+
+def test_the_passed_layouts_are_bounded(monkeypatch):
+    from k3lite import _validate
+
+    monkeypatch.setattr(_validate, "_PASSED_LAYOUTS", {})
+    monkeypatch.setattr(_validate, "_PASSED_LAYOUTS_MAX", 3)
+    for length in range(1, 6):
+        delta_rule.chunked(*(torch.randn(1, length, 1, 2) for _ in range(3)), torch.rand(1, length, 1))
+    assert len(_validate._PASSED_LAYOUTS) == 3

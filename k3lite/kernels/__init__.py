@@ -13,7 +13,8 @@ for tiny shapes in tests and notebooks). The interpreter must be switched on bef
 modules are imported, which is why they are imported lazily, after ``_ensure_backend``.
 
 Both entry points check their arguments as ``k3lite.ops`` does (one set of checks, ``k3lite._validate``);
-``run_chunked`` / ``run_step`` skip them for the ops, which checked already.
+``run_chunked`` / ``run_step`` skip them for the ops, which checked already. When no input requires grad (or grad
+is off), ``chunked`` runs the forward without an autograd node and keeps no intermediates for a backward.
 
 Gradients of ``chunked``: every stage of the backward is a Triton kernel (``chunk_bwd_triton.py``: the
 reverse state pass plus the chunk-parallel gradients through the intra-chunk products, the triangular
@@ -84,20 +85,26 @@ def interpreting() -> bool:
     return _ensure_backend()
 
 
-def _check_tensors(*tensors):
+def _check_tensors(*tensors, state=None):
+    """One device for all, CUDA on a GPU machine, float32 under the interpreter (the state excepted: it is made
+    float32 before use). A plain loop: this runs on every call, and on a slow host its Python is time the GPU waits."""
     interp = _ensure_backend()
-    present = [t for t in tensors if t is not None]
-    for t in present:
-        if interp and t.dtype != torch.float32:
+    device = None
+    for t in (*tensors, state):
+        if t is None:
+            continue
+        if interp and t.dtype != torch.float32 and t is not state:
             raise ValueError(
                 f"backend='triton' without a GPU runs the Triton interpreter, which supports float32 only; "
                 f"got {t.dtype}. Cast the inputs with .float() or use backend='torch'."
             )
         if not interp and not t.is_cuda:
             raise ValueError("backend='triton' needs CUDA tensors on a machine with a GPU; got a CPU tensor")
-    devices = {t.device for t in present}
-    if len(devices) > 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            devices = {x.device for x in (*tensors, state) if x is not None}
+            raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
 
 
 def _check_kind(kind):
@@ -138,7 +145,7 @@ def _check_kernel_inputs(kind, q, k, v, g, beta, state):
     if q.dtype not in KERNEL_DTYPES:
         raise ValueError(f"q, k, v must have one of the dtypes {KERNEL_DTYPES} for the Triton kernels, "
                          f"got {q.dtype}")
-    _check_tensors(q, k, v, g, beta, state.float() if state is not None else None)
+    _check_tensors(q, k, v, g, beta, state=state)
 
 
 # On the H200, the bf16/fp16 backward faults (illegal memory access, or NaN gradients) when the key or value
@@ -152,19 +159,23 @@ def _needs_float32_backward(q, v) -> bool:
             and min(q.shape[-1], v.shape[-1]) < MIN_HALF_PRECISION_BACKWARD_WIDTH)
 
 
+def _forward(kind, scale, q, k, v, g, beta, initial_state, keep_intermediates):
+    """The Triton forward with the value checks of g and beta on CUDA (the kernels clear a flag, one assert)."""
+    from .chunk_fwd import chunk_forward
+    from .recurrent_step import assert_values_ok, values_ok_flag
+
+    args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
+    h0 = initial_state.float().contiguous() if initial_state is not None else None
+    ok = values_ok_flag(kind, q.device)
+    result = chunk_forward(kind, *args, scale, h0, keep_intermediates=keep_intermediates, values_ok=ok)
+    assert_values_ok(kind, ok)
+    return result
+
+
 class _Chunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
-        from .chunk_fwd import chunk_forward
-        from .recurrent_step import VALUE_MESSAGES, values_ok_flag
-
-        args = [x.contiguous() if x is not None else None for x in (q, k, v, g, beta)]
-        h0 = initial_state.float().contiguous() if initial_state is not None else None
-        check = q.is_cuda and kind in VALUE_MESSAGES
-        ok = values_ok_flag(q.device) if check else None
-        o, final_state, kept = chunk_forward(kind, *args, scale, h0, keep_intermediates=True, values_ok=ok)
-        if check:
-            torch._assert_async(ok, f"k3lite: {VALUE_MESSAGES[kind]} (ValueError on CPU)")
+        o, final_state, kept = _forward(kind, scale, q, k, v, g, beta, initial_state, keep_intermediates=True)
         ctx.kind, ctx.scale, ctx.lo_from = kind, scale, kept["lo_from"]
         ctx.save_for_backward(q, k, v, g, beta, initial_state, kept["h"], kept["vn"], kept["G"], kept["G_lo"],
                               kept["aqk"], kept["ai"])
@@ -210,6 +221,10 @@ def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, 
     """:func:`chunked` after the ops' checks, for callers that ran them already (``k3lite.ops``): shapes,
     and on CPU the values (on CUDA the kernels check the values themselves)."""
     _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
+    if not _validate.needs_grad(q, k, v, g, beta, initial_state):
+        # Inference: no autograd node, no intermediates kept. On a slow host a call's Python is what sets the pace
+        # at small shapes (BENCHMARKS.md, fourteenth run), and the node's bookkeeping was a fifth of it.
+        return _forward(kind, float(scale), q, k, v, g, beta, initial_state, keep_intermediates=False)
     return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
 
 

@@ -75,11 +75,25 @@ _GATE_AND_BETA = ("g is a log-space decay and must be <= 0 everywhere, and beta 
 VALUE_MESSAGES = {"gated_delta_rule": _GATE_AND_BETA, "kda": _GATE_AND_BETA, "delta_rule": "beta must lie in [0, 2]"}
 
 
-def values_ok_flag(device) -> torch.Tensor:
+# The assert's message per kind, built once: a call's host time counts (see decode_step).
+_ASSERT_MESSAGES = {kind: f"k3lite: {message} (ValueError on CPU)" for kind, message in VALUE_MESSAGES.items()}
+
+
+def values_ok_flag(kind, device):
+    """The flag the kernels of one ``kind``'s call clear on a bad value, or None where nothing is checked in a
+    kernel (linear attention has neither g nor beta; the interpreter leaves the checks to the host)."""
+    if kind not in VALUE_MESSAGES or device.type != "cuda":
+        return None
     flag = _VALUES_OK.get(device)
     if flag is None:
         flag = _VALUES_OK[device] = torch.ones((), dtype=torch.int32, device=device)
     return flag
+
+
+def assert_values_ok(kind, flag) -> None:
+    """Queue the assert on the flag (no host synchronisation); nothing when the call had none."""
+    if flag is not None:
+        torch._assert_async(flag, _ASSERT_MESSAGES[kind])
 
 
 def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=64, num_warps=4):
@@ -99,10 +113,9 @@ def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=
     beta = beta.contiguous() if beta is not None else q
     o = torch.empty_like(v)
     new_state = state if inplace else torch.empty_like(state)
-    check = q.is_cuda and kind in VALUE_MESSAGES
-    ok = values_ok_flag(q.device) if check else q
-    _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, ok, scale, K, V, BK, BV,
-                                       GATE_OF_KIND[kind], DELTA_OF_KIND[kind], check, num_warps=num_warps)
-    if check:
-        torch._assert_async(ok, f"k3lite: {VALUE_MESSAGES[kind]} (ValueError on CPU)")
+    ok = values_ok_flag(kind, q.device)
+    _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, ok if ok is not None else q, scale, K,
+                                       V, BK, BV, GATE_OF_KIND[kind], DELTA_OF_KIND[kind], ok is not None,
+                                       num_warps=num_warps)
+    assert_values_ok(kind, ok)
     return o, new_state
