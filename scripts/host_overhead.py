@@ -7,7 +7,8 @@ DeltaNet rows at (8, 2048), BENCHMARKS.md). This measures what the package's own
 float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make them), each
 kind through k3lite.ops.<kind>.chunked(backend="triton"), through k3lite.kernels.chunked and through
 k3lite.kernels.run_chunked (no argument checks: the path k3lite.bench times as the kernels alone), the median of 7
-rounds of 300 calls, in microseconds. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
+rounds of 300 calls, in microseconds; and one KDA decode step (B = 64) through k3lite.ops.kda.step and through
+k3lite.kernels.run_step. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
 instead (e.g. a `git archive <commit> k3lite | tar -x -C DIR` copy) in a child process. Not part of any test.
 """
 
@@ -37,9 +38,12 @@ def measure():
         def __getitem__(self, grid):
             return lambda *args, **kwargs: None
 
-    for name in dir(chunk_fwd):   # a JITFunction on a GPU, an InterpretedFunction under the interpreter
-        if type(getattr(chunk_fwd, name)).__name__ in ("JITFunction", "InterpretedFunction"):
-            setattr(chunk_fwd, name, NoLaunch())
+    from k3lite.kernels import recurrent_step
+
+    for module in (chunk_fwd, recurrent_step):   # a JITFunction on a GPU, an InterpretedFunction under the interpreter
+        for name in dir(module):
+            if type(getattr(module, name)).__name__ in ("JITFunction", "InterpretedFunction"):
+                setattr(module, name, NoLaunch())
     _validate.check_values = lambda *args, **kwargs: None
     torch.manual_seed(0)
     B, T, H, D = SHAPE
@@ -55,16 +59,28 @@ def measure():
                  "kernels": lambda: kernels.chunked(kind, q, k, v, g, beta),
                  "run_chunked": lambda: kernels.run_chunked(kind, q, k, v, g, beta, scale=D ** -0.5)}
         for path, fn in paths.items():
-            for _ in range(20):
-                fn()
-            rounds = []
-            for _ in range(ROUNDS):
-                start = time.perf_counter()
-                for _ in range(CALLS):
-                    fn()
-                rounds.append((time.perf_counter() - start) / CALLS * 1e6)
-            result["us_per_call"][f"{kind} {path}"] = statistics.median(rounds)
+            result["us_per_call"][f"{kind} {path}"] = _median_us(fn)
+    # One KDA decode step (B = 64): through the ops API and through kernels.run_step, the path k3lite.bench times as
+    # the kernel alone.
+    q1, k1, v1 = (torch.randn(64, H, D) for _ in range(3))
+    g1, beta1, state = -torch.rand(64, H, D), torch.rand(64, H), torch.zeros(64, H, D, D)
+    result["us_per_call"]["kda step ops"] = _median_us(lambda: kda.step(q1, k1, v1, g1, beta1, state=state,
+                                                                         backend="triton"))
+    result["us_per_call"]["kda step run_step"] = _median_us(lambda: kernels.run_step("kda", q1, k1, v1, g1, beta1,
+                                                                                     state=state, scale=D ** -0.5))
     return result
+
+
+def _median_us(fn):
+    for _ in range(20):
+        fn()
+    rounds = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        rounds.append((time.perf_counter() - start) / CALLS * 1e6)
+    return statistics.median(rounds)
 
 
 def main():
