@@ -329,3 +329,58 @@ def test_situ_glu_float32_takes_the_exact_path():
     # The approximate tanh/reciprocal path is for 16-bit tensors only; float32 must stay IEEE-accurate.
     gate, up = 3 * torch.randn(4096, 1024, device="cuda"), 10 * torch.randn(4096, 1024, device="cuda")
     assert rel_err(situ_glu(gate, up, backend="triton"), situ_glu(gate, up, backend="torch")) < 1e-5
+
+
+def _forward_backward(kind, inputs):
+    leaves = [x.clone().requires_grad_(True) if x is not None else None for x in inputs]
+    o, state = call(kind, "chunked", *leaves[:5], initial_state=leaves[5], backend="triton")
+    (o.float().square().mean() + state.square().mean()).backward()
+    return [o, state] + [x.grad for x in leaves if x is not None]
+
+
+@pytest.mark.parametrize("kind", list(OPS))
+def test_cached_launch_gives_the_numbers_of_tritons_dispatch(kind, monkeypatch):
+    # k3lite.kernels._launch: a call like an earlier one launches the compiled kernel directly. Every output and
+    # gradient must be bit for bit what Triton's own dispatch gives, and the shortcut must have been taken.
+    from k3lite.kernels import chunk_bwd_triton, chunk_fwd, recurrent_step
+
+    inputs = make_inputs(kind, 2, 300, torch.bfloat16, seed=21)
+    from k3lite.kernels import _launch
+
+    monkeypatch.setattr(_launch, "ENABLED", False)
+    through_triton = _forward_backward(kind, inputs)
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    for stage in (chunk_fwd._state_pass, chunk_fwd._chunk_output, chunk_bwd_triton._bwd_state_grads):
+        stage.launchers.clear()
+    _forward_backward(kind, inputs)   # compiles or finds each kernel through Triton and keeps its launcher
+    direct = _forward_backward(kind, inputs)
+    assert all(len(stage.launchers) > 0 for stage in (chunk_fwd._state_pass, chunk_fwd._chunk_output,
+                                                      chunk_bwd_triton._bwd_state_grads))
+    for x, y in zip(direct, through_triton):
+        assert torch.equal(x, y)
+    q, k, v, g, beta, h0 = make_inputs(kind, 64, 1, torch.bfloat16, seed=22)
+    sq = lambda x: x[:, 0] if x is not None else None  # noqa: E731
+    steps = []
+    for enabled in (False, True, True):
+        monkeypatch.setattr(_launch, "ENABLED", enabled)
+        steps.append(call(kind, "step", sq(q), sq(k), sq(v), sq(g), sq(beta), state=h0, backend="triton"))
+    assert len(recurrent_step._decode_step.launchers) > 0
+    assert all(torch.equal(a, b) for a, b in zip(steps[0], steps[2]))
+
+
+def test_cached_launch_sends_a_tensor_off_16_bytes_through_tritons_dispatch():
+    # A kernel compiled for aligned pointers may assume them; a q that starts 2 bytes into its storage must get a
+    # kernel compiled for it, and the same numbers (to bf16 rounding) as an aligned copy.
+    from k3lite.kernels import chunk_fwd
+
+    q, k, v, g, beta, h0 = make_inputs("kda", 2, 300, torch.bfloat16, seed=23)
+    aligned = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")
+    kept = len(chunk_fwd._chunk_output.launchers)
+    storage = torch.empty(q.numel() + 8, device="cuda", dtype=q.dtype)
+    shifted = storage[1:1 + q.numel()].view(q.shape)
+    shifted.copy_(q)
+    assert shifted.is_contiguous() and shifted.data_ptr() % 16 != 0
+    for _ in range(2):
+        o, state = kda.chunked(shifted, k, v, g, beta, initial_state=h0, backend="triton")
+        assert rel_err(o, aligned[0]) < 1e-3 and rel_err(state, aligned[1]) < 1e-5
+    assert len(chunk_fwd._chunk_output.launchers) == kept

@@ -38,12 +38,14 @@ _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imp
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from ._launch import cached_launch  # noqa: E402
 from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
                         SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _lo_kept, _load_f32,
                         _load_lo_row_whole, _load_lo_whole, _load_row, _load_vec_f32, _span, _state_base, _store,
                         _tile, _vec, cdiv, dot_precision, state_block_v, wy_factors)
 
 
+@cached_launch
 @triton.jit
 def _bwd_local_output(aqk_ptr, vn_ptr, do_ptr, dv_ptr, daqk_ptr, scale, T, H: tl.constexpr, V: tl.constexpr,
                       BT: tl.constexpr, BV: tl.constexpr, DOT_PRECISION: tl.constexpr):
@@ -76,6 +78,7 @@ def _load_t(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BC: tl.c
                    other=0.0)
 
 
+@cached_launch
 @triton.jit
 def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
@@ -151,6 +154,7 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     tl.store(dh0_ptr + _state_base(i_bh, K, V) + off2, d2, mask=m2)
 
 
+@cached_launch
 @triton.jit
 def _gated_queries(q_ptr, g_ptr, out_ptr, n, PER_GATE: tl.constexpr, BLOCK: tl.constexpr):
     # exp(G) Q in the inputs' dtype, element by element (G <= 0, so every factor is <= 1): the reverse state
@@ -163,6 +167,7 @@ def _gated_queries(q_ptr, g_ptr, out_ptr, n, PER_GATE: tl.constexpr, BLOCK: tl.c
     tl.store(out_ptr + offs, (b_q * tl.exp(tl.minimum(b_g, 0.0))).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@cached_launch
 @triton.jit
 def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr, dv_ptr, dq_ptr, dk_ptr, dw_ptr, dg_ptr,
                      scale, lo_from, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
@@ -238,6 +243,7 @@ def _bwd_state_grads(q_ptr, k_ptr, g_ptr, gl_ptr, h_ptr, dh_ptr, vn_ptr, do_ptr,
         _store(dw_ptr + kbase, dw, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
 
 
+@cached_launch
 @triton.jit
 def _bwd_wy(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, dw_ptr, dv_ptr, dv_out_ptr, dk_ptr, dg_ptr, dbeta_ptr, dakk_ptr, T,
             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
@@ -337,6 +343,7 @@ def _diagonal_level_bwd(b_q, b_k, b_g, b_gl, b_beta, d_a, d_b, g_rows, gl_rows, 
     return dq, dkr, dkc
 
 
+@cached_launch
 @triton.jit
 def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr,
                dq_out_ptr, dk_out_ptr, dbeta_out_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr,
@@ -468,6 +475,7 @@ def _bwd_intra(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr
         tl.store(p_dg, tl.load(p_dg, mask=m_dg, other=0.0) + dg, mask=m_dg)
 
 
+@cached_launch
 @triton.jit
 def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, dq_ptr, dk_ptr, dg_ptr, dbeta_ptr,
                      dq_out_ptr, dk_out_ptr, dbeta_out_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
@@ -531,6 +539,7 @@ def _bwd_intra_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, daqk_ptr, dakk_ptr, 
         tl.store(p_dbo, tl.load(p_db, mask=m_db, other=0.0) + d_beta, mask=m_db)
 
 
+@cached_launch
 @triton.jit
 def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
     # Stage 6: G_r = sum_{s <= r} g_s within the chunk, so dg_s = sum_{r >= s} dG_r (reverse cumulative sum),

@@ -64,6 +64,8 @@ _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imp
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from ._launch import cached_launch  # noqa: E402
+
 # Tokens per chunk: a 64-row tile fills the tensor cores' M dimension for every product of a chunk, and
 # the sequential state pass then takes T / 64 steps.
 CHUNK = 64
@@ -286,6 +288,7 @@ def _clear_flag_where(ok_ptr, bad):
     tl.store(ok_ptr + zero, zero, mask=bad)
 
 
+@cached_launch
 @triton.jit
 def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                   BK: tl.constexpr, BS: tl.constexpr, CHECK: tl.constexpr):
@@ -333,6 +336,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
         _clear_flag_where(ok_ptr, ~(worst <= 0))
 
 
+@cached_launch
 @triton.jit
 def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
@@ -370,6 +374,7 @@ def _intra_chunk_dense(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, 
         tl.store(p_akk, tl.where(strict, acc_kk * b_beta[:, None], 0.0), mask=m_akk)
 
 
+@cached_launch
 @triton.jit
 def _diagonal_blocks(q_ptr, k_ptr, g_ptr, gs_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, lo_from, T,
                      H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
@@ -495,6 +500,7 @@ def _lo_row(base, hi, t, T, n_cols, stride, lo_from, USE_LO: tl.constexpr, BC: t
         return tl.zeros([BC], dtype=tl.float32)
 
 
+@cached_launch
 @triton.jit
 def _offdiagonal_solve(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, akk_ptr, ai_ptr, scale, lo_from, T,
                        H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
@@ -640,6 +646,7 @@ def _merge_inverse(a, o, r0, T, S, a10, a20, a21, a30, a31, a32, BC: tl.constexp
     _store(o, t33, r0 + 3 * BC, 3 * BC, T, S, S, BC, BC)
 
 
+@cached_launch
 @triton.jit
 def _solve_unit_lower(akk_ptr, ai_ptr, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       DOT_PRECISION: tl.constexpr):
@@ -666,6 +673,7 @@ def _token_decay_to_chunk_end(g_ptr, gl_ptr, i_b, i_h, i_t, t_last, T, H: tl.con
     return tl.exp(tl.minimum(_span(tl.load(g_ptr + last), tl.load(gl_ptr + last), b_gh, b_gl), 0.0))
 
 
+@cached_launch
 @triton.jit
 def _wy_factors(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_ptr, ok_ptr, lo_from, T,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
@@ -762,6 +770,7 @@ def _wy_values(v_ptr, u_ptr, b_ai, b_beta, i_b, i_h, i_t, T, H: tl.constexpr, V:
         tl.store(p_u, b_u.to(u_ptr.dtype.element_ty), mask=m_u)
 
 
+@cached_launch
 @triton.jit
 def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, gl_ptr, h0_ptr, h_ptr, vn_ptr, ht_ptr, T, NT,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
@@ -809,6 +818,7 @@ def _state_pass(k_ptr, u_ptr, w_ptr, g_ptr, gl_ptr, h0_ptr, h_ptr, vn_ptr, ht_pt
     tl.store(ht_ptr + _state_base(i_bh, K, V) + state_off, b_s, mask=mask_kv)
 
 
+@cached_launch
 @triton.jit
 def _chunk_output(q_ptr, g_ptr, h_ptr, aqk_ptr, vn_ptr, o_ptr, scale, T, NT,
                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,

@@ -25,9 +25,11 @@ _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imp
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from ._launch import cached_launch  # noqa: E402
 from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, _block, cdiv
 
 
+@cached_launch
 @triton.jit
 def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, ok_ptr, scale,
                  K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,

@@ -32,6 +32,7 @@ _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imp
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from ._launch import cached_launch  # noqa: E402
 from .chunk_fwd import cdiv  # noqa: E402
 
 BLOCK = 2048
@@ -57,6 +58,7 @@ def _sigmoid(x, FAST: tl.constexpr):
         return 1.0 / (1.0 + tl.exp(-x))
 
 
+@cached_launch
 @triton.jit
 def _situ_glu_fwd(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexpr, FAST: tl.constexpr):
     # h = f(gate) t(up), one element per lane, float32 arithmetic, one read of each input, one write.
@@ -69,6 +71,7 @@ def _situ_glu_fwd(gate_ptr, up_ptr, out_ptr, n, beta1, beta2, BLOCK: tl.constexp
     tl.store(out_ptr + offs, h.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@cached_launch
 @triton.jit
 def _situ_glu_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, beta1, beta2, BLOCK: tl.constexpr,
                   FAST: tl.constexpr):
@@ -87,6 +90,7 @@ def _situ_glu_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, beta1, beta2,
     tl.store(dup_ptr + offs, (dh * f * (1.0 - tu * tu)).to(dup_ptr.dtype.element_ty), mask=mask)
 
 
+@cached_launch
 @triton.jit
 def _silu_mul_fwd(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
     # out = gate sigmoid(gate) up.
@@ -97,6 +101,7 @@ def _silu_mul_fwd(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, (x / (1.0 + tl.exp(-x)) * u).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@cached_launch
 @triton.jit
 def _silu_mul_bwd(gate_ptr, up_ptr, dh_ptr, dgate_ptr, dup_ptr, n, BLOCK: tl.constexpr):
     # dgate = dh up sigmoid(gate) (1 + gate (1 - sigmoid(gate))), dup = dh gate sigmoid(gate).
