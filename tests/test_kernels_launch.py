@@ -26,6 +26,7 @@ class JITFunction:   # the name cached_launch looks for
         self.fn = lambda: None
         self.params = ["a", "b"]
         self.arg_names = ["x", "n", "s", "flag", "prec"]
+        self.pre_run_hooks = []
 
     def __getitem__(self, grid):
         def run(*args, **options):
@@ -84,11 +85,24 @@ def test_a_tensor_off_a_16_byte_boundary_always_takes_the_dispatch_and_is_never_
     assert paths(kernel)[3:] == ["jit", "direct"]
 
 
-def test_a_launch_hook_or_the_switch_sends_every_call_through_triton(monkeypatch):
+def test_a_launch_hook_a_pre_run_hook_or_the_switch_sends_every_call_through_triton(monkeypatch):
     kernel, fast = wrapped(hooks=lambda *args: None)
     for _ in range(3):
         fast[(1,)](torch.zeros(8), 5, 0.5, 1, "tf32")
     assert paths(kernel) == ["jit"] * 3
+    kernel, fast = wrapped(hooks=SimpleNamespace(calls=[print]))   # Triton 3.8 on: a HookChain with a hook in it
+    for _ in range(2):
+        fast[(1,)](torch.zeros(8), 5, 0.5, 1, "tf32")
+    assert paths(kernel) == ["jit"] * 2
+    kernel, fast = wrapped(hooks=SimpleNamespace(calls=[]))        # an empty chain is no hook
+    for _ in range(2):
+        fast[(1,)](torch.zeros(8), 5, 0.5, 1, "tf32")
+    assert paths(kernel) == ["jit", "direct"]
+    kernel, fast = wrapped()
+    kernel.pre_run_hooks.append(print)
+    for _ in range(2):
+        fast[(1,)](torch.zeros(8), 5, 0.5, 1, "tf32")
+    assert paths(kernel) == ["jit"] * 2
     kernel, fast = wrapped()
     monkeypatch.setattr(_launch, "ENABLED", False)
     for _ in range(3):

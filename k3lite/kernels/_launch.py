@@ -15,11 +15,12 @@ tensor argument, every other argument's exact value (scalars and constexprs alik
 device. That key is finer than Triton's specialisation (Triton only asks whether an integer is 1 or a multiple of 16;
 here each value is its own entry), so a lookup can miss where Triton would have hit, never the other way round. Every
 tensor must also start on a 16-byte boundary, as the compiled kernel may assume; a call with one that does not, a
-new key, a profiler's launch hook (``triton.knobs.runtime.launch_enter_hook``), or more than
+new key, a profiler's launch hook (``triton.knobs.runtime.launch_enter_hook``), a kernel's pre-run hook, or more than
 :data:`MAX_ENTRIES` keys all take ``kernel[grid]`` as before. Under the CPU interpreter nothing is compiled and the
 kernel is returned unchanged. ``K3LITE_TRITON_DISPATCH=1`` in the environment, or :data:`ENABLED` set to False,
-switches the shortcut off. Also skipped, as nothing in k3lite needs it: Triton's check that a global a kernel reads
-has not changed since it was compiled (k3lite's are constants).
+switches the shortcut off. Also skipped, as nothing in k3lite needs them: Triton's check that a global a kernel reads
+has not changed since it was compiled (k3lite's are constants), and a change of Triton's compile-time settings
+(``TRITON_DEBUG`` and the like) after a key's first call.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class CachedLaunch:
         if runtime is None or not ENABLED or type(grid) is not tuple:   # a grid may also be a function of the meta
             return self.kernel[grid](*args, **options)
         knobs_runtime, get_device, get_stream = runtime
-        if knobs_runtime.launch_enter_hook is not None or knobs_runtime.launch_exit_hook is not None:
+        if (_hooked(knobs_runtime.launch_enter_hook) or _hooked(knobs_runtime.launch_exit_hook)
+                or getattr(self.kernel, "pre_run_hooks", None)):
             return self.kernel[grid](*args, **options)
         device = get_device()
         key, aligned = call_key(args, options, device)
@@ -82,6 +84,11 @@ class CachedLaunch:
         except (ImportError, AttributeError):   # a Triton without knobs (before 3.4): its own dispatch every time
             return None
         return self._runtime
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook is set: a function (Triton 3.4-3.7), or a HookChain with calls in it (3.8 on)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 _DTYPE = operator.attrgetter("dtype")
