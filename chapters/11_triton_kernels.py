@@ -189,14 +189,10 @@ show(recurrent_step._decode_step, "bad = False", "tl.store(o_ptr")
 #   output reads the *new* state. Both stores are masked like the loads.
 # * **The value checks** (`bad`, `CHECK`): the kernel has $g$ and $\beta$ in registers anyway, so it
 #   checks them there ($g \le 0$, $0 \le \beta \le 2$, written as `~(g <= 0)` so that a NaN fails too)
-#   and stops with `tl.device_assert` if one is out of range: the process fails at the next
-#   synchronisation with `MESSAGE`, which names the arguments. Triton compiles that assert in only in
-#   debug mode, so the launcher passes `debug=True` when it checks (and `sanitize_overflow=False`, or debug
-#   mode would also check every index computation for overflow). Checking on the host instead would take a
-#   reduction per tensor and would wait for the GPU with `.item()`; the asynchronous host-side form (a max,
-#   an aminmax, comparisons, two asserts) is eight small launches per token. An earlier version cleared a
-#   flag in memory and queued a `torch._assert_async` on it: still a second launch per token, and on a
-#   slow host the time to issue a step is what sets its pace at small batches.
+#   and clears a flag in memory if one is out of range. The launcher queues one `torch._assert_async` on
+#   that flag. Checking on the host instead would take a reduction per tensor and would wait for the GPU
+#   with `.item()`; the asynchronous host-side form (a max, an aminmax, comparisons, two asserts) is eight
+#   small launches per token.
 #
 # The launcher picks the block sizes (`chunk_fwd._block`, which the chunked pipeline uses too: the axis rounded up
 # to a power of two, at least 16) and the grid:

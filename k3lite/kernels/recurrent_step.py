@@ -8,14 +8,11 @@ Decode is bound by the state traffic (2 * 4 * K * V bytes per head), so the kern
 update in registers and touches the state exactly twice.
 
 Value checks on CUDA: the kernel reads every g and beta anyway, so it checks them there (g <= 0, beta in
-[0, 2], NaN failing both) and stops with a device-side assert naming the arguments when one is out of range; the
-process fails at the next synchronisation. The host-side checks cost a max, an aminmax, three comparisons, an and
-and two asserts, eight launches: on an H200 at B = 256 they took the step from 0.138 to 0.164 ms
-(figures/bench_h200_kda_2026-12-01.json). A flag that the kernel cleared, with one ``torch._assert_async`` on it
-after the kernel, took 0.140 ms (figures/bench_h200_2026-12-02.json), but that assert is a launch of its own, and at
-B = 64 a slow host took longer to issue the step than the GPU took to run it (BENCHMARKS.md, fourteenth run). The
-assert now sits in the kernel (``tl.device_assert``, which Triton compiles in only with ``debug=True``): one launch
-per step. The chunked pipeline keeps the flag: its checks run in two kernels of several.
+[0, 2], NaN failing both) and clears a flag when one is out of range; one ``torch._assert_async`` on the flag
+then fails the process, naming both arguments, at the next synchronisation. The host-side checks cost a
+max, an aminmax, three comparisons, an and and two asserts, eight launches: on an H200 at B = 256 they took
+the step from 0.138 to 0.164 ms (figures/bench_h200_kda_2026-12-01.json); with the flag it took 0.140 ms,
+the kernel's own time (figures/bench_h200_2026-12-02.json).
 """
 
 from __future__ import annotations
@@ -34,9 +31,9 @@ from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, _
 
 @cached_launch
 @triton.jit
-def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale,
+def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, ok_ptr, scale,
                  K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                 GATE: tl.constexpr, DELTA: tl.constexpr, CHECK: tl.constexpr, MESSAGE: tl.constexpr):
+                 GATE: tl.constexpr, DELTA: tl.constexpr, CHECK: tl.constexpr):
     # One program: state block S [K, BV] of one head. Load S once; S *= exp(g); for the delta rule
     # v <- beta (v - S^T k); S += k v^T; o = S^T (scale q); store S once.
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
@@ -62,15 +59,15 @@ def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, 
         bad = bad | ~((b_beta >= 0.0) & (b_beta <= 2.0))
         b_v = b_beta * (b_v - tl.sum(b_s * b_k[:, None], axis=0))
     if CHECK:
-        tl.device_assert(~bad, MESSAGE)   # compiled in with debug=True only (decode_step passes it with CHECK)
+        tl.store(ok_ptr, 0, mask=bad)
     b_s = b_s + b_k[:, None] * b_v[None, :]
     b_o = tl.sum(b_s * (b_q * scale)[:, None], axis=0)
     tl.store(s_out_ptr + off, b_s, mask=mk[:, None] & mv[None, :])
     tl.store(o_ptr + i_bh * V + rv, b_o.to(o_ptr.dtype.element_ty), mask=mv)
 
 
-# One int32 flag per device, 1 while every value the chunked pipeline's stages 1 and 4 (see chunk_fwd.chunk_forward)
-# read was in range. A kernel that finds a bad value writes 0 and the assert after it fails; a failed device assert ends the process's use of the GPU,
+# One int32 flag per device, 1 while every value the step kernel (or the chunked pipeline's stages 1 and 4, see
+# chunk_fwd.chunk_forward) read was in range. A kernel that finds a bad value writes 0 and the assert after it fails; a failed device assert ends the process's use of the GPU,
 # so the flag never has to be set back.
 _VALUES_OK: dict = {}
 
@@ -82,9 +79,6 @@ VALUE_MESSAGES = {"gated_delta_rule": _GATE_AND_BETA, "kda": _GATE_AND_BETA, "de
 
 # The assert's message per kind, built once: a call's host time counts (see decode_step).
 _ASSERT_MESSAGES = {kind: f"k3lite: {message} (ValueError on CPU)" for kind, message in VALUE_MESSAGES.items()}
-# Launch options of a decode step that checks values: debug=True compiles tl.device_assert in; sanitize_overflow=False
-# keeps out the integer-overflow asserts that debug mode would add to every index computation.
-_CHECKED_STEP = {"debug": True, "sanitize_overflow": False}
 
 
 def values_ok_flag(kind, device):
@@ -121,9 +115,9 @@ def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=
     beta = beta.contiguous() if beta is not None else q
     o = torch.empty_like(v)
     new_state = state if inplace else torch.empty_like(state)
-    check = q.is_cuda and kind in VALUE_MESSAGES
-    options = _CHECKED_STEP if check else {}
-    _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, scale, K, V, BK, BV, GATE_OF_KIND[kind],
-                                       DELTA_OF_KIND[kind], check, _ASSERT_MESSAGES.get(kind, ""),
-                                       num_warps=num_warps, **options)
+    ok = values_ok_flag(kind, q.device)
+    _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, ok if ok is not None else q, scale, K,
+                                       V, BK, BV, GATE_OF_KIND[kind], DELTA_OF_KIND[kind], ok is not None,
+                                       num_warps=num_warps)
+    assert_values_ok(kind, ok)
     return o, new_state
