@@ -10,6 +10,11 @@ import torch
 from k3lite.kernels import _launch
 
 
+@pytest.fixture(autouse=True)
+def shortcut_on(monkeypatch):
+    monkeypatch.setattr(_launch, "ENABLED", True)
+
+
 class Compiled:
     def __init__(self, log, tag):
         self.log, self.tag = log, tag
