@@ -368,14 +368,17 @@ def test_cached_launch_gives_the_numbers_of_tritons_dispatch(kind, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(steps[0], steps[2]))
 
 
-def test_cached_launch_sends_a_tensor_off_16_bytes_through_tritons_dispatch():
+def test_cached_launch_sends_a_tensor_off_16_bytes_through_tritons_dispatch(monkeypatch):
     # A kernel compiled for aligned pointers may assume them; a q that starts 2 bytes into its storage must get a
     # kernel compiled for it, and the same numbers (to bf16 rounding) as an aligned copy.
-    from k3lite.kernels import chunk_fwd
+    from k3lite.kernels import _launch, chunk_fwd
+
+    monkeypatch.setattr(_launch, "ENABLED", True)
 
     q, k, v, g, beta, h0 = make_inputs("kda", 2, 300, torch.bfloat16, seed=23)
     aligned = kda.chunked(q, k, v, g, beta, initial_state=h0, backend="triton")
     kept = len(chunk_fwd._chunk_output.launchers)
+    assert kept > 0
     storage = torch.empty(q.numel() + 8, device="cuda", dtype=q.dtype)
     shifted = storage[1:1 + q.numel()].view(q.shape)
     shifted.copy_(q)
