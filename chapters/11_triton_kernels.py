@@ -323,6 +323,10 @@ plt.show()
 # kernel, and each reads its inputs from memory and writes its result back. An elementwise function has
 # almost no arithmetic per byte, so its time is its memory traffic, and fusion is the whole game: the
 # fused kernel loads $x$ and $u$ once, keeps every intermediate in registers, and stores $h$ once.
+#
+# (The `@cached_launch` line above `@triton.jit` changes nothing the kernel computes. On a GPU it can let a call
+# that repeats an earlier one skip Triton's per-call dispatch, which matters when the GPU's work is shorter than the
+# host's time to issue it; `k3lite/kernels/_launch.py` says what it checks. Under the CPU interpreter it does nothing.)
 
 # %%
 show(situ._situ_glu_fwd)
