@@ -25,10 +25,10 @@ absolute, a few float32 steps of |q dq| + |k dk|. Where the gates are so strong 
 (about -20 per step: dg near 1e-8), its relative error is large; the PyTorch backward (``backend="torch"``)
 differentiates the decays themselves and keeps it relative (tests/test_kernels_cpu.py measures both).
 
-Launches: on a GPU every kernel these entry points launch is wrapped by ``_launch.cached_launch``, so that, once switched
-on (``K3LITE_TRITON_DISPATCH=0``; off until measured on a GPU), a call like an earlier one (same dtypes, scalars,
-constexprs and options, every tensor 16-byte aligned) goes straight to the compiled kernel's launcher instead of
-through Triton's per-call dispatch (see ``_launch`` for what it checks and why).
+Launches: on a GPU every kernel these entry points launch is wrapped by ``_launch.cached_launch``, so that, once
+switched on (``K3LITE_TRITON_DISPATCH=0``; off until measured on a GPU), a call like an earlier one (same dtypes,
+scalars, constexprs and options, every tensor 16-byte aligned) goes straight to the compiled kernel's launcher
+instead of through Triton's per-call dispatch (see ``_launch`` for what it checks and why).
 
 Precision: every tl.dot takes ``input_precision`` from a DOT_PRECISION constexpr, "ieee" when the
 inputs are float32 (Hopper would otherwise use TF32 for float32 products) and "tf32" otherwise.

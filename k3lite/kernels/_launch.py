@@ -3,9 +3,9 @@
 ``kernel[grid](*args)`` runs ``JITFunction.run`` on every call, also when the kernel was compiled long ago: it binds
 the arguments, works out how they specialise the kernel (each pointer's dtype and 16-byte alignment, integers equal
 to 1 or divisible by 16, the constexpr values, the launch options), turns that into a cache key, looks the compiled
-kernel up and only then calls its launcher. Triton's own measurements put that dispatch at about three times the
-launch itself (tritonbench's launch-latency study: ~12 µs against ~3.4 µs for a compiled kernel called directly,
-on a fast host). A forward is five to eight launches and a decode step one; where the GPU's work is short
+kernel up and only then calls its launcher. A public launch-latency study (facebookexperimental/triton pull request
+1231, not measured here) put that dispatch at ~12.5 µs against ~3.4 µs for the compiled kernel called directly, on a
+fast host. A forward is five to eight launches and a decode step one; where the GPU's work is short
 (Gated DeltaNet at (8, 2048), a decode step at B = 64), a slow host spends longer issuing the kernels than the GPU
 spends running them (``BENCHMARKS.md``, fourteenth run), and everything the host does shows in the time.
 
@@ -18,9 +18,9 @@ tensor must also start on a 16-byte boundary, as the compiled kernel may assume;
 new key, a profiler's launch hook (``triton.knobs.runtime.launch_enter_hook``), a kernel's pre-run hook, or more than
 :data:`MAX_ENTRIES` keys all take ``kernel[grid]`` as before. Under the CPU interpreter nothing is compiled and the
 kernel is returned unchanged. The shortcut is off until it has been measured on a GPU: ``K3LITE_TRITON_DISPATCH=0`` in
-the environment, or :data:`ENABLED` set to True, switches it on. Also skipped, as nothing in k3lite needs them: Triton's check that a global a kernel reads
-has not changed since it was compiled (k3lite's are constants), and a change of Triton's compile-time settings
-(``TRITON_DEBUG`` and the like) after a key's first call.
+the environment, or :data:`ENABLED` set to True, switches it on. Also skipped, as nothing in k3lite needs them:
+Triton's check that a global a kernel reads has not changed since it was compiled (k3lite's are constants), and a
+change of Triton's compile-time settings (``TRITON_DEBUG`` and the like) after a key's first call.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class CachedLaunch:
         self.launchers: dict = {}
         # The launcher takes every parameter, positionally: a call that leaves one to its default or passes it by
         # name is never kept (k3lite's call sites pass them all).
-        self.n_params = len(kernel.arg_names)
+        self.n_params, self.param_names = len(kernel.arg_names), frozenset(kernel.arg_names)
         self._runtime = runtime                         # (knobs.runtime, get_device, get_stream), found on first use
 
     def __getattr__(self, name):                        # everything else (params, warmup, ...) is the kernel's
@@ -68,7 +68,7 @@ class CachedLaunch:
         launcher = self.launchers.get(key) if aligned else None
         if launcher is None:
             compiled = self.kernel[grid](*args, **options)
-            keep = aligned and len(args) == self.n_params and not options.keys() & set(self.kernel.arg_names)
+            keep = aligned and len(args) == self.n_params and not options.keys() & self.param_names
             if keep and len(self.launchers) < MAX_ENTRIES and hasattr(compiled, "run"):
                 self.launchers[key] = (compiled.run, compiled.function, compiled.packed_metadata)
             return compiled
