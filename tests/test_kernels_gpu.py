@@ -274,9 +274,9 @@ def test_bad_value_in_chunked_fails_the_process_with_its_message(op, bad):
 @pytest.mark.parametrize("op,bad", [("kda", "g"), ("kda", "g_nan"), ("kda", "beta"),
                                     ("gated_delta_rule", "g"), ("delta_rule", "beta")])
 def test_bad_value_in_decode_step_fails_the_process_with_its_message(op, bad):
-    # The fused step checks g and beta inside its kernel: one flag, one assert. A bad value must end the process
+    # The fused step checks g and beta inside its kernel, with a device assert. A bad value must end the process
     # with a message naming it, and a good call before it must pass. For the gated kinds one message names both
-    # g and beta (the flag does not say which of them was out of range); for DeltaNet it names beta.
+    # g and beta (the assert does not say which of them was out of range); for DeltaNet it names beta.
     code = _good_then_bad_call(op, "step", (2, 4), bad, setup="s = torch.zeros(2, 4, 16, 16, device='cuda'); ",
                                kwargs=", state=s")
     _assert_fails_after_a_good_call(code, bad)

@@ -25,8 +25,8 @@ absolute, a few float32 steps of |q dq| + |k dk|. Where the gates are so strong 
 (about -20 per step: dg near 1e-8), its relative error is large; the PyTorch backward (``backend="torch"``)
 differentiates the decays themselves and keeps it relative (tests/test_kernels_cpu.py measures both).
 
-Launches: on a GPU every kernel these entry points launch is wrapped by ``_launch.cached_launch``, so that, once
-switched on (``K3LITE_TRITON_DISPATCH=0``; off until measured on a GPU), a call like an earlier one (same dtypes,
+Launches: on a GPU every kernel these entry points launch is wrapped by ``_launch.cached_launch``, so that
+(unless ``K3LITE_TRITON_DISPATCH=1`` switches it off) a call like an earlier one (same dtypes,
 scalars, constexprs and options, every tensor 16-byte aligned) goes straight to the compiled kernel's launcher
 instead of through Triton's per-call dispatch (see ``_launch`` for what it checks and why).
 
@@ -239,7 +239,7 @@ def step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=Fa
     ``state=None`` starts from zeros. With ``inplace=True`` the new state is written into ``state``
     (float32 and contiguous), so a decode loop allocates no state. The kernel has no backward: when an
     input requires grad it raises; ``k3lite.ops.<kind>.step`` then takes the PyTorch step instead.
-    On CUDA the kernel checks the values of g and beta itself (one flag, one asynchronous assert).
+    On CUDA the kernel checks the values of g and beta itself (a device assert in the kernel).
     Returns ``(o [B, H, V], new_state [B, H, K, V] float32)``.
     """
     scale = check_call(kind, q, k, v, g, beta, state, state_name="state", time_axis=False, scale=scale,

@@ -17,8 +17,8 @@ here each value is its own entry), so a lookup can miss where Triton would have 
 tensor must also start on a 16-byte boundary, as the compiled kernel may assume; a call with one that does not, a
 new key, a profiler's launch hook (``triton.knobs.runtime.launch_enter_hook``), a kernel's pre-run hook, or more than
 :data:`MAX_ENTRIES` keys all take ``kernel[grid]`` as before. Under the CPU interpreter nothing is compiled and the
-kernel is returned unchanged. The shortcut is off until it has been measured on a GPU: ``K3LITE_TRITON_DISPATCH=0`` in
-the environment, or :data:`ENABLED` set to True, switches it on. Also skipped, as nothing in k3lite needs them:
+kernel is returned unchanged. ``K3LITE_TRITON_DISPATCH=1`` in the environment, or :data:`ENABLED` set to False,
+switches the shortcut off (every call through Triton's dispatch, as a benchmark's A/B needs). Also skipped, as nothing in k3lite needs them:
 Triton's check that a global a kernel reads has not changed since it was compiled (k3lite's are constants), and a
 change of Triton's compile-time settings (``TRITON_DEBUG`` and the like) after a key's first call.
 """
@@ -32,9 +32,8 @@ import os
 import torch
 
 MAX_ENTRIES = 256   # keys per kernel; a caller cycling through more (a new T every call) falls back to Triton
-# Whether wrapped kernels take the shortcut; a benchmark or a test may set it. Off unless K3LITE_TRITON_DISPATCH=0:
-# it has not yet run on a GPU (no device machine could be started in the session that wrote it; see the README).
-ENABLED = os.environ.get("K3LITE_TRITON_DISPATCH") == "0"
+# Whether wrapped kernels take the shortcut; a benchmark or a test may set it. K3LITE_TRITON_DISPATCH=1 switches it off.
+ENABLED = os.environ.get("K3LITE_TRITON_DISPATCH") != "1"
 
 
 class CachedLaunch:

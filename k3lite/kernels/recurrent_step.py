@@ -8,11 +8,15 @@ Decode is bound by the state traffic (2 * 4 * K * V bytes per head), so the kern
 update in registers and touches the state exactly twice.
 
 Value checks on CUDA: the kernel reads every g and beta anyway, so it checks them there (g <= 0, beta in
-[0, 2], NaN failing both) and clears a flag when one is out of range; one ``torch._assert_async`` on the flag
-then fails the process, naming both arguments, at the next synchronisation. The host-side checks cost a
-max, an aminmax, three comparisons, an and and two asserts, eight launches: on an H200 at B = 256 they took
-the step from 0.138 to 0.164 ms (figures/bench_h200_kda_2026-12-01.json); with the flag it took 0.140 ms,
-the kernel's own time (figures/bench_h200_2026-12-02.json).
+[0, 2], NaN failing both) with a ``tl.device_assert`` that names both arguments; the failure reaches the host
+at its next synchronisation, as any CUDA error does. Triton compiles device asserts only into a kernel
+launched with ``debug=True`` (which also adds integer-overflow checks unless ``sanitize_overflow=False``), so
+the step is launched with both. The host-side checks cost a max, an aminmax, three comparisons, an and and two
+asserts, eight launches: on an H200 at B = 256 they took the step from 0.138 to 0.164 ms
+(figures/bench_h200_kda_2026-12-01.json). A flag cleared in the kernel plus one ``torch._assert_async`` after
+it took 0.140 ms (figures/bench_h200_2026-12-02.json), but that is two launches a step, and at B = 64 the host
+issues a step about as fast as the GPU runs it (BENCHMARKS.md, fourteenth run): the assert in the kernel
+makes a step one launch.
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, _
 
 @cached_launch
 @triton.jit
-def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, ok_ptr, scale,
+def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, scale,
                  K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                 GATE: tl.constexpr, DELTA: tl.constexpr, CHECK: tl.constexpr):
+                 GATE: tl.constexpr, DELTA: tl.constexpr, CHECK: tl.constexpr, MESSAGE: tl.constexpr):
     # One program: state block S [K, BV] of one head. Load S once; S *= exp(g); for the delta rule
     # v <- beta (v - S^T k); S += k v^T; o = S^T (scale q); store S once.
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
@@ -59,19 +63,14 @@ def _decode_step(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, s_out_ptr, 
         bad = bad | ~((b_beta >= 0.0) & (b_beta <= 2.0))
         b_v = b_beta * (b_v - tl.sum(b_s * b_k[:, None], axis=0))
     if CHECK:
-        tl.store(ok_ptr, 0, mask=bad)
+        tl.device_assert(~bad, MESSAGE)
     b_s = b_s + b_k[:, None] * b_v[None, :]
     b_o = tl.sum(b_s * (b_q * scale)[:, None], axis=0)
     tl.store(s_out_ptr + off, b_s, mask=mk[:, None] & mv[None, :])
     tl.store(o_ptr + i_bh * V + rv, b_o.to(o_ptr.dtype.element_ty), mask=mv)
 
 
-# One int32 flag per device, 1 while every value the step kernel (or the chunked pipeline's stages 1 and 4, see
-# chunk_fwd.chunk_forward) read was in range. A kernel that finds a bad value writes 0 and the assert after it fails; a failed device assert ends the process's use of the GPU,
-# so the flag never has to be set back.
-_VALUES_OK: dict = {}
-
-# One flag per call, so the gated kinds' message names both arguments it covers.
+# One message per call, so the gated kinds' assert names both arguments it covers.
 _GATE_AND_BETA = ("g is a log-space decay and must be <= 0 everywhere, and beta must lie in [0, 2]; "
                   "one of them does not")
 VALUE_MESSAGES = {"gated_delta_rule": _GATE_AND_BETA, "kda": _GATE_AND_BETA, "delta_rule": "beta must lie in [0, 2]"}
@@ -80,10 +79,15 @@ VALUE_MESSAGES = {"gated_delta_rule": _GATE_AND_BETA, "kda": _GATE_AND_BETA, "de
 # The assert's message per kind, built once: a call's host time counts (see decode_step).
 _ASSERT_MESSAGES = {kind: f"k3lite: {message} (ValueError on CPU)" for kind, message in VALUE_MESSAGES.items()}
 
+# The chunked forward checks its values with a flag instead (see chunk_fwd.chunk_forward): one int32 per device,
+# 1 while every value stages 1 and 4 read was in range. A stage that finds a bad value writes 0 and the assert after
+# the forward fails; a failed device assert ends the process's use of the GPU, so the flag never has to be set back.
+_VALUES_OK: dict = {}
+
 
 def values_ok_flag(kind, device):
-    """The flag the kernels of one ``kind``'s call clear on a bad value, or None where nothing is checked in a
-    kernel (linear attention has neither g nor beta; the interpreter leaves the checks to the host)."""
+    """The flag the chunked forward's kernels of one ``kind``'s call clear on a bad value, or None where nothing is
+    checked in a kernel (linear attention has neither g nor beta; the interpreter leaves the checks to the host)."""
     if kind not in VALUE_MESSAGES or device.type != "cuda":
         return None
     flag = _VALUES_OK.get(device)
@@ -96,6 +100,11 @@ def assert_values_ok(kind, flag) -> None:
     """Queue the assert on the flag (no host synchronisation); nothing when the call had none."""
     if flag is not None:
         torch._assert_async(flag, _ASSERT_MESSAGES[kind])
+
+
+# Launch options of a step that checks its values in the kernel: device asserts are compiled in only with debug;
+# without sanitize_overflow=False, debug would also add an overflow check to every integer operation.
+_CHECKED_STEP = {"debug": True, "sanitize_overflow": False}
 
 
 def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=64, num_warps=4):
@@ -115,9 +124,8 @@ def decode_step(kind, q, k, v, g, beta, state, scale, *, inplace=False, block_v=
     beta = beta.contiguous() if beta is not None else q
     o = torch.empty_like(v)
     new_state = state if inplace else torch.empty_like(state)
-    ok = values_ok_flag(kind, q.device)
-    _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, ok if ok is not None else q, scale, K,
-                                       V, BK, BV, GATE_OF_KIND[kind], DELTA_OF_KIND[kind], ok is not None,
-                                       num_warps=num_warps)
-    assert_values_ok(kind, ok)
+    check = q.is_cuda and kind in VALUE_MESSAGES
+    _decode_step[(cdiv(V, BV), B * H)](q, k, v, g, beta, state, o, new_state, scale, K, V, BK, BV, GATE_OF_KIND[kind],
+                                       DELTA_OF_KIND[kind], check, _ASSERT_MESSAGES.get(kind, ""),
+                                       num_warps=num_warps, **(_CHECKED_STEP if check else {}))
     return o, new_state
