@@ -187,12 +187,15 @@ show(recurrent_step._decode_step, "bad = False", "tl.store(o_ptr")
 #   value column, computed on the *decayed* state; then $v' = \beta(v - S^\top k)$.
 # * **Write, then read**: `b_s + b_k[:, None] * b_v[None, :]` is the rank-one write $k v'^\top$; the
 #   output reads the *new* state. Both stores are masked like the loads.
-# * **The value checks** (`bad`, `CHECK`): the kernel has $g$ and $\beta$ in registers anyway, so it
-#   checks them there ($g \le 0$, $0 \le \beta \le 2$, written as `~(g <= 0)` so that a NaN fails too)
-#   and clears a flag in memory if one is out of range. The launcher queues one `torch._assert_async` on
-#   that flag. Checking on the host instead would take a reduction per tensor and would wait for the GPU
-#   with `.item()`; the asynchronous host-side form (a max, an aminmax, comparisons, two asserts) is eight
-#   small launches per token.
+# * **The value checks** (`bad`, `CHECK`, `MESSAGE`): the kernel has $g$ and $\beta$ in registers anyway,
+#   so it checks them there ($g \le 0$, $0 \le \beta \le 2$, written as `~(g <= 0)` so that a NaN fails too).
+#   `tl.device_assert` stops the kernel with `MESSAGE`, which names the arguments it covers; the host sees the
+#   failure at its next synchronisation, like any CUDA error. Triton compiles device asserts only into a
+#   kernel launched with `debug=True`, so on CUDA the launcher passes that (and `sanitize_overflow=False`,
+#   which keeps debug mode from adding an overflow check to every integer operation). Checking on the host
+#   instead would take a reduction per tensor and would wait for the GPU with `.item()`; the asynchronous
+#   host-side form (a max, an aminmax, comparisons, two asserts) is eight small launches per token. Here the
+#   step stays one launch.
 #
 # The launcher picks the block sizes (`chunk_fwd._block`, which the chunked pipeline uses too: the axis rounded up
 # to a power of two, at least 16) and the grid:
