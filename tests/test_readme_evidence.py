@@ -700,10 +700,54 @@ def test_fourteenth_run_table_and_prose_are_the_stored_ones():
     assert "38ddf87: about 4 µs of API per forward on the CPU machine, from 7–8" in mark
 
 
+FIFTEENTH = json.loads((ROOT / "figures" / "bench_h100_2026-12-05.json").read_text())["runs"]
+
+
+def test_fifteenth_run_table_and_prose_are_the_stored_ones():
+    # An H100 run, the cached launch against Triton's dispatch on one host: the table is the two stored runs, and
+    # the prose's claims (which rows went over, the host time saved, every cached row within 5 %) follow from them.
+    prose = run_section("Fifteenth", "Fourteenth")
+    cached, dispatch = FIFTEENTH["cached"], FIFTEENTH["triton_dispatch"]
+    assert "H100" in cached["meta"]["device"] and "H100" in dispatch["meta"]["device"]
+    assert cached["meta"]["command"].startswith("python -m k3lite.bench --kinds gated_delta_rule,delta_rule,kda --sections "
+                                         "decode,fwd --shapes 8x2048,2x8192")
+    assert cached["meta"]["launches"].startswith("cached") and dispatch["meta"]["launches"].startswith("through Triton")
+    header = "| row | kernels, GPU ms | dispatch: kernels, host ms |"
+
+    def labelled(run):
+        rows = {f"KDA decode step, B = {r['B']}": (r, "k3lite_default_ms", 4) for r in run["decode"]}
+        rows.update({f"{KIND_NAMES[r['kind']]} forward ({r['B']}, {r['T']})": (r, "k3lite_triton_ms", 3)
+                     for r in run["chunked"]})
+        return rows
+
+    on, off = labelled(cached), labelled(dispatch)
+    for label, (r, gpu_key, digits) in on.items():
+        fmt = lambda x: f"{x:.{digits}f}"  # noqa: E731
+        o = off.get(label)
+        expected = [fmt(r[gpu_key])]
+        expected += ([fmt(o[0]["k3lite_triton_host_ms"]), fmt(o[0]["k3lite_ops_triton_host_ms"]),
+                      f"{o[0]['ops_over_kernels_paired']:.3f}"] if o else ["—"] * 3)
+        expected += [fmt(r["k3lite_triton_host_ms"]), fmt(r["k3lite_ops_triton_host_ms"]),
+                     f"{r['ops_over_kernels_paired']:.3f}"]
+        assert table_row(label, header) == expected, label
+    over = {label: o["ops_over_kernels_paired"] for label, (o, _, _) in off.items() if o["ops_over_kernels_paired"] > 1.05}
+    assert sorted(over) == ["DeltaNet forward (8, 2048)", "KDA decode step, B = 64"]
+    assert f"{over['DeltaNet forward (8, 2048)']:.3f} and {over['KDA decode step, B = 64']:.3f}" in prose
+    paired = [r["ops_over_kernels_paired"] for r, _, _ in on.values()]
+    assert max(paired) <= 1.05 and f"every row timed came out at {min(paired):.3f} to {max(paired):.3f}" in prose
+    saved = [1 - on[label][0]["k3lite_triton_host_ms"] / o["k3lite_triton_host_ms"] for label, (o, _, _) in off.items()]
+    assert f"took {100 * min(saved):.0f} to {100 * max(saved):.0f} % less host time" in prose
+    vs_fla = {r["kind"]: [f"{x['ratio_ops_vs_fla']:.2f}×" for x in cached["chunked"] if x["kind"] == r["kind"]]
+              for r in cached["chunked"]}
+    assert all(f"{KIND_NAMES[kind]} {' / '.join(ratios)}" in prose for kind, ratios in vs_fla.items())
+    steps = {r["B"]: r for r in cached["decode"]}
+    assert f"reached {steps[256]['ops_tb_per_s']:.2f} TB/s at B = 256" in prose
+
+
 def test_the_readme_points_to_the_run_log_and_the_log_holds_every_run():
     readme, log = (ROOT / "README.md").read_text(), (ROOT / "BENCHMARKS.md").read_text()
     assert "[`BENCHMARKS.md`](BENCHMARKS.md)" in readme and "run of 2026-12" not in readme
-    names = ["Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh", "Fifth", "Sixth", "Fourth",
+    names = ["Fifteenth", "Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh", "Fifth", "Sixth", "Fourth",
              "Third", "Second"]
     positions = [log.index(f"**{name} run of 2026-12-0") for name in names]
     assert positions == sorted(positions) and "**Re-measured on 2026-12-02" in log
