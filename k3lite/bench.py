@@ -925,8 +925,8 @@ def main(argv=None):
                         help="comma-separated subset of situ, decode, profile, fwd, fwd+bwd, model_decode "
                              "(model_decode, a K3-shaped against a GPT-2-shaped model, only when named)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated mechanisms for fwd, fwd+bwd")
-    parser.add_argument("--shapes", help="fwd, fwd+bwd: comma-separated BxT (H = 16), e.g. 8x2048,2x8192 (default "
-                        "2x8192,1x32768,8x2048 on a GPU)")
+    parser.add_argument("--shapes", help="fwd, fwd+bwd on a GPU: comma-separated BxT (H = 16), e.g. 8x2048,2x8192 "
+                        "(default 2x8192,1x32768,8x2048)")
     parser.add_argument("--decode-contexts", help="model_decode: comma-separated context lengths (default "
                         "4096,32768,131072 on a GPU, 64,256,1024 on a CPU; --quick: 4096 / 64,256)")
     parser.add_argument("--decode-batch", type=int, help="model_decode: sequences per step (default 8 GPU, 2 CPU)")
@@ -939,6 +939,17 @@ def main(argv=None):
     kinds = args.kinds.split(",")
     if unknown := [kind for kind in kinds if kind not in KINDS]:
         parser.error(f"--kinds: unknown {', '.join(unknown)}; choose from {', '.join(KINDS)}")
+    chosen_shapes = None
+    if args.shapes:
+        try:
+            chosen_shapes = [(int(b), int(t), 16) for b, t in (item.split("x") for item in args.shapes.split(","))]
+        except ValueError:
+            chosen_shapes = []
+        if not chosen_shapes or min(min(b, t) for b, t, _ in chosen_shapes) < 1:
+            parser.error(f"--shapes: expected comma-separated BxT with B, T ≥ 1 (e.g. 8x2048,2x8192), "
+                         f"got {args.shapes!r}")
+        if not torch.cuda.is_available():
+            parser.error("--shapes: GPU runs only (on a CPU the table runs at one toy shape through the interpreter)")
     if args.merge:
         if args.out is None:
             parser.error("--merge needs --out, the file to write")
@@ -982,8 +993,7 @@ def main(argv=None):
     sections = set(args.sections.split(","))
     if gpu:
         shapes = [(2, 8192, 16)] if args.quick else [(2, 8192, 16), (1, 32768, 16), (8, 2048, 16)]
-        if args.shapes:
-            shapes = [(int(b), int(t), 16) for b, t in (s.split("x") for s in args.shapes.split(","))]
+        shapes = chosen_shapes or shapes
         D, dtype, batches, situ_shape = 128, torch.bfloat16, [64, 256], (8192, 3072)
     else:
         shapes, D, dtype, batches, situ_shape = [(1, 64, 1)], 16, torch.float32, [4], (64, 256)

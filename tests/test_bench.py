@@ -43,6 +43,10 @@ def test_bad_options_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--merge", str(tmp_path / "a.json")])
     assert "--merge needs --out" in capsys.readouterr().err
+    for shapes in ("8x", "8x2048,abc", "0x2048", "8x2048x16"):
+        with pytest.raises(SystemExit):
+            bench.main(["--shapes", shapes, "--sections", "fwd"])
+        assert "--shapes: expected comma-separated BxT" in capsys.readouterr().err
 
 
 def test_cpu_run_times_the_ops_api_and_the_kernels_alone(tmp_path):

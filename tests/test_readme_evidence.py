@@ -709,8 +709,8 @@ def test_fifteenth_run_table_and_prose_are_the_stored_ones():
     prose = run_section("Fifteenth", "Fourteenth")
     cached, dispatch = FIFTEENTH["cached"], FIFTEENTH["triton_dispatch"]
     assert "H100" in cached["meta"]["device"] and "H100" in dispatch["meta"]["device"]
-    assert cached["meta"]["command"].startswith("python -m k3lite.bench --kinds gated_delta_rule,delta_rule,kda --sections "
-                                         "decode,fwd --shapes 8x2048,2x8192")
+    assert cached["meta"]["command"].startswith(
+        "python -m k3lite.bench --kinds gated_delta_rule,delta_rule,kda --sections decode,fwd --shapes 8x2048,2x8192")
     assert cached["meta"]["launches"].startswith("cached") and dispatch["meta"]["launches"].startswith("through Triton")
     header = "| row | kernels, GPU ms | dispatch: kernels, host ms |"
 
@@ -747,8 +747,8 @@ def test_fifteenth_run_table_and_prose_are_the_stored_ones():
 def test_the_readme_points_to_the_run_log_and_the_log_holds_every_run():
     readme, log = (ROOT / "README.md").read_text(), (ROOT / "BENCHMARKS.md").read_text()
     assert "[`BENCHMARKS.md`](BENCHMARKS.md)" in readme and "run of 2026-12" not in readme
-    names = ["Fifteenth", "Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh", "Fifth", "Sixth", "Fourth",
-             "Third", "Second"]
+    names = ["Fifteenth", "Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh",
+             "Fifth", "Sixth", "Fourth", "Third", "Second"]
     positions = [log.index(f"**{name} run of 2026-12-0") for name in names]
     assert positions == sorted(positions) and "**Re-measured on 2026-12-02" in log
 

@@ -18,9 +18,10 @@ tensor must also start on a 16-byte boundary, as the compiled kernel may assume;
 new key, a profiler's launch hook (``triton.knobs.runtime.launch_enter_hook``), a kernel's pre-run hook, or more than
 :data:`MAX_ENTRIES` keys all take ``kernel[grid]`` as before. Under the CPU interpreter nothing is compiled and the
 kernel is returned unchanged. ``K3LITE_TRITON_DISPATCH=1`` in the environment, or :data:`ENABLED` set to False,
-switches the shortcut off (every call through Triton's dispatch, as a benchmark's A/B needs). Also skipped, as nothing in k3lite needs them:
-Triton's check that a global a kernel reads has not changed since it was compiled (k3lite's are constants), and a
-change of Triton's compile-time settings (``TRITON_DEBUG`` and the like) after a key's first call.
+switches the shortcut off (every call through Triton's dispatch, as a benchmark's A/B needs). Also skipped, as
+nothing in k3lite needs them: Triton's check that a global a kernel reads has not changed since it was compiled
+(k3lite's are constants), and a change of Triton's compile-time settings (``TRITON_DEBUG`` and the like) after a
+key's first call.
 """
 
 from __future__ import annotations
