@@ -127,6 +127,11 @@ def kernel_call(kind, t):
     return kernels.run_chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
 
 
+# How a run's kernels were launched, as its JSON's meta.launches says it (scripts/decode_processes.py reads it back).
+LAUNCHES = {"cached": "cached (k3lite.kernels._launch: a call like an earlier one skips Triton's dispatch)",
+            "dispatch": "through Triton's dispatch every call"}
+
+
 def cached_launches_on() -> bool:
     """Whether this run's kernel launches take k3lite.kernels._launch's shortcut (not under the interpreter, nor with
     K3LITE_TRITON_DISPATCH=1)."""
@@ -969,8 +974,7 @@ def main(argv=None):
                         "inputs": "L2-normalized keys, beta = sigmoid(randn), GDN g = logsigmoid(randn + 4), "
                                   "KDA g = -5 sigmoid(randn - 2); fwd+bwd = forward + autograd.grad of all inputs",
                         "backward_note": "k3lite chunked backward: all stages Triton (kernels/chunk_bwd_triton.py)",
-                        "launches": "cached (k3lite.kernels._launch: a call like an earlier one skips Triton's "
-                                    "dispatch)" if cached_launches_on() else "through Triton's dispatch every call",
+                        "launches": LAUNCHES["cached" if cached_launches_on() else "dispatch"],
                         "rows": "k3lite_ops_triton_ms: the public ops API, k3lite.ops.<kind>.chunked(backend='triton') "
                                 "(argument checks, asynchronous on CUDA, then the kernels); k3lite_triton_ms: "
                                 "k3lite.kernels.run_chunked, the kernels alone; fla_before_ms / fla_after_ms: the "

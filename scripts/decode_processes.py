@@ -23,7 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODES = ("cached", "dispatch")
+from k3lite.bench import LAUNCHES
+
+MODES = tuple(LAUNCHES)
 BOUND = 1.05
 
 
@@ -34,12 +36,11 @@ def mode_order(processes: int) -> list[str]:
 
 
 def mode_of(run: dict) -> str:
-    launches = run["meta"].get("launches", "")
-    if launches.startswith("cached"):
-        return "cached"
-    if launches.startswith("through Triton"):
-        return "dispatch"
-    raise ValueError(f"a run's meta.launches must say how it launched, got {launches!r}")
+    launches = run["meta"].get("launches")
+    for mode, text in LAUNCHES.items():
+        if launches == text:
+            return mode
+    raise ValueError(f"a run's meta.launches must be one of k3lite.bench.LAUNCHES, got {launches!r}")
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -13,8 +13,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import decode_processes as dp  # noqa: E402
 
-CACHED = "cached (k3lite.kernels._launch: a call like an earlier one skips Triton's dispatch)"
-DISPATCH = "through Triton's dispatch every call"
+CACHED, DISPATCH = dp.LAUNCHES["cached"], dp.LAUNCHES["dispatch"]
 
 
 def run(launches, **ratios):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from k3lite.bench import LAUNCHES
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = json.loads((ROOT / "figures" / "bench_h200_2026-12-02e.json").read_text())
 # The README holds the targets' status table and the runs list; BENCHMARKS.md each run's section (newest first).
@@ -82,7 +84,7 @@ FOURTEENTH = FOURTEENTH_FILE["runs"]["call_1"]
 SIXTEENTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-05b.json").read_text())["runs"]
 # The decode step in every process of the sixteenth run, and those with the cached launch (the API as shipped).
 SIXTEENTH_DECODE = [SIXTEENTH["cached"], SIXTEENTH["triton_dispatch"], *SIXTEENTH["decode_processes"]]
-SIXTEENTH_DECODE_CACHED = [p for p in SIXTEENTH_DECODE if p["meta"]["launches"].startswith("cached")]
+SIXTEENTH_DECODE_CACHED = [p for p in SIXTEENTH_DECODE if p["meta"]["launches"] == LAUNCHES["cached"]]
 
 
 def latest_row(kind, shape, mode):
@@ -733,7 +735,7 @@ def test_fifteenth_run_table_and_prose_are_the_stored_ones():
     assert "H100" in cached["meta"]["device"] and "H100" in dispatch["meta"]["device"]
     assert cached["meta"]["command"].startswith(
         "python -m k3lite.bench --kinds gated_delta_rule,delta_rule,kda --sections decode,fwd --shapes 8x2048,2x8192")
-    assert cached["meta"]["launches"].startswith("cached") and dispatch["meta"]["launches"].startswith("through Triton")
+    assert (cached["meta"]["launches"], dispatch["meta"]["launches"]) == (LAUNCHES["cached"], LAUNCHES["dispatch"])
     header = "| row | kernels, GPU ms | dispatch: kernels, host ms |"
 
     def labelled(run):
@@ -790,7 +792,7 @@ def test_sixteenth_run_tables_and_prose_are_the_stored_ones():
     cached, dispatch, fwd_bwd = SIXTEENTH["cached"], SIXTEENTH["triton_dispatch"], SIXTEENTH["fwd_bwd_cached"]
     assert cached["meta"]["command"].startswith("python -m k3lite.bench --kinds gated_delta_rule,delta_rule,kda "
                                                 "--sections decode,fwd --shapes 8x2048,2x8192,1x32768")
-    assert dispatch["meta"]["launches"].startswith("through Triton") and len(SIXTEENTH_DECODE_CACHED) == 3
+    assert dispatch["meta"]["launches"] == LAUNCHES["dispatch"] and len(SIXTEENTH_DECODE_CACHED) == 3
     header = "| row, cached launch | kernels, GPU ms |"
     for r in cached["chunked"] + fwd_bwd["chunked"]:
         label = f"{KIND_NAMES[r['kind']]} {'forward' if r['mode'] == 'fwd' else 'forward+backward'} ({r['B']}, {r['T']})"
