@@ -14,11 +14,15 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
 
 from k3lite.bench import LAUNCHES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import decode_processes as dp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = json.loads((ROOT / "figures" / "bench_h200_2026-12-02e.json").read_text())
@@ -85,6 +89,10 @@ SIXTEENTH = json.loads((ROOT / "figures" / "bench_h200_2026-12-05b.json").read_t
 # The decode step in every process of the sixteenth run, and those with the cached launch (the API as shipped).
 SIXTEENTH_DECODE = [SIXTEENTH["cached"], SIXTEENTH["triton_dispatch"], *SIXTEENTH["decode_processes"]]
 SIXTEENTH_DECODE_CACHED = [p for p in SIXTEENTH_DECODE if p["meta"]["launches"] == LAUNCHES["cached"]]
+SEVENTEENTH_FILE = json.loads((ROOT / "figures" / "bench_h100_2026-12-05b.json").read_text())
+SEVENTEENTH = SEVENTEENTH_FILE["runs"]
+# Every forward and forward+backward row of the seventeenth run (an H100), in its table's order.
+SEVENTEENTH_ROWS = SEVENTEENTH["fwd"]["chunked"] + SEVENTEENTH["fwd_bwd"]["chunked"] + SEVENTEENTH["fwd_bwd_long"]["chunked"]
 
 
 def latest_row(kind, shape, mode):
@@ -126,20 +134,31 @@ def test_status_rows_quote_the_latest_runs():
             assert status[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"].startswith(ratios), (kind, mode)
     decode = max(SIXTEENTH["cached"]["decode"], key=lambda r: r["B"])
     assert status["decode ≥ 3.6 TB/s at B = 256 through the API"] == f"{decode['ops_tb_per_s']:.2f} TB/s"
-    forward = [r["ops_over_kernels_paired"] for r in SIXTEENTH["cached"]["chunked"]]
-    both = [r["ops_over_kernels_paired"] for r in SIXTEENTH["fwd_bwd_cached"]["chunked"]]
-    steps = {B: [next(r for r in p["decode"] if r["B"] == B)["ops_over_kernels_paired"] for p in SIXTEENTH_DECODE_CACHED]
-             for B in (64, 256)}
-    long_both = [latest_row(kind, (1, 32768), "fwd+bwd")["ops_over_kernels"] for kind in KIND_NAMES]
-    assert len(forward) == 9 and len(both) == 6 and len(steps[64]) == 3
-    assert all(r["T"] < 32768 for r in SIXTEENTH["fwd_bwd_cached"]["chunked"])
+    rows17 = [r["ops_over_kernels_paired"] for r in SEVENTEENTH_ROWS]
+    rule = dp.summarize(SEVENTEENTH["decode_processes"])["rows"]
+    h200 = [r["ops_over_kernels_paired"] for r in SIXTEENTH["cached"]["chunked"] + SIXTEENTH["fwd_bwd_cached"]["chunked"]]
+    small = [next(r for r in p["decode"] if r["B"] == 64)["ops_over_kernels_paired"] for p in SIXTEENTH_DECODE_CACHED]
+    assert len(rows17) == 18 and len(h200) == 15 and len(small) == 3
+    assert {len(rule[B]["cached"]["ratios"]) for B in (64, 256)} == {4}
+    median = {B: f"{rule[B]['cached']['median']:.3f} ({rule[B]['cached']['min']:.3f}–{rule[B]['cached']['max']:.3f})"
+              for B in (64, 256)}
     assert status["public API ≤ 5 % over the kernels"] == (
-        f"ops / kernels, the median of four back-to-back pairs, in the sixteenth run (an H200, the cached launch, "
-        f"cfbeb0c): {min(forward):.3f}–{max(forward):.3f} on the 9 forward rows, {min(both):.3f}–{max(both):.3f} on 6 "
-        f"forward+backward rows; decode at B = 256 {min(steps[256]):.3f}–{max(steps[256]):.3f} in three processes, at "
-        f"B = 64 {steps[64][0]:.3f}, {steps[64][1]:.3f} and {steps[64][2]:.3f} (the first in a process whose host ran "
-        f"at about half speed). Forward+backward at (1, 32768), one timing each: "
-        f"{min(long_both):.4f}–{max(long_both):.4f} (twelfth run's cut call, seventh run)")
+        f"ops / kernels under the rule set before the seventeenth run (an H100, 0c3a467, the cached launch; per "
+        f"process the median of four back-to-back pairs): the {len(rows17)} forward and forward+backward rows "
+        f"{min(rows17):.3f}–{max(rows17):.3f}; decode, the median over four processes, {median[64]} at B = 64 and "
+        f"{median[256]} at B = 256. On the H200 (the sixteenth run, cfbeb0c, the same kernels and ops): "
+        f"{min(h200):.3f}–{max(h200):.3f} on {len(h200)} forward and forward+backward rows; decode at B = 64 "
+        f"{small[0]:.3f}, {small[1]:.3f} and {small[2]:.3f} in three processes (the first on a host at about half speed)")
+    assert all("H100" in r["meta"]["device"] for r in SEVENTEENTH["decode_processes"] + [SEVENTEENTH["fwd"]])
+    over = [r for r in SEVENTEENTH_ROWS if r["ratio_ops_vs_fla"] > 1.1]
+    assert [(r["kind"], r["mode"], r["B"], r["T"]) for r in over] == [
+        ("gated_delta_rule", "fwd", 2, 8192), ("gated_delta_rule", "fwd+bwd", 8, 2048),
+        ("gated_delta_rule", "fwd+bwd", 2, 8192), ("delta_rule", "fwd+bwd", 8, 2048), ("delta_rule", "fwd+bwd", 2, 8192)]
+    x = [f"{r['ratio_ops_vs_fla']:.2f}×" for r in over]
+    rest = [r["ratio_ops_vs_fla"] for r in SEVENTEENTH_ROWS if r not in over]
+    assert status["the targets against fla on an H100"] == (
+        f"over 1.1×: Gated DeltaNet forward {x[0]} at (2, 8192), forward+backward {x[1]} / {x[2]} at (8, 2048) / "
+        f"(2, 8192); DeltaNet forward+backward {x[3]} / {x[4]}. Every other row {min(rest):.2f}×–{max(rest):.2f}×")
     assert all(SIXTEENTH["cached"]["meta"]["device"] == p["meta"]["device"] == "NVIDIA H200" for p in SIXTEENTH_DECODE)
     fwd_long = latest_row("kda", (2, 8192), "fwd")
     faster = min(fwd_long["fla_before_ms"], fwd_long["fla_after_ms"])
@@ -191,10 +210,15 @@ def test_status_marks_follow_the_numbers():
             worst = max(worst_vs_fla(kind, s, mode) for s in SHAPES)
             assert marks[f"{KIND_NAMES[kind]} {label} ≤ 1.1×"] == ("✔" if worst <= 1.1 else "✗"), (kind, mode)
     # The API as shipped: every row's newest ratio, and the decode step in every process with the cached launch.
-    api = max([api_ratio(latest_row(kind, (B, T), mode)) for kind, B, T, mode in api_rows()]
-              + [r["ops_over_kernels_paired"] for r in SIXTEENTH["cached"]["chunked"]]
-              + [r["ops_over_kernels_paired"] for p in SIXTEENTH_DECODE_CACHED for r in p["decode"]])
+    # The API as shipped, under the rule the sixteenth run set before the seventeenth measured it: every forward and
+    # forward+backward row of the seventeenth run, and the median over its cached decode processes.
+    assert {(r["kind"], r["B"], r["T"], r["mode"]) for r in SEVENTEENTH_ROWS} == set(api_rows())
+    rule = dp.summarize(SEVENTEENTH["decode_processes"])
+    api = max([r["ops_over_kernels_paired"] for r in SEVENTEENTH_ROWS]
+              + [by_mode["cached"]["median"] for by_mode in rule["rows"].values()])
+    assert rule["met"] == (max(by_mode["cached"]["median"] for by_mode in rule["rows"].values()) <= 1.05)
     assert marks["public API ≤ 5 % over the kernels"] == ("✔" if api <= 1.05 else "✗")
+    assert status_cells()["the targets against fla on an H100"][1] == "measured (the targets are the H200's)"
     decode = max(SIXTEENTH["cached"]["decode"], key=lambda r: r["B"])
     decode_met = decode["ops_tb_per_s"] >= 3.6
     assert marks["decode ≥ 3.6 TB/s at B = 256 through the API"] == ("✔" if decode_met else "✗")
@@ -771,7 +795,7 @@ def test_fifteenth_run_table_and_prose_are_the_stored_ones():
 def test_the_readme_points_to_the_run_log_and_the_log_holds_every_run():
     readme, log = (ROOT / "README.md").read_text(), (ROOT / "BENCHMARKS.md").read_text()
     assert "[`BENCHMARKS.md`](BENCHMARKS.md)" in readme and "run of 2026-12" not in readme
-    names = ["Sixteenth", "Fifteenth", "Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh",
+    names = ["Seventeenth", "Sixteenth", "Fifteenth", "Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh",
              "Fifth", "Sixth", "Fourth", "Third", "Second"]
     positions = [log.index(f"**{name} run of 2026-12-0") for name in names]
     assert positions == sorted(positions) and "**Re-measured on 2026-12-02" in log
@@ -868,3 +892,95 @@ def test_sixteenth_run_tables_and_prose_are_the_stored_ones():
     assert (f"fla took {gdn['fla_before_ms']:.3f}/{gdn['fla_after_ms']:.3f} ms (Gated DeltaNet) and "
             f"{dn['fla_before_ms']:.3f}/{dn['fla_after_ms']:.3f} ms (DeltaNet), {gdn['ratio_ops_vs_fla']:.2f}× and "
             f"{dn['ratio_ops_vs_fla']:.2f}× through the API") in prose
+
+
+def test_seventeenth_run_tables_and_prose_are_the_stored_ones():
+    # An H100 run under the public-API rule set before it: the three tables are the stored processes and the rule's
+    # summary, and every number the prose gives (the H200 bounds from fla's H100 timings among them) follows from them.
+    prose = run_section("Seventeenth", "Sixteenth")
+    processes, stored = SEVENTEENTH["decode_processes"], SEVENTEENTH_FILE["decode_summary"]
+    assert [p["meta"]["launches"] for p in processes] == [LAUNCHES[m] for m in dp.mode_order(4)]
+    assert SEVENTEENTH["fwd"]["meta"]["command"].startswith(
+        "python -m k3lite.bench --kinds kda,gated_delta_rule,delta_rule --sections fwd --shapes 8x2048,2x8192,1x32768")
+    header = "| row, H100, cached launch | kernels, GPU ms |"
+    for r in SEVENTEENTH_ROWS:
+        assert r["mode"] in ("fwd", "fwd+bwd")
+        label = f"{KIND_NAMES[r['kind']]} {'forward' if r['mode'] == 'fwd' else 'forward+backward'} ({r['B']}, {r['T']})"
+        assert table_row(label, header) == [f"{r[k]:.3f}" for k in (
+            "k3lite_triton_ms", "k3lite_ops_triton_ms", "k3lite_triton_host_ms", "k3lite_ops_triton_host_ms",
+            "ops_over_kernels_paired")] + [f"{r['fla_before_ms']:.3f} / {r['fla_after_ms']:.3f}",
+                                           f"{r['ratio_ops_vs_fla']:.2f}×"], label
+    step = {B: [next(r for r in p["decode"] if r["B"] == B) for p in processes] for B in (64, 256)}
+    for i, (p, small, big) in enumerate(zip(processes, step[64], step[256])):
+        launches = "cached" if p["meta"]["launches"] == LAUNCHES["cached"] else "Triton's dispatch"
+        assert table_row(str(i + 1), "| H100 process | launches |") == [
+            launches, f"{small['k3lite_default_ms']:.4f}", f"{small['k3lite_ops_triton_host_ms']:.4f}",
+            f"{small['ops_over_kernels_paired']:.3f}", f"{big['ops_over_kernels_paired']:.3f}",
+            f"{big['ops_tb_per_s']:.2f}"]
+    rule = dp.summarize(processes)
+    assert rule["met"] and stored["met"] and stored["rule"] == rule["rule"]
+    for B, by_mode in rule["rows"].items():
+        assert stored["rows"][str(B)] == by_mode
+        for mode, s in by_mode.items():
+            name = "cached" if mode == "cached" else "Triton's dispatch"
+            assert table_row(f"B = {B} | {name}", "| decode row | launches |")[1:] == [
+                str(len(s["ratios"])), f"{s['median']:.3f}", f"{s['min']:.3f}", f"{s['max']:.3f}"]
+    rows = [r["ops_over_kernels_paired"] for r in SEVENTEENTH_ROWS]
+    every = [r["ops_over_kernels_paired"] for B in (64, 256) for r in step[B]]
+    medians = [rule["rows"][B]["cached"]["median"] for B in (64, 256)]
+    assert (f"every forward and forward+backward row came out at {min(rows):.3f} to {max(rows):.3f}, and every decode "
+            f"process at {min(every):.3f} to {max(every):.3f}, cached or not, so the cached medians are "
+            f"{medians[0]:.3f} and {medians[1]:.3f}") in prose
+    cached64 = [r for p, r in zip(processes, step[64]) if p["meta"]["launches"] == LAUNCHES["cached"]]
+    host = [r["k3lite_ops_triton_host_ms"] for r in cached64]
+    kernel = [r["k3lite_default_ms"] for r in cached64]
+    assert max(host) < min(kernel)
+    assert (f"took the whole API call {min(host):.4f} to {max(host):.4f} ms with the cached launch, against a kernel "
+            f"of {min(kernel):.4f} to {max(kernel):.4f} ms") in prose
+    tb = [r["ops_tb_per_s"] for r in step[256]]
+    assert f"reached {min(tb):.2f} to {max(tb):.2f} TB/s at B = 256" in prose
+    # Against fla: the rows over 1.1×, named in the prose, and the H200's bounds if fla ran there no slower than here.
+    by = {(r["kind"], r["mode"], r["B"], r["T"]): r for r in SEVENTEENTH_ROWS}
+    ratio = lambda kind, mode, B, T: f"{by[(kind, mode, B, T)]['ratio_ops_vs_fla']:.2f}×"  # noqa: E731
+    assert (f"Gated DeltaNet's forward at (2, 8192) came out at {ratio('gated_delta_rule', 'fwd', 2, 8192)}, its "
+            f"forward+backward at {ratio('gated_delta_rule', 'fwd+bwd', 8, 2048)} and "
+            f"{ratio('gated_delta_rule', 'fwd+bwd', 2, 8192)} at (8, 2048) and (2, 8192), DeltaNet's at "
+            f"{ratio('delta_rule', 'fwd+bwd', 8, 2048)} and {ratio('delta_rule', 'fwd+bwd', 2, 8192)}") in prose
+    h200 = {(r["kind"], r["mode"], r["B"], r["T"]): r for r in SIXTEENTH["fwd_bwd_cached"]["chunked"]}
+    short = [(kind, "fwd+bwd", B, T) for kind in ("gated_delta_rule", "delta_rule") for B, T in ((8, 2048), (2, 8192))]
+    gdn = short[:2]
+    assert (f"Gated DeltaNet forward+backward {by[gdn[0]]['k3lite_ops_triton_ms']:.3f} and "
+            f"{by[gdn[1]]['k3lite_ops_triton_ms']:.3f} ms through the API, against "
+            f"{h200[gdn[0]]['k3lite_ops_triton_ms']:.3f} and {h200[gdn[1]]['k3lite_ops_triton_ms']:.3f} on the H200") in prose
+    spread = lambda r: max(r["fla_before_ms"], r["fla_after_ms"]) / min(r["fla_before_ms"], r["fla_after_ms"]) - 1  # noqa: E731
+    here, there = max(spread(r) for r in SEVENTEENTH_ROWS), max(spread(r) for r in h200.values())
+    assert f"differ by at most {100 * here:.1f} % in this run, against up to {100 * there:.1f} %" in prose
+    fla_h200 = [x for key in short for x in (h200[key]["fla_before_ms"], h200[key]["fla_after_ms"])]
+    fla_h100 = [x for key in short for x in (by[key]["fla_before_ms"], by[key]["fla_after_ms"])]
+    assert min(fla_h200) > max(fla_h100)
+    assert (f"fla never took less than {min(fla_h200):.3f} ms for these four rows and took {min(fla_h100):.3f} to "
+            f"{max(fla_h100):.3f} ms here") in prose
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"fla's two timings of a row within {100 * here:.1f} % of each other" in readme
+    assert f"varied by up to {100 * there:.1f} %" in readme
+    bound = [h200[key]["k3lite_ops_triton_ms"] / by[key]["fla_ms"] for key in short]
+    assert max(bound) <= 1.1
+    quoted = [f"{h200[key]['ratio_ops_vs_fla']:.2f}×" for key in short]
+    assert (f"Gated DeltaNet's forward+backward there would be at least {bound[0]:.2f}× and {bound[1]:.2f}× at (8, 2048) "
+            f"and (2, 8192), and DeltaNet's at least {bound[2]:.2f}× and {bound[3]:.2f}×: inside 1.1×, with less margin "
+            f"than the quoted {quoted[0]} / {quoted[1]} and {quoted[2]} / {quoted[3]}") in prose
+    kda = {mode: [r["ratio_ops_vs_fla"] for r in SEVENTEENTH_ROWS if r["kind"] == "kda" and r["mode"] == mode]
+           for mode in ("fwd", "fwd+bwd")}
+    assert (f"KDA's forward+backward ({min(kda['fwd+bwd']):.2f}× to {max(kda['fwd+bwd']):.2f}×) and forward "
+            f"({min(kda['fwd']):.2f}× to {max(kda['fwd']):.2f}×) keep their lead") in prose
+    # The H200's decode processes read by the same rule afterwards (the prose says it was written after them).
+    after = dp.summarize([p for p in SIXTEENTH_DECODE if p["meta"]["launches"] == LAUNCHES["cached"]])["rows"]
+    assert (f"give cached medians of {after[64]['cached']['median']:.3f} at B = 64 (three processes) and "
+            f"{after[256]['cached']['median']:.3f} at B = 256") in prose
+    tests = SEVENTEENTH_FILE["gpu_tests"]
+    assert (f"52 passed under Triton 3.7.1" in prose and tests["triton_3.7.1"]["passed"] == 52
+            and tests["triton_machine_3.6.0"]["passed"] == 41 and "41 passed under the machine's Triton 3.6.0" in prose)
+    assert all(t["failed"] == 0 for t in (tests["triton_3.7.1"], tests["triton_machine_3.6.0"]))
+    time = SEVENTEENTH_FILE["device_time"]
+    walls = ", ".join(f"{w:.0f}" for w in time["calls_wall_s"][:-1]) + f" and {time['calls_wall_s'][-1]:.0f} s"
+    assert f"seven calls ran {walls}; {time['held_s_after_last_call']:.0f} s held" in prose
