@@ -963,6 +963,9 @@ def test_seventeenth_run_tables_and_prose_are_the_stored_ones():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"fla's two timings of a row within {100 * here:.1f} % of each other" in readme
     assert f"varied by up to {100 * there:.1f} %" in readme
+    over = [by[key]["ratio_ops_vs_fla"] for key in short]
+    assert (f"Gated DeltaNet's and DeltaNet's forward+backward came out at {min(over):.2f}× to {max(over):.2f}× fla at "
+            f"(8, 2048) and (2, 8192)") in readme
     bound = [h200[key]["k3lite_ops_triton_ms"] / by[key]["fla_ms"] for key in short]
     assert max(bound) <= 1.1
     quoted = [f"{h200[key]['ratio_ops_vs_fla']:.2f}×" for key in short]
@@ -984,3 +987,8 @@ def test_seventeenth_run_tables_and_prose_are_the_stored_ones():
     time = SEVENTEENTH_FILE["device_time"]
     walls = ", ".join(f"{w:.0f}" for w in time["calls_wall_s"][:-1]) + f" and {time['calls_wall_s'][-1]:.0f} s"
     assert f"seven calls ran {walls}; {time['held_s_after_last_call']:.0f} s held" in prose
+    tries = re.search(r"(\w+) tries before the first call got no machine .*?, (\d+) s of the budget", time["note"])
+    assert tries and f"after {tries[1]} tries that got no machine" in prose
+    assert f"{tries[2]} s went to the {tries[1]} tries" in prose
+    cut = re.search(r"(\d+) and (\d+) tests passed, none failed", tests["note"])
+    assert cut and f"with {cut[1]} and {cut[2]} passed and none failed" in prose
