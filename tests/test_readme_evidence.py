@@ -3,8 +3,9 @@ runs measured.
 
 Both pages are prose, written by hand; their numbers come from figures/bench_h200_2026-12-02e.json (the fifth run),
 figures/bench_h200_2026-12-02f.json (the sixth), figures/bench_h200_2026-12-02g.json (the seventh),
-figures/bench_h200_2026-12-04.json (the eighth), figures/bench_h200_2026-12-04b.json (the ninth) and
-figures/bench_h200_2026-12-04c.json (the tenth). This test reads
+figures/bench_h200_2026-12-04.json (the eighth), figures/bench_h200_2026-12-04b.json (the ninth),
+figures/bench_h200_2026-12-04c.json (the tenth) and the later runs' files, each loaded below under its run's name
+(the fifteenth and seventeenth are H100 runs: figures/bench_h100_*.json). This test reads
 them and fails when a number in the README no longer matches its run (a re-measurement stored without the README,
 or a typo), so the page and its evidence cannot drift apart silently.
 """
@@ -113,6 +114,32 @@ def latest_row(kind, shape, mode):
 def run_section(name, next_name):
     """The prose of one run's section of the log, whitespace folded: from "**<name> run of" to "**<next_name> run"."""
     return " ".join(README.split(f"**{name} run of", 1)[1].split(f"**{next_name} run", 1)[0].split())
+
+
+# The columns of the run log's API tables (fourteenth run onwards): GPU and host ms of the kernels and the ops API,
+# and ops over kernels from back-to-back pairs.
+API_COLUMNS = ("k3lite_triton_ms", "k3lite_ops_triton_ms", "k3lite_triton_host_ms", "k3lite_ops_triton_host_ms",
+               "ops_over_kernels_paired")
+
+
+def row_label(r):
+    """A forward or forward+backward row's label in the run log: "Gated DeltaNet forward+backward (8, 2048)"."""
+    return f"{KIND_NAMES[r['kind']]} {'forward' if r['mode'] == 'fwd' else 'forward+backward'} ({r['B']}, {r['T']})"
+
+
+def api_and_fla_cells(r):
+    """A row of the sixteenth and seventeenth runs' tables: the API columns, fla's two timings, ops over fla."""
+    return ([f"{r[k]:.3f}" for k in API_COLUMNS]
+            + [f"{r['fla_before_ms']:.3f} / {r['fla_after_ms']:.3f}", f"{r['ratio_ops_vs_fla']:.2f}×"])
+
+
+def decode_process_cells(process):
+    """A decode process's cells in the sixteenth and seventeenth runs' tables, up to the TB/s at B = 256."""
+    small, big = (next(r for r in process["decode"] if r["B"] == B) for B in (64, 256))
+    launches = "cached" if process["meta"]["launches"] == LAUNCHES["cached"] else "Triton's dispatch"
+    return [launches, f"{small['k3lite_default_ms']:.4f}", f"{small['k3lite_ops_triton_host_ms']:.4f}",
+            f"{small['ops_over_kernels_paired']:.3f}", f"{big['ops_over_kernels_paired']:.3f}",
+            f"{big['ops_tb_per_s']:.2f}"]
 
 
 def status_cells():
@@ -712,8 +739,7 @@ def test_fourteenth_run_table_and_prose_are_the_stored_ones():
     header = "| row | kernels, GPU ms | ops API, ms | kernels, host ms | ops API, host ms | ops / kernels, paired |"
     for r in FOURTEENTH["chunked"]:
         cells = table_row(f"{KIND_NAMES[r['kind']]} forward ({r['B']}, {r['T']})", header)
-        assert cells == [f"{r[key]:.3f}" for key in ("k3lite_triton_ms", "k3lite_ops_triton_ms", "k3lite_triton_host_ms",
-                                                      "k3lite_ops_triton_host_ms", "ops_over_kernels_paired")]
+        assert cells == [f"{r[key]:.3f}" for key in API_COLUMNS]
     for r in FOURTEENTH["decode"]:
         cells = table_row(f"KDA decode step, B = {r['B']}", header)
         assert cells == [f"{r[key]:.4f}" for key in ("k3lite_default_ms", "ops_step_triton_ms", "k3lite_triton_host_ms",
@@ -819,20 +845,12 @@ def test_sixteenth_run_tables_and_prose_are_the_stored_ones():
     assert dispatch["meta"]["launches"] == LAUNCHES["dispatch"] and len(SIXTEENTH_DECODE_CACHED) == 3
     header = "| row, cached launch | kernels, GPU ms |"
     for r in cached["chunked"] + fwd_bwd["chunked"]:
-        label = f"{KIND_NAMES[r['kind']]} {'forward' if r['mode'] == 'fwd' else 'forward+backward'} ({r['B']}, {r['T']})"
-        assert table_row(label, header) == [f"{r[k]:.3f}" for k in (
-            "k3lite_triton_ms", "k3lite_ops_triton_ms", "k3lite_triton_host_ms", "k3lite_ops_triton_host_ms",
-            "ops_over_kernels_paired")] + [f"{r['fla_before_ms']:.3f} / {r['fla_after_ms']:.3f}",
-                                           f"{r['ratio_ops_vs_fla']:.2f}×"], label
+        assert table_row(row_label(r), header) == api_and_fla_cells(r), row_label(r)
     names = ["call 4, first", "call 4, second"] + [f"call 5, {n}" for n in ("first", "second", "third", "fourth")]
     for name, process in zip(names, SIXTEENTH_DECODE):
-        small, big = (next(r for r in process["decode"] if r["B"] == B) for B in (64, 256))
-        launches = "cached" if process in SIXTEENTH_DECODE_CACHED else "Triton's dispatch"
-        assert table_row(name, "| process | launches |") == [
-            launches, f"{small['k3lite_default_ms']:.4f}", f"{small['k3lite_ops_triton_host_ms']:.4f}",
-            f"{small['ops_over_kernels_paired']:.3f}", f"{big['ops_over_kernels_paired']:.3f}",
-            f"{big['ops_tb_per_s']:.2f}", f"{small['k3lite_torch_ms']:.3f}",
-            f"{small['fla_before_ms']:.4f} / {small['fla_after_ms']:.4f}"], name
+        small = next(r for r in process["decode"] if r["B"] == 64)
+        assert table_row(name, "| process | launches |") == decode_process_cells(process) + [
+            f"{small['k3lite_torch_ms']:.3f}", f"{small['fla_before_ms']:.4f} / {small['fla_after_ms']:.4f}"], name
     rows = [r["ops_over_kernels_paired"] for r in cached["chunked"] + fwd_bwd["chunked"]]
     assert f"Every forward and forward+backward row came out at {min(rows):.3f} to {max(rows):.3f}" in prose
     step = {B: [next(r for r in p["decode"] if r["B"] == B) for p in SIXTEENTH_DECODE] for B in (64, 256)}
@@ -904,19 +922,10 @@ def test_seventeenth_run_tables_and_prose_are_the_stored_ones():
         "python -m k3lite.bench --kinds kda,gated_delta_rule,delta_rule --sections fwd --shapes 8x2048,2x8192,1x32768")
     header = "| row, H100, cached launch | kernels, GPU ms |"
     for r in SEVENTEENTH_ROWS:
-        assert r["mode"] in ("fwd", "fwd+bwd")
-        label = f"{KIND_NAMES[r['kind']]} {'forward' if r['mode'] == 'fwd' else 'forward+backward'} ({r['B']}, {r['T']})"
-        assert table_row(label, header) == [f"{r[k]:.3f}" for k in (
-            "k3lite_triton_ms", "k3lite_ops_triton_ms", "k3lite_triton_host_ms", "k3lite_ops_triton_host_ms",
-            "ops_over_kernels_paired")] + [f"{r['fla_before_ms']:.3f} / {r['fla_after_ms']:.3f}",
-                                           f"{r['ratio_ops_vs_fla']:.2f}×"], label
+        assert table_row(row_label(r), header) == api_and_fla_cells(r), row_label(r)
+    for i, process in enumerate(processes):
+        assert table_row(str(i + 1), "| H100 process | launches |") == decode_process_cells(process)
     step = {B: [next(r for r in p["decode"] if r["B"] == B) for p in processes] for B in (64, 256)}
-    for i, (p, small, big) in enumerate(zip(processes, step[64], step[256])):
-        launches = "cached" if p["meta"]["launches"] == LAUNCHES["cached"] else "Triton's dispatch"
-        assert table_row(str(i + 1), "| H100 process | launches |") == [
-            launches, f"{small['k3lite_default_ms']:.4f}", f"{small['k3lite_ops_triton_host_ms']:.4f}",
-            f"{small['ops_over_kernels_paired']:.3f}", f"{big['ops_over_kernels_paired']:.3f}",
-            f"{big['ops_tb_per_s']:.2f}"]
     rule = dp.summarize(processes)
     assert rule["met"] and stored["met"] and stored["rule"] == rule["rule"]
     for B, by_mode in rule["rows"].items():
