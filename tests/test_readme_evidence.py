@@ -824,6 +824,9 @@ def test_the_readme_points_to_the_run_log_and_the_log_holds_every_run():
     names = ["Seventeenth", "Sixteenth", "Fifteenth", "Fourteenth", "Thirteenth", "Twelfth", "Eleventh", "Tenth", "Ninth", "Eighth", "Seventh",
              "Fifth", "Sixth", "Fourth", "Third", "Second"]
     positions = [log.index(f"**{name} run of 2026-12-0") for name in names]
+    runs_list = " ".join(readme.split("The runs: first =", 1)[1].split("\n\n", 1)[0].split())
+    for path in sorted((ROOT / "figures").glob("bench_h*_2026-12-05*.json")):
+        assert f"`figures/{path.name}`" in runs_list, path.name
     assert positions == sorted(positions) and "**Re-measured on 2026-12-02" in log
 
 
