@@ -30,7 +30,7 @@ help:
 	@echo "make execute  re-execute chapters into their .ipynb (CH='01_gpt2 02_linear_attention' for some)"
 	@echo "make timings  time every chapter against its book.yml budget"
 	@echo "make slides   one reveal.js deck per chapter in _build/slides"
-	@echo "make bench    the kernel benchmark table (python -m k3lite.bench)"
+	@echo "make bench    the kernel benchmark table (python -m benchmarks.bench)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -85,7 +85,7 @@ serve:
 	python3 -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
 bench: $(STAMP)
-	$(PY) -m k3lite.bench
+	$(PY) -m benchmarks.bench
 
 clean:
 	rm -rf _build .pytest_cache

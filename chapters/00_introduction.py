@@ -16,10 +16,10 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from myst_nb import glue
 
-from k3lite import accounting, runtime, viz
+from k3lite.course import accounting, runtime, viz
 from k3lite.exercises import ch00
-from k3lite.gpt2 import GPT2Config
-from k3lite.k3 import K3Config
+from k3lite.models.gpt2 import GPT2Config
+from k3lite.models.k3 import K3Config
 
 viz.use_style()
 
@@ -172,7 +172,7 @@ plt.show()
 # `make test` runs the unit tests of `k3lite` and checks every chapter notebook. `make lab` opens
 # the chapters in JupyterLab.
 #
-# **CPU or GPU.** Everything runs on a CPU. Each chapter asks `k3lite.runtime.profile()` for a
+# **CPU or GPU.** Everything runs on a CPU. Each chapter asks `k3lite.course.runtime.profile()` for a
 # size: `"small"` on a CPU (it fits the chapter's time budget on a two-core laptop) and `"full"`
 # on a GPU (bigger models, longer training). The environment variable `K3LITE_PROFILE=small`
 # or `=full` overrides the choice, for instance to reproduce the stored notebooks on a GPU.

@@ -2,7 +2,7 @@
 # # 01 · GPT-2 and the KV cache
 #
 # GPT-2 (2019) is the starting point of the whole course. Every later chapter changes one part of
-# it, so we build it here from its pieces, check our pieces against `k3lite.gpt2`, count its
+# it, so we build it here from its pieces, check our pieces against `k3lite.models.gpt2`, count its
 # parameters exactly, and then look hard at the one structure that the rest of the course is
 # about: **the KV cache**, the memory that softmax attention needs while it generates text.
 #
@@ -22,10 +22,11 @@ import torch
 
 from myst_nb import glue
 
-from k3lite import accounting, data, runtime, viz
-from k3lite.checks import expect
+from k3lite.course import accounting, runtime, viz
+from k3lite import data
+from k3lite.course.checks import expect
 from k3lite.exercises import ch01
-from k3lite.gpt2 import GPT2, GPT2Config
+from k3lite.models.gpt2 import GPT2, GPT2Config
 from k3lite.train import train
 
 viz.use_style()

@@ -23,10 +23,10 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from k3lite import viz
-from k3lite.accounting import gpt2_kv_bytes_per_token
-from k3lite.gpt2 import GPT2Config
-from k3lite.runtime import seed_everything
+from k3lite.course import viz
+from k3lite.course.accounting import gpt2_kv_bytes_per_token
+from k3lite.models.gpt2 import GPT2Config
+from k3lite.course.runtime import seed_everything
 
 viz.use_style()
 generator = seed_everything(0)

@@ -30,8 +30,8 @@ import matplotlib.pyplot as plt
 import torch
 from myst_nb import glue
 
-from k3lite import viz
-from k3lite.runtime import seed_everything
+from k3lite.course import viz
+from k3lite.course.runtime import seed_everything
 
 viz.use_style()
 generator = seed_everything(0)
@@ -375,7 +375,7 @@ from k3lite.bakeoff.plots import (  # noqa: E402
     LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup,
 )
-from k3lite.checks import expect  # noqa: E402
+from k3lite.course.checks import expect  # noqa: E402
 from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"

@@ -26,9 +26,9 @@ import torch
 from myst_nb import glue
 
 import k3lite.kernels  # noqa: F401  (first: on a CPU it switches Triton's interpreter on before triton loads)
-from k3lite import viz, widgets
+from k3lite.course import viz, widgets
 from k3lite.ops import delta_rule
-from k3lite.runtime import device, pick, seed_everything
+from k3lite.course.runtime import device, pick, seed_everything
 
 viz.use_style()
 generator = seed_everything(0)
@@ -316,7 +316,7 @@ print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 
 #   $C^2d$ multiply-adds per product and chunk, $2LCd$ for both over the $L/C$ chunks.
 #
 # The article (chapter 00's *From GPT-2 to Kimi K3* worklog) gives "$2Ld^2$ state, $2LCd$ intra": these multiply-adds. In FLOPs (2 per multiply-add), as
-# `k3lite.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$ and
+# `k3lite.course.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$ and
 # $4LCd$. Either way: $C = L$ turns the intra part into dense full attention ($4L^2d$ FLOPs), and $C = 1$ leaves
 # (almost) only the recurrence.
 
@@ -327,7 +327,7 @@ print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 
 # point without a live kernel.
 
 # %%
-from k3lite import flops  # noqa: E402
+from k3lite.course import flops  # noqa: E402
 
 L, d = 4096, 128
 print(f"{'C':>5} {'state (GFLOP)':>14} {'intra (GFLOP)':>14} {'intra share':>12}")
@@ -471,12 +471,12 @@ print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); toke
 # were executed on, the timings are noisy; run the cell yourself.)
 #
 # On a GPU the Triton kernels of `k3lite.kernels` run whole 64-token chunks as tiles. The H200 measurements
-# of `python -m k3lite.bench` are stored in `figures/bench_h200.json`: per mechanism and shape, the k3lite
+# of `python -m benchmarks.bench` are stored in `benchmarks/results/bench_h200.json`: per mechanism and shape, the k3lite
 # Triton kernels, the *same* chunked algorithm run as PyTorch operations ("k3lite torch"), the field's reference
 # library flash-linear-attention ("fla") and PyTorch's fused softmax attention (SDPA, FlashAttention backend).
 
 # %% tags=["plumbing"]
-BENCH = viz.FIGURES_DIR / "bench_h200.json"
+BENCH = viz.BENCH_RESULTS_DIR / "bench_h200.json"
 
 
 def milliseconds(value):
@@ -497,7 +497,7 @@ def glue_bench_row(row):
 
 
 def show_bench_table(path, first=("delta_rule", "linear_attention")):
-    """The chunked-forward rows of `python -m k3lite.bench`: this chapter's mechanisms first, then the gated ones."""
+    """The chunked-forward rows of `python -m benchmarks.bench`: this chapter's mechanisms first, then the gated ones."""
     data = json.loads(path.read_text(encoding="utf-8"))
     meta = data.get("meta", {})
     dates = [run.get("date_utc") for run in meta.get("runs", []) if run.get("date_utc")] or [meta.get("date_utc", "?")]
@@ -538,7 +538,7 @@ def show_bench_table(path, first=("delta_rule", "linear_attention")):
 if BENCH.exists():
     show_bench_table(BENCH)
 else:
-    print("figures/bench_h200.json is not there yet: the H200 table appears here once `python -m k3lite.bench` "
+    print("benchmarks/results/bench_h200.json is not there yet: the H200 table appears here once `python -m benchmarks.bench` "
           "has been run on the GPU and the chapter re-executed.")
 
 # %% [markdown]
@@ -662,7 +662,7 @@ ch04.check_delta_chunk(delta_chunk_solution);
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3: the FLOP split
 # Write `chunk_flops(seq_len, chunk_size, head_dim)` returning `(state_flops, intra_chunk_flops)` per head
-# for chunked *linear attention*, in FLOPs with both products of each part, as `k3lite.flops` counts them in
+# for chunked *linear attention*, in FLOPs with both products of each part, as `k3lite.course.flops` counts them in
 # section 6 (take `chunk_size` dividing `seq_len`). At which $C$ are the two equal?
 
 # %%

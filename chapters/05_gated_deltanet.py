@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from myst_nb import glue
 
-from k3lite import viz
+from k3lite.course import viz
 from k3lite.layers.kda_layer import KDALayer
 from k3lite.ops import delta_rule, gated_delta_rule
-from k3lite.runtime import seed_everything
+from k3lite.course.runtime import seed_everything
 
 viz.use_style()
 # One thread, as in chapter 01: a product split over two threads adds in a different order, and the
@@ -550,7 +550,7 @@ from k3lite.bakeoff.plots import (  # noqa: E402
     print_cell_table, rule_verdict, run_setup,
 )
 from k3lite.bakeoff.runs import NO_DECAY_NAMES  # noqa: E402
-from k3lite.checks import expect  # noqa: E402
+from k3lite.course.checks import expect  # noqa: E402
 from functools import partial  # noqa: E402
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"

@@ -30,13 +30,14 @@ import torch.nn.functional as F
 
 from myst_nb import glue
 
-from k3lite import mixers, viz
-from k3lite.checks import expect
+from k3lite.models import mixers
+from k3lite.course import viz
+from k3lite.course.checks import expect
 from k3lite.data import mqar_batch
 from k3lite.exercises import ch06
 from k3lite.layers.kda_layer import KDALayer
 from k3lite.ops import delta_rule, gated_delta_rule, kda
-from k3lite.runtime import seed_everything
+from k3lite.course.runtime import seed_everything
 
 viz.use_style()
 _ = seed_everything(0)
@@ -552,7 +553,7 @@ for form, options in LAYER_FORMS.items():
 #
 # Multi-query associative recall (`k3lite.data.mqar_batch`): a sequence lists key-value pairs, then
 # asks for some of the keys again; the model must produce each queried key's value. The models of
-# `k3lite.mixers` differ only in the token mixer: embedding, then [RMSNorm → mixer → +, RMSNorm → MLP
+# `k3lite.models.mixers` differ only in the token mixer: embedding, then [RMSNorm → mixer → +, RMSNorm → MLP
 # → +] per layer. Every mixer sees q, k, v after a short causal convolution (kernel 4). The published
 # KDA and Gated DeltaNet layers have one (section 6); softmax attention and MLA do not, and it is given to
 # all five here so that only the mixer differs. The recurrent ones L2-normalise q and k, use K3's bounded
@@ -747,7 +748,7 @@ plt.show()
 # statistics to see. There the decay started
 # at 0.91 per token. At 64 pairs an answer is written up to 191 tokens before it is asked for, so
 # one asked 100 tokens later arrived multiplied by $0.91^{100} \approx 10^{-4}$: no signal, no gradient, and both gated
-# models stayed at chance while the ungated ones were near perfect (one seed). `k3lite.mixers` now starts the
+# models stayed at chance while the ungated ones were near perfect (one seed). `k3lite.models.mixers` now starts the
 # decay at $e^{-5\,\sigma(-7)} \approx 0.995$ per token.
 
 # %% tags=["plumbing"]
@@ -764,7 +765,7 @@ earlier_accuracies = accuracy_table(earlier["runs"], earlier["config"]["mechanis
 print(f"earlier run: d_model={earlier['config']['d_model']}, initial decay {earlier['decay_init_per_token']} per token")
 print(f"longest write-to-read distance at 64 pairs: {2 * 64 + 64 - 1} tokens; 0.91^100 = {0.91 ** 100:.0e}")
 initial_decay = math.exp(mixers.LOG_DECAY_FLOOR * torch.sigmoid(torch.tensor(mixers.DECAY_BIAS_INIT)).item())
-print(f"k3lite.mixers now: exp({mixers.LOG_DECAY_FLOOR:g} · sigmoid({mixers.DECAY_BIAS_INIT:g})) = {initial_decay:.3f} per token")
+print(f"k3lite.models.mixers now: exp({mixers.LOG_DECAY_FLOOR:g} · sigmoid({mixers.DECAY_BIAS_INIT:g})) = {initial_decay:.3f} per token")
 print(f"{'pairs':<18}" + "".join(f"{p:>7}" for p in earlier["config"]["pairs"]))
 for mechanism, row in earlier_accuracies.items():
     print(f"{mechanism:<18}" + "".join(f"{a:7.2f}" for a in row))

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from myst_nb import glue
 
-from k3lite import viz
-from k3lite.checks import expect
-from k3lite.runtime import pick, seed_everything
+from k3lite.course import viz
+from k3lite.course.checks import expect
+from k3lite.course.runtime import pick, seed_everything
 
 viz.use_style()
 seed_everything(0)
@@ -430,15 +430,15 @@ print(f"k3lite prefill 7 + decode 5 = notebook (max |Δ| < 1e-5): {max_gap(y_dec
 # and the package's cache accounting must agree with our table.
 
 # %%
-from k3lite import accounting
-from k3lite.k3 import K3Config
+from k3lite.course import accounting
+from k3lite.models.k3 import K3Config
 
 with torch.device("meta"):
     k3_layer = MLA(7168, 96)
 latent_elems = k3_layer.kv_lora_rank + k3_layer.rope_dim
 k3_config = K3Config.published()
 print(f"K3 MLA layer caches {k3_layer.kv_lora_rank} + {k3_layer.rope_dim} = {latent_elems} numbers per token")
-print(f"k3lite.accounting: {accounting.k3_mla_cache_bytes_per_token(k3_config):,d} B/token "
+print(f"k3lite.course.accounting: {accounting.k3_mla_cache_bytes_per_token(k3_config):,d} B/token "
       f"(notebook {k3_mla:,d}); all layers MLA "
       f"{accounting.k3_mla_cache_bytes_per_token(k3_config, all_layers_mla=True):,d} (notebook {k3_all_mla:,d}); "
       f"KDA state {accounting.k3_kda_state_bytes_per_sequence(k3_config):,d} B (notebook {kda_state_bytes:,d})")

@@ -23,11 +23,12 @@ import torch.nn.functional as F
 from myst_nb import glue
 from torch.utils.flop_counter import FlopCounterMode
 
-from k3lite import accounting, data, viz
-from k3lite.k3 import K3Config
+from k3lite.course import accounting, viz
+from k3lite import data
+from k3lite.models.k3 import K3Config
 from k3lite.layers.moe import MoE, SigmoidRouter
 from k3lite.ops.situ import situ, situ_glu
-from k3lite.runtime import pick, seed_everything
+from k3lite.course.runtime import pick, seed_everything
 
 viz.use_style()
 _ = seed_everything(0)
@@ -241,7 +242,7 @@ def counted_macs_per_token(latent):
 
 published = K3Config.published()
 moe_params = accounting.k3_moe_layer_parameters(published)
-print(f"k3lite.accounting, published K3: {published.top_k} experts x {accounting.k3_expert_parameters(published):,d} "
+print(f"k3lite.course.accounting, published K3: {published.top_k} experts x {accounting.k3_expert_parameters(published):,d} "
       f"weights = {published.top_k * accounting.k3_expert_parameters(published) / 1e6:.1f}M (routed, per token); "
       f"always-on weights {moe_params['always'] / 1e6:.1f}M "
       f"(notebook: {latent_space['routed experts'] / 1e6:.1f}M and "
@@ -400,22 +401,22 @@ print(f"[{rows} x {cols}] float32 on the CPU: SiLU-GLU eager {silu_ms:.1f} ms, S
 # %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### On an H200
 #
-# `python -m k3lite.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
+# `python -m benchmarks.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
 # `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
-# `figures/bench_h200.json`. The seeds claim an unfused SiTU runs almost 3× slower than the fused SiLU path.
+# `benchmarks/results/bench_h200.json`. The seeds claim an unfused SiTU runs almost 3× slower than the fused SiLU path.
 
 # %% [markdown] tags=["notes"]
-# Reading: the H200 measurements of fused and unfused SiTU from `figures/bench_h200.json`. Quote
+# Reading: the H200 measurements of fused and unfused SiTU from `benchmarks/results/bench_h200.json`. Quote
 # only the conclusion in a lecture: fusion is what makes the cap affordable.
 
 # %% tags=["plumbing"]
-BENCH = viz.FIGURES_DIR / "bench_h200.json"
+BENCH = viz.BENCH_RESULTS_DIR / "bench_h200.json"
 bench = json.loads(BENCH.read_text()) if BENCH.exists() else {}
 situ_bench = bench.get("situ", {})
 VERSIONS = (("silu_mul_fused", "SiLU-GLU fused"), ("silu_mul_eager", "SiLU-GLU eager"),
             ("situ_eager", "SiTU-GLU eager"), ("situ_fused", "SiTU-GLU fused"))
 if not situ_bench:
-    print("figures/bench_h200.json has no SiTU measurement yet: run `python -m k3lite.bench` on an H200 "
+    print("benchmarks/results/bench_h200.json has no SiTU measurement yet: run `python -m benchmarks.bench` on an H200 "
           "and re-execute this chapter.")
 else:
     print(f"{bench['meta']['device']}, {situ_bench['shape'][0]} x {situ_bench['shape'][1]}, {situ_bench['dtype']}:")

@@ -24,11 +24,12 @@ import torch.nn.functional as F
 from myst_nb import glue
 from torch import nn
 
-from k3lite import accounting, data, viz
-from k3lite.checks import expect
-from k3lite.k3 import K3Config
+from k3lite.course import accounting, viz
+from k3lite import data
+from k3lite.course.checks import expect
+from k3lite.models.k3 import K3Config
 from k3lite.layers.attnres import AttnResMixer, AttnResSources, attnres_mix, num_block_sources
-from k3lite.runtime import pick, seed_everything
+from k3lite.course.runtime import pick, seed_everything
 from k3lite.train import train
 
 viz.use_style()
@@ -515,7 +516,7 @@ print(f"block boundaries at layers {list(range(0, K3_LAYERS, K3_BLOCK_LAYERS))}"
 # chapter 10. A reader pays, per source and token, about $3d$ FLOPs for the RMSNorm of the source as its key
 # (square, sum, scale), $2d$ for the score against its query and $2d$ for its share of the weighted sum:
 # $7d$ FLOPs per source, so $7 S d$ over its $S$ sources. For scale, the rest of K3's forward pass costs about
-# $2\times$ its active parameters in FLOPs per token (one multiply-add per active weight, `k3lite.accounting`).
+# $2\times$ its active parameters in FLOPs per token (one multiply-add per active weight, `k3lite.course.accounting`).
 
 # %%
 readers = 2 * K3_LAYERS + 1

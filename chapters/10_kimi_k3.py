@@ -37,14 +37,15 @@ from IPython.display import Markdown, display
 from matplotlib.patches import Patch
 from myst_nb import glue
 
-from k3lite import accounting, data, flops, viz
-from k3lite.checks import expect
-from k3lite.gpt2 import GPT2, GPT2Config
-from k3lite.k3 import K3, K3Config
+from k3lite.course import accounting, flops, viz
+from k3lite import data
+from k3lite.course.checks import expect
+from k3lite.models.gpt2 import GPT2, GPT2Config
+from k3lite.models.k3 import K3, K3Config
 from k3lite.layers.attnres import num_block_sources
 from k3lite.layers.mla import KEY_ALIGN_CUDA
 from k3lite.ops import gated_delta_rule, situ
-from k3lite.runtime import device, pick, seed_everything
+from k3lite.course.runtime import device, pick, seed_everything
 from k3lite.train import train
 
 viz.use_style()
@@ -190,7 +191,7 @@ for label, num_layers in [("seeds: 92 layers", 92), ("published: 93", k3.num_lay
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 3. How many parameters?
 #
-# `k3lite.accounting.k3_param_counts` counts every weight matrix from the configuration. "Active" means
+# `k3lite.course.accounting.k3_param_counts` counts every weight matrix from the configuration. "Active" means
 # the parameters that take part in computing one token: all but the 16 selected routed experts are
 # idle, and the input embedding table is only looked up (one row read), so both are left out.
 # Below, the MoE's "always on" part is split into shared experts and router + latent projections.
@@ -672,13 +673,13 @@ glue("ch10_kl_break_even", f"{kl_break_even:,.0f}", display=False)
 # %% [markdown]
 # **The same question on a GPU, measured.** The benchmark times single-token decode on an H200 of two small
 # models of one width and depth: a K3-shaped one (KDA and MLA layers in K3's mix) and a GPT-2-shaped one with
-# a KV cache, both writing their caches in place (`python -m k3lite.bench --sections model_decode`). It measures
+# a KV cache, both writing their caches in place (`python -m benchmarks.bench --sections model_decode`). It measures
 # each step three ways: the wall time of eager PyTorch (what `generate` gets), the device time (every kernel's
 # time, summed by the profiler: the GPU's work alone), and the replay of the step captured in a CUDA graph (the
 # host out of the loop, as a serving engine would run it). The cell reads the committed run:
 
 # %%
-decode_file = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02c.json").read_text())
+decode_file = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02c.json").read_text())
 decode_run = decode_file["model_decode"]
 layer_mix = ", ".join(f"{decode_run['k3_layers'].count(kind)} {kind.upper()}" for kind in ("kda", "mla"))
 print(f"width {decode_run['width']}, depth {decode_run['depth']} (K3: {layer_mix}), batch {decode_run['batch']}, "
@@ -706,7 +707,7 @@ print(f"eager K3: issuing a step takes the host {host_share:.0%} of the step's t
 probe = decode_file["decode_probe_4096"]
 k3_launches_per_step = sum(probe["k3_kernel_launches_3_steps"].values()) / 3   # profiled over 3 steps at 4k
 print(f"kernel launches per K3 step (profiled, 4k): {k3_launches_per_step:,.0f}")
-ops_per_step = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02b.json").read_text())["model_decode_diagnosis"]["ops_per_step"]
+ops_per_step = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02b.json").read_text())["model_decode_diagnosis"]["ops_per_step"]
 print(f"PyTorch operations per decode step: K3 {ops_per_step['k3']:,d}, GPT-2 {ops_per_step['gpt2']:,d}")
 glue("ch10_gpu_short_ctx", f"{first['context'] // 1024}k", display=False)
 glue("ch10_gpu_long_ctx", f"{last['context'] // 1024}k", display=False)
@@ -1069,7 +1070,7 @@ def verdict_close(value, claimed, tolerance):
 
 def bench_situ_ratios():
     """Unfused SiTU over the fused SiLU-and-mul it replaces, per mode, from the committed H200 benchmark."""
-    path = viz.FIGURES_DIR / "bench_h200.json"
+    path = viz.BENCH_RESULTS_DIR / "bench_h200.json"
     if not path.exists():
         return None, {}
     situ_bench = json.loads(path.read_text()).get("situ", {})
@@ -1078,10 +1079,10 @@ def bench_situ_ratios():
 
 
 def situ_row():
-    claim, seeds, where = "unfused SiTU runs almost 3x slower", "A C", "ch 08; figures/bench_h200.json"
+    claim, seeds, where = "unfused SiTU runs almost 3x slower", "A C", "ch 08; benchmarks/results/bench_h200.json"
     situ_bench, ratio = bench_situ_ratios()
     if not ratio:
-        return claim, seeds, "-", where, "not checkable here: figures/bench_h200.json is not in this checkout"
+        return claim, seeds, "-", where, "not checkable here: benchmarks/results/bench_h200.json is not in this checkout"
     rows, cols = situ_bench["shape"]
     dtype = situ_bench["dtype"].removeprefix("torch.").replace("bfloat16", "bf16")
     return (claim, seeds, f"unfused SiTU / fused SiLU-and-mul: fwd+bwd {ratio['fwd+bwd']:.2f}x, fwd {ratio['fwd']:.1f}x",
@@ -1201,15 +1202,15 @@ print(f"{len(ledger)} claims: " + ", ".join(f"{kinds.count(k)} {k}"
 
 # %% [markdown]
 # The GPU numbers come from benchmark files that the kernel engineer writes on an H200
-# (`python -m k3lite.bench`) and commits under `figures/`. Timings depend on the
+# (`python -m benchmarks.bench`) and commits under `figures/`. Timings depend on the
 # machine and the day, but the cell below only reads the committed files, so their output is fixed
 # by those files (when a file is re-measured, this chapter is re-executed).
 
 # %% tags=["plumbing"]
-bench_path = viz.FIGURES_DIR / "bench_h200.json"
+bench_path = viz.BENCH_RESULTS_DIR / "bench_h200.json"
 if not bench_path.exists():
-    print("figures/bench_h200.json is not in this checkout: the SiTU and chunk-size rows stay "
-          "'not checkable here'. Run `python -m k3lite.bench` on an H200 to produce it.")
+    print("benchmarks/results/bench_h200.json is not in this checkout: the SiTU and chunk-size rows stay "
+          "'not checkable here'. Run `python -m benchmarks.bench` on an H200 to produce it.")
 else:
     bench = json.loads(bench_path.read_text())
     meta = bench.get("meta", {})

@@ -21,7 +21,7 @@
 # **No GPU needed.** Importing `k3lite.kernels` on a machine without CUDA switches on Triton's
 # *interpreter*, which runs each `@triton.jit` function as NumPy code on CPU tensors: float32 only, one
 # program after another, slowly — so every shape here is tiny. It runs the very kernels the H200 runs.
-# **No listing is retyped**: every kernel shown is read from the `k3lite` package by `k3lite.listing`,
+# **No listing is retyped**: every kernel shown is read from the `k3lite` package by `k3lite.course.listing`,
 # so what you read is what runs.
 
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
@@ -37,9 +37,10 @@ from myst_nb import glue
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from k3lite import kernels, viz
-from k3lite.checks import expect
-from k3lite.listing import show
+from k3lite import kernels
+from k3lite.course import viz
+from k3lite.course.checks import expect
+from k3lite.course.listing import show
 
 kernels.interpreting()           # on a CPU: switch the interpreter on before triton is imported
 import triton                    # noqa: E402
@@ -49,12 +50,12 @@ from k3lite.exercises import ch11                       # noqa: E402
 from k3lite.kernels import chunk_fwd, recurrent_step, situ  # noqa: E402
 from k3lite.ops import gated_delta_rule, kda            # noqa: E402
 from k3lite.ops import situ as situ_ops                 # noqa: E402
-from k3lite.runtime import seed_everything              # noqa: E402
+from k3lite.course.runtime import seed_everything              # noqa: E402
 
 viz.use_style()
 _ = seed_everything(0)
 DEVICE = ch11.device()            # the CPU under the interpreter, the GPU when there is one
-BENCH = json.loads((viz.FIGURES_DIR / "bench_h200.json").read_text())
+BENCH = json.loads((viz.BENCH_RESULTS_DIR / "bench_h200.json").read_text())
 META = BENCH["meta"]
 print(f"Triton interpreter on: {kernels.interpreting()}")
 
@@ -789,7 +790,7 @@ expect("decode: at the larger batch k3lite and fla within 5 %",
 #
 # * **Launch settings.** fla autotunes its kernels' launch settings on first use in each process (the
 #   benchmark's notes record that its times move between runs); k3lite fixes a few numbers per stage (the
-#   `LAUNCH` table in `chunk_fwd`), picked once on an H200 with `scripts/gpu_profile.py`. Autotuning
+#   `LAUNCH` table in `chunk_fwd`), picked once on an H200 with `benchmarks/probes/gpu_profile.py`. Autotuning
 #   adapts to other GPUs and shapes; fixed settings start at once and are the same on every run.
 # * **Decode.** At the smaller batch k3lite's fused step was {glue:text}`ch11_fla_decode_ratio`× faster
 #   than fla's; at the larger batch both reached about the same bandwidth — the ceiling of section 2 for
@@ -812,7 +813,7 @@ expect("decode: at the larger batch k3lite and fla within 5 %",
 # and in a second run the row-by-row cumsum was timed against the tile-wide float64 scan it replaced:
 
 # %%
-NEW = json.loads((viz.FIGURES_DIR / "bench_h200_kda_2026-12-01.json").read_text())
+NEW = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_kda_2026-12-01.json").read_text())
 NEW_META = NEW["meta"]
 FORMS = NEW["cumsum_forms_2x8192x16"]
 two_part = {row["name"]: row["ms_per_call"] for row in NEW["kda_profile_2x8192x16"]["fwd"]}
@@ -965,7 +966,7 @@ expect("the one-sign float32 sum and the two-part difference are within 1e-6",
 # the two-part sums elsewhere. The last one was then timed through the public API against fla:
 
 # %%
-RUN3 = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02.json").read_text())
+RUN3 = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02.json").read_text())
 designs = RUN3["kda_fwd_designs"]
 blocks = {r["name"]: r["ms_per_call"] for r in designs["diagonal_blocks_809c14d"]["kda fwd k3lite"]["kernels"]}
 raw = {r["name"]: r["ms_per_call"] for r in designs["raw_gate_sums_17a6faf"]["kda fwd k3lite"]["kernels"]}
@@ -1038,7 +1039,7 @@ expect("the KDA forward is still slower than fla on every shape",
 #
 # Three more settings of `chunk_fwd.py` were profiled one at a time, each against the defaults of that commit in
 # the same process, with the error of each against the float32 pipeline on the same inputs
-# (`scripts/gpu_profile.py --sections variants`): stage 1 in tiles of a few rows instead of a loop over single
+# (`benchmarks/probes/gpu_profile.py --sections variants`): stage 1 in tiles of a few rows instead of a loop over single
 # rows; TF32 products inside the triangular solve for bf16 inputs instead of exact float32; and $A_{qk}$ and
 # $A^{-1}$ stored in bf16 instead of float32, since the forward rounds both to bf16 anyway where it multiplies them
 # with $V'$ and $K$:
@@ -1086,7 +1087,7 @@ expect("TF32 in the solve changed no error of either kind at the printed two dig
 expect("each of the three settings made the forward faster, for both kinds",
        all(v[n]["fwd_total_ms"] < v["defaults"]["fwd_total_ms"]
            for v in VARIANTS.values() for n in ("cumsum_tiles8", "solve_tf32", "a_in_input_dtype")))
-SECOND = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02b.json").read_text())["chunked"]
+SECOND = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02b.json").read_text())["chunked"]
 api_gap = max(abs(r["ops_over_kernels"] - 1) for r in SECOND)
 kda_second = next(r for r in SECOND if (r["kind"], r["mode"]) == ("kda", "fwd"))
 glue("ch11_second_api_gap", f"{api_gap:.1%}", display=False)
@@ -1110,7 +1111,7 @@ expect("bf16 A matrices raised the largest error by less than 20 %",
 # the KDA forward went from {glue:text}`ch11_var_kda_before` to {glue:text}`ch11_var_kda_after` ms of GPU time and
 # Gated DeltaNet's from {glue:text}`ch11_var_gdn_before` to {glue:text}`ch11_var_gdn_after`; the package keeps all
 # three. Through the public API the forward now takes what its kernels take, to within
-# {glue:text}`ch11_second_api_gap` (`BENCHMARKS.md`, second run of 2026-12-02). The KDA forward is still
+# {glue:text}`ch11_second_api_gap` (`benchmarks/README.md`, second run of 2026-12-02). The KDA forward is still
 # {glue:text}`ch11_second_kda_vs_fla`× fla's.
 
 # %% [markdown]
@@ -1124,7 +1125,7 @@ expect("bf16 A matrices raised the largest error by less than 20 %",
 # kernels in one process:
 
 # %%
-FUSED = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02c.json").read_text())["kda_fused_stages_experiment"]
+FUSED = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02c.json").read_text())["kda_fused_stages_experiment"]
 fused_runs = FUSED["results"]["kda (2, 8192, 16)"]
 separate_stages = {k: v for k, v in fused_runs["kda_stages_separate"]["fwd"].items()
                    if k in ("_chunk_cumsum", "_offdiagonal_solve", "_wy_factors")}
@@ -1163,7 +1164,7 @@ expect("4 warps was the fastest fused form: fewer and more were both slower", mi
 # pipeline depth and the value-block width, the pass's GPU time alone:
 
 # %%
-FOURTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02d.json").read_text())
+FOURTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02d.json").read_text())
 pass_ms = FOURTH["state_pass_sweep"]["ms"]
 LONG = "(1, 32768, 16)"
 before_key, after_key = "prefetch=0 warps=4 stages=2 BV=auto", "prefetch=1 warps=4 stages=3 BV=16"
@@ -1236,7 +1237,7 @@ plt.show()
 # sum and halve what the off-diagonal and WY stages read of it.
 
 # %%
-FIFTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02e.json").read_text())
+FIFTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02e.json").read_text())
 variant_rows = FIFTH["g_lo_bf16_experiment"]["results"]["kda (2, 8192, 16)"]
 old_fwd = variant_rows["g_lo_float32"]["fwd"]       # float32 G_lo: the defaults before this run
 bf16_fwd = variant_rows["defaults"]["fwd"]          # the same code with a bf16 G_lo
@@ -1298,7 +1299,7 @@ expect("Gated DeltaNet's WY stage was not faster at one stage (so it keeps three
 # fla's kernels for the same stages (fla's profile from the first run of the day, `bench_h200_2026-12-02.json`):
 
 # %%
-FIRST = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02.json").read_text())
+FIRST = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02.json").read_text())
 fla_profile = FIRST["kda_fwd_designs"]["diagonal_blocks_809c14d"]["kda fwd fla"]
 fla_kernels = {r["name"]: r["ms_per_call"] for r in fla_profile["kernels"]}
 STAGES = [("gate sums", "_chunk_cumsum", "chunk_local_cumsum_vector_kernel"),
@@ -1395,7 +1396,7 @@ plt.show()
 #    T = 8192`), would let each multiprocessor overlap the two.
 
 # %%
-SIXTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02f.json").read_text())
+SIXTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02f.json").read_text())
 in_order = SIXTH["fusions_in_pipeline_order"]["timings"]
 one_launch = SIXTH["one_launch"]["timings"]
 FUSION_SHAPES = ("(2, 8192, 16)", "(1, 32768, 16)", "(8, 2048, 16)")
@@ -1612,14 +1613,14 @@ for spike in ch11.SPIKES:
 show(chunk_fwd._two_sum)
 
 # %% [markdown]
-# What it bought, measured on the H200 (`scripts/gpu_stage1_probe.py`, stage 1 alone, KDA's gates in float32
+# What it bought, measured on the H200 (`benchmarks/probes/gpu_stage1_probe.py`, stage 1 alone, KDA's gates in float32
 # with a −1e4, a −1e6 and a −∞ gate, each form timed twice in one process; `bench_h200_2026-12-02g.json`). Beside
 # the kept form: the float64 form it replaced, on the same tiles and on its own best tiles from a sweep; a first
 # compensated form that picked the carry out of the scan's last row (about it, below); and the floor, a plain
 # float32 scan that writes the same two tensors without compensating anything, so not exact:
 
 # %%
-SEVENTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-02g.json").read_text())
+SEVENTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02g.json").read_text())
 PROBE = SEVENTH["stage1_probe"]["second_run"]
 STAGE1_FORMS = {"kept: compensated float32 (d4c10f6)": "module BK128 BS8 w1",
                 "first compensated form (b366cd8)": "df_masked BK128 BS8 w1",
@@ -1668,12 +1669,12 @@ expect("the kept form is closer to the uncompensated floor than to the float64 f
 # machine, failed to compile it for bf16 and fp16 gates ("operand #1 does not dominate this use"), and a GPU test
 # found it. The kept form reduces the tile's gates to one pair with `tl.reduce` and the same TwoSum instead. A
 # compiler bug that depends on the version and the dtype is cheap to find without a GPU: Triton's compiler runs
-# on any machine down to PTX and `ptxas`, and `scripts/compile_sm90.py` compiles stage 1 for Hopper at every gate
+# on any machine down to PTX and `ptxas`, and `benchmarks/probes/compile_sm90.py` compiles stage 1 for Hopper at every gate
 # dtype and width under whichever Triton is importable. Both versions compile the kept form.
 #
 # ### The whole table, in one run
 #
-# Finally, every row of the benchmark in one call of `python -m k3lite.bench` (on the commit before the carry fix;
+# Finally, every row of the benchmark in one call of `python -m benchmarks.bench` (on the commit before the carry fix;
 # the KDA forward then timed again on the fix), through the public API and through the kernels alone, fla
 # before and after in the same process. The last two columns compare against fla's mean and against its faster
 # timing, since fla's first timing of some rows was far slower than its second:
@@ -1814,13 +1815,13 @@ show(chunk_fwd._load_lo_whole)
 
 # %% [markdown]
 # The readers came in two forms, both measured (`bench_h200_2026-12-04.json`: three calls of
-# `python -m k3lite.bench --kinds kda --sections profile,fwd,fwd+bwd`, each on a freshly started H200). The first
+# `python -m benchmarks.bench --kinds kda --sections profile,fwd,fwd+bwd`, each on a freshly started H200). The first
 # masked the load by $|G|$ itself, so skipped entries are never fetched; the form kept that day loads the tile whole
 # and selects, as above (today the backward's form, `_load_lo_whole`; the next section says why). GPU ms per call
 # of the stages that changed, at `B = 2, T = 8192`, then the whole calls through the public API at every shape:
 
 # %%
-EIGHTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04.json").read_text())["runs"]
+EIGHTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04.json").read_text())["runs"]
 FORMS = {"before (87b96dc)": "before", "masked loads (not kept)": "masked_loads", "whole tile, select (kept)": "kept"}
 CHANGED = ["_chunk_cumsum", "_offdiagonal_solve", "_wy_factors", "_bwd_intra"]
 
@@ -1936,7 +1937,7 @@ expect("the three largest forward kernels are the diagonal blocks, the off-diago
 # NaN kept, one `max.NaN` instruction per gate; a count needs a compare, a convert and an add.
 #
 # The gains we hope for are about a hundredth of a millisecond per kernel. Is that more than the difference between
-# two machines? This time every form was timed beside the old code on the same machine (`scripts/gpu_ab.py`: the
+# two machines? This time every form was timed beside the old code on the same machine (`benchmarks/probes/gpu_ab.py`: the
 # package of 887e6db, copied, then a candidate, each in its own process, fla timed before and after), in three
 # calls on three machines. So the old code's own kernels answer the question: timed on three machines, and twice on
 # one.
@@ -1945,7 +1946,7 @@ expect("the three largest forward kernels are the diagonal blocks, the off-diago
 show(chunk_fwd._load_lo)
 
 # %%
-NINTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04b.json").read_text())
+NINTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04b.json").read_text())
 AB = NINTH["same_machine_ab"]
 base9, kept9 = AB["call_3"]["base_887e6db"], AB["call_3"]["kept_form"]
 S8 = "(2, 8192, 16)"
@@ -2060,7 +2061,7 @@ glue("ch11_level_exps", f"{level_exps:.0f}", display=False)
 # pairs through one anchor row, {glue:text}`ch11_level_exps` exponentials per row and channel instead of
 # {glue:text}`ch11_row_exps`, and the sums on tensor cores. On paper that is less work; measured, it was
 # {glue:text}`ch11_levels_slower` times slower at its best setting. Why? The compiler can tell us without a GPU:
-# `scripts/kernel_registers.py` compiles both forms for the H200 (sm90) and asks `ptxas`, NVIDIA's assembler,
+# `benchmarks/probes/kernel_registers.py` compiles both forms for the H200 (sm90) and asks `ptxas`, NVIDIA's assembler,
 # how many registers each thread needs. A multiprocessor has 65,536 registers; the more each thread takes, the
 # fewer warps fit on it at once, and a kernel that mostly waits on loads needs many warps to hide the wait.
 
@@ -2118,7 +2119,7 @@ for name, rows_ in (("walk", walk), ("levels", levels)):
 show(chunk_fwd._diagonal_blocks, "anchor = tl.minimum", "acc_kk = tl.dot(b_k * up")
 
 # %%
-TENTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04c.json").read_text())
+TENTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04c.json").read_text())
 forms, iso = TENTH["diagonal_forms"], TENTH["same_machine_isolated"]["results"]
 kept10 = TENTH["runs"]["kept"]
 prof10 = {r["name"]: r["ms_per_call"] for r in kept10["kda_profile_2x8192x16"]["fwd"]}
@@ -2206,7 +2207,7 @@ show(chunk_fwd._chunk_has_lo)
 show(chunk_fwd._offdiagonal_solve, "i_t, i_bh = tl.program_id")
 
 # %%
-ELEVENTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04d.json").read_text())
+ELEVENTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04d.json").read_text())
 calls = {n: ELEVENTH[k] for n, k in ((1, "call_1_masked_off"), (2, "call_2_probe"), (3, "call_3_branch_inside"),
                                      (4, "call_4_two_launches"))}
 S8 = "(2, 8192, 16) fwd"
@@ -2293,7 +2294,7 @@ expect("the kept call meets 0.9x at (1, 32768) against either fla timing, and mi
 # {glue:text}`ch11_eleventh_masked_base`); with no $G_{lo}$ code in it, {glue:text}`ch11_eleventh_plain` against
 # {glue:text}`ch11_eleventh_wy_package`. A predicated-off load is still an instruction, with its address and its
 # mask to compute, and the two-part spans still cost their adds. Choosing per chunk also cut registers (ptxas for
-# sm90, counted on the CPU machine by `scripts/kernel_registers.py`): `_offdiagonal_solve` lost its
+# sm90, counted on the CPU machine by `benchmarks/probes/kernel_registers.py`): `_offdiagonal_solve` lost its
 # {glue:text}`ch11_eleventh_off_spill` bytes of spills and `_wy_factors` went from
 # {glue:text}`ch11_eleventh_wy_regs_old` to {glue:text}`ch11_eleventh_wy_regs_new` registers per thread, so more
 # programs fit on a multiprocessor. The first try put the choice inside each program, as a branch; the compiler then keeps
@@ -2327,7 +2328,7 @@ expect("the kept call meets 0.9x at (1, 32768) against either fla timing, and mi
 #   `LO_GROUP` = {glue:text}`ch11_lo_group` chunks cuts the number of those programs by that factor.
 
 # %%
-THIRTEENTH = json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04f.json").read_text())
+THIRTEENTH = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04f.json").read_text())
 c1 = THIRTEENTH["call_1"]
 S8K = "(2, 8192, 16)"
 
@@ -2364,7 +2365,7 @@ for name, rows in runs13.items():
               f"{faster_ratio(r):.3f}x the faster")
 pdl8 = c1["pipeline"]["new"]["kda (2, 8192, 16)"]
 pdl32_gdn = c1["pipeline"]["new"]["gated_delta_rule (1, 32768, 16)"]
-twelfth_long = {(r["B"], r["T"]): r for r in json.loads((viz.FIGURES_DIR / "bench_h200_2026-12-04e.json").read_text())[
+twelfth_long = {(r["B"], r["T"]): r for r in json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04e.json").read_text())[
     "runs"]["kept"]["chunked"] if r["kind"] == "kda" and r["mode"] == "fwd"}[(2, 8192)]
 glue("ch11_twelfth_miss", f"{faster_ratio(twelfth_long) / 0.9 - 1:.1%}".replace("%", " %"), display=False)
 glue("ch11_cumsum_tile", f"[{chunk_fwd.CUMSUM_ROWS}, {chunk_fwd.CUMSUM_KEY_TILE}]", display=False)

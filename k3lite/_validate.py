@@ -219,7 +219,7 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 # Layouts (shapes and dtypes of one call's tensors) that passed the shape checks, and the sizes they gave. A decode
 # loop or a training loop calls an op with one layout again and again, and on the GPU machine of the fourteenth run
-# (BENCHMARKS.md) the shape checks' Python took longer than the GPU took for a small call; looking the layout up costs
+# (benchmarks/README.md) the shape checks' Python took longer than the GPU took for a small call; looking the layout up costs
 # a third of checking it. Only layouts that passed are kept, so a wrong call always meets the checks.
 _PASSED_LAYOUTS: dict = {}
 _PASSED_LAYOUTS_MAX = 256

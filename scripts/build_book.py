@@ -11,7 +11,7 @@
    chapter is not run again; with --execute 0 the outputs stored in the notebooks are rendered.
    Cells carry their roles as tags (CONTRIBUTING, "Cell roles"); each role is given the myst-nb tag
    that shows it (plumbing and solutions behind a toggle, speaker notes removed). A cheat sheet page,
-   computed by k3lite.accounting and k3lite.flops, follows the chapters.
+   computed by k3lite.course.accounting and k3lite.course.flops, follows the chapters.
 3. Builds the reveal.js decks (scripts/build_slides.py) into _build/slides and the site's slides/.
 4. Checks that no page loads a script, style sheet, font or image from outside the site, and that no
    page shows a glue reference that was left unresolved.
@@ -31,9 +31,9 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_slides import build_slides  # noqa: E402
-from fetch_assets import copy_mathjax  # noqa: E402
-from site_chapters import BUILD_DIR, ROOT, Chapter, listed_chapters, load_book, site_tags  # noqa: E402
+from build_slides import build_slides
+from fetch_assets import copy_mathjax
+from site_chapters import BUILD_DIR, ROOT, Chapter, listed_chapters, load_book, site_tags
 
 CONF_DIR = ROOT / "book"
 NOTEBOOK_COPIES = "_notebooks"  # pristine copies offered for download; not parsed as pages
@@ -139,10 +139,10 @@ def _bytes(n: int) -> str:
 def cheatsheet_rows() -> list[dict[str, str]]:
     """One row per mechanism: update rule, state, cache per token, FLOPs per token (K3's sizes)."""
     sys.path.insert(0, str(ROOT))
-    from k3lite import accounting, flops
-    from k3lite.gpt2 import GPT2Config
-    from k3lite.k3 import K3Config
+    from k3lite.course import accounting, flops
     from k3lite.layers.attnres import num_block_sources
+    from k3lite.models.gpt2 import GPT2Config
+    from k3lite.models.k3 import K3Config
 
     k3, gpt2 = K3Config.published(), GPT2Config()
     d, T, C = k3.head_dim, CHEAT_T, CHEAT_C
@@ -203,7 +203,7 @@ def cheatsheet_rows() -> list[dict[str, str]]:
 
 
 def cheatsheet_page() -> str:
-    from k3lite.k3 import K3Config  # cheatsheet_rows put the repository on the path
+    from k3lite.models.k3 import K3Config  # cheatsheet_rows put the repository on the path
 
     rows, head_dim = cheatsheet_rows(), K3Config.published().head_dim
     columns = ("mechanism", "rule", "state", "cache", "flops")
@@ -212,8 +212,8 @@ def cheatsheet_page() -> str:
 
 Sizes are Kimi K3's (`K3Config.published()`: head dimension $d = {head_dim}$, so $d_k = d_v = d$) unless a row
 says otherwise; FLOPs count matrix products (2 per multiply-add) at $T = {CHEAT_T:,}$ tokens and chunk size
-$C = {CHEAT_C}$, as in `k3lite.flops`. Every number on this page is computed by `k3lite.accounting` and
-`k3lite.flops` when the site is built. Print it: the page drops the navigation on paper.
+$C = {CHEAT_C}$, as in `k3lite.course.flops`. Every number on this page is computed by `k3lite.course.accounting` and
+`k3lite.course.flops` when the site is built. Print it: the page drops the navigation on paper.
 
 ```{{table}} Each mechanism, what it stores and what it costs
 :class: k3lite-cheatsheet
@@ -223,7 +223,7 @@ $C = {CHEAT_C}$, as in `k3lite.flops`. Every number on this page is computed by 
 {body}
 ```
 
-Rows with "(KDA's products)" use `k3lite.flops.kda_chunked`: the delta-rule family shares the chunked
+Rows with "(KDA's products)" use `k3lite.course.flops.kda_chunked`: the delta-rule family shares the chunked
 WY/UT products, and the gates add only element-wise work, which is not counted. "Before attention" in
 the last row: the weight products of one token, without the context-dependent attention terms above.
 """

@@ -32,9 +32,20 @@ import nbformat
 from nbconvert import SlidesExporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fetch_assets import REVEAL_THEME, copy_mathjax, copy_reveal  # noqa: E402
-from site_chapters import (BUILD_DIR, LECTURE, NOTES, PLUMBING, READING, ROOT, Chapter,  # noqa: E402
-                           cell_tags, is_solution, listed_chapters, load_book)
+from fetch_assets import REVEAL_THEME, copy_mathjax, copy_reveal
+from site_chapters import (
+    BUILD_DIR,
+    LECTURE,
+    NOTES,
+    PLUMBING,
+    READING,
+    ROOT,
+    Chapter,
+    cell_tags,
+    is_solution,
+    listed_chapters,
+    load_book,
+)
 
 TEMPLATES_DIR = ROOT / "book" / "slides_templates"
 REVEAL_DIR = "reveal.js"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bookinfo import CHAPTER_ENV, CHAPTERS_DIR, chapter_stems  # noqa: E402
+from bookinfo import CHAPTER_ENV, CHAPTERS_DIR, chapter_stems
 
 
 def execute(stem: str) -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from k3lite import mixers  # noqa: E402
+from k3lite.models import mixers
 
 DEFAULT_PAIRS = (8, 16, 32, 64, 96)
 

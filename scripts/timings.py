@@ -16,7 +16,7 @@ import nbformat
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bookinfo import CHAPTER_ENV, CHAPTERS_DIR, load_book  # noqa: E402
+from bookinfo import CHAPTER_ENV, CHAPTERS_DIR, load_book
 
 
 def time_chapter(stem: str) -> float:

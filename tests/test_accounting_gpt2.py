@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from k3lite import accounting
-from k3lite.gpt2 import GPT2, GPT2Config
+from k3lite.course import accounting
+from k3lite.models.gpt2 import GPT2, GPT2Config
 
 PUBLISHED = {
     "small": 124_439_808,

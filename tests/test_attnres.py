@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from k3lite.layers.attnres import (AttnResMixer, AttnResSources, attnres_mix, num_block_sources,
-                                   stack_sources)
+from k3lite.layers.attnres import AttnResMixer, AttnResSources, attnres_mix, num_block_sources, stack_sources
 
 
 def _sources(count, shape=(2, 5, 8), seed=0):

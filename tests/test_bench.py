@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from k3lite import bench
+from benchmarks import bench
 
 
 def run_file(path, command, rows, **sections):
@@ -108,8 +108,8 @@ def test_cpu_model_decode_rows_leave_the_device_and_graph_times_to_a_gpu():
 
 
 def _cpu_decode_models():
-    from k3lite.gpt2 import GPT2, GPT2Config
-    from k3lite.k3 import K3
+    from k3lite.models.gpt2 import GPT2, GPT2Config
+    from k3lite.models.k3 import K3
 
     k3_config, gpt2_config = bench.decode_model_configs(False, 64)
     torch.manual_seed(0)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import jupytext
 import nbformat
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ def _source_windows():
 
 
 def _occurs_in(listing, sources):
-    # A listing is a dedented run of consecutive source lines (k3lite.listing.source).
+    # A listing is a dedented run of consecutive source lines (k3lite.course.listing.source).
     wanted = listing.splitlines()
     first = wanted[0].strip()
     for lines in sources:

@@ -220,8 +220,8 @@ def test_a_glue_directive_the_decks_cannot_show_is_refused():
 def test_cheatsheet_numbers_come_from_k3lite():
     from build_book import CHEAT_C, CHEAT_T, _bytes, _count, cheatsheet_page, cheatsheet_rows
 
-    from k3lite import accounting, flops
-    from k3lite.k3 import K3Config
+    from k3lite.course import accounting, flops
+    from k3lite.models.k3 import K3Config
 
     rows = cheatsheet_rows()
     assert len(rows) == 9 and all(all(row[key].strip() for key in row) for row in rows)

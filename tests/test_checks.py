@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from k3lite.checks import expect
+from k3lite.course.checks import expect
 
 
 def test_a_claim_that_holds_is_printed_as_true(capsys):

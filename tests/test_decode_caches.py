@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import k3lite.gpt2 as gpt2_module
-from k3lite.gpt2 import GPT2, GPT2Config, KVCache, causal_attention, sdpa_causal_attention
-from k3lite.k3 import K3, K3Config
+import k3lite.models.gpt2 as gpt2_module
 from k3lite.layers.mla import MLA, MLACache
+from k3lite.models.gpt2 import GPT2, GPT2Config, KVCache, causal_attention, sdpa_causal_attention
+from k3lite.models.k3 import K3, K3Config
 
 TINY_GPT2 = GPT2Config(vocab_size=61, n_ctx=64, n_layer=2, n_head=4, n_embd=32)
 

@@ -1,17 +1,17 @@
 """The decode caches on CUDA: the paths a GPU takes (SDPA for GPT-2, MLA's folded-heads matmul) give the
 recomputed answer, and a decode step allocates nothing of the cache's size (it reads the cache in place).
 GPT-2's SDPA never takes cuDNN's backend, and a decode step of either model captured in a CUDA graph (as
-``python -m k3lite.bench --sections model_decode`` times it) gives the eager step's logits."""
+``python -m benchmarks.bench --sections model_decode`` times it) gives the eager step's logits."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from k3lite import bench
-from k3lite.gpt2 import GPT2, GPT2Config
-from k3lite.k3 import K3
+from benchmarks import bench
 from k3lite.layers.mla import MLA
+from k3lite.models.gpt2 import GPT2, GPT2Config
+from k3lite.models.k3 import K3
 
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA (tests/test_decode_caches.py covers the CPU)", allow_module_level=True)
@@ -100,7 +100,7 @@ def test_a_decode_step_allocates_nothing_of_the_caches_size():
 
 def test_gpt2_attention_on_cuda_leaves_cudnn_out():
     # cuDNN's SDPA backend builds a plan for every new key length: 6.7 ms of host time per decode step and layer
-    # on an H200 (k3lite.gpt2.SDPA_BACKENDS). The model must not pick it even where PyTorch's flags allow it.
+    # on an H200 (k3lite.models.gpt2.SDPA_BACKENDS). The model must not pick it even where PyTorch's flags allow it.
     from torch.profiler import ProfilerActivity, profile
 
     model = _gpt2(torch.bfloat16)

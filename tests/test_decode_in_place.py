@@ -2,8 +2,8 @@
 
 import torch
 
-from k3lite.k3 import K3, K3Config
 from k3lite.layers.kda_layer import KDALayer
+from k3lite.models.k3 import K3, K3Config
 
 
 def test_kda_layer_in_place_step_matches_and_reuses_the_state():

@@ -1,4 +1,4 @@
-"""scripts/decode_processes.py: the decode rows' rule (per process the median of four pairs, per row the median over
+"""benchmarks/decode_processes.py: the decode rows' rule (per process the median of four pairs, per row the median over
 processes of one launch mode), checked on synthetic runs and on the sixteenth run's stored processes."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import decode_processes as dp  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""k3lite.diagrams: each mechanism's diagram draws, with readable labels, into SVG (and PNG)."""
+"""k3lite.course.diagrams: each mechanism's diagram draws, with readable labels, into SVG (and PNG)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ElementTree
 import matplotlib.pyplot as plt
 import pytest
 
-from k3lite import diagrams
+from k3lite.course import diagrams
 
 MECHANISMS = ["gpt2_block", "linear_attention_state", "delta_rule_update", "chunk_tiling", "gated_decay",
               "kda_layer", "mla_cache", "latent_moe", "attnres_block", "k3_stack"]

@@ -191,7 +191,7 @@ def test_ch04_chunk_flops_right_and_wrong():
 
 def test_ch04_chunk_flops_reference_matches_k3lite_flops():
     """The exercise's convention is the library's: FLOPs of chunked linear attention."""
-    from k3lite import flops
+    from k3lite.course import flops
 
     for L, C, d in ((1024, 64, 128), (256, 256, 32)):
         split = flops.linear_attention_chunked(L, d, C)

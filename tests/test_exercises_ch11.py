@@ -8,11 +8,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from k3lite.exercises import ExerciseFailed, ch11  # noqa: E402  (switches the interpreter on before triton)
+import triton
+import triton.language as tl
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
+from k3lite.exercises import ExerciseFailed, ch11
 
 # ------------------------------------------------------------------------------- exercise 1
 
@@ -241,10 +240,10 @@ def test_guarded_views_share_the_buffer():
     assert ch11.overwritten_guard(buffer) == 0
 
 
-# ------------------------------------------------------------------- k3lite.listing (the chapter's listings)
+# ------------------------------------------------------------------- k3lite.course.listing (the chapter's listings)
 
 def test_listing_shows_a_kernel_and_a_named_slice():
-    from k3lite import listing
+    from k3lite.course import listing
     from k3lite.kernels import situ
 
     whole = listing.source(situ._tanh)
@@ -255,7 +254,7 @@ def test_listing_shows_a_kernel_and_a_named_slice():
 
 
 def test_listing_raises_when_the_code_changed():
-    from k3lite import listing
+    from k3lite.course import listing
     from k3lite.kernels import situ
 
     with pytest.raises(ValueError, match="start text 'no such line'"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from k3lite import flops
+from k3lite.course import flops
 from k3lite.ops import kda, linear_attention
 
 

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from k3lite import data, runtime, train
+from k3lite import data, train
+from k3lite.course import runtime
 from k3lite.exercises import ExerciseFailed, attempt, expect_close, expect_equal
 
 # ----- runtime ----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from k3lite.gpt2 import GPT2, GPT2Config, KVCache, causal_attention
+from k3lite.models.gpt2 import GPT2, GPT2Config, KVCache, causal_attention
 
 TINY = GPT2Config(vocab_size=97, n_ctx=96, n_layer=2, n_head=4, n_embd=32)
 

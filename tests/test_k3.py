@@ -1,16 +1,15 @@
 """The K3 model: configuration, assembly, AttnRes and MoE details, cached decoding, training."""
 
-import dataclasses
 
 import pytest
 import torch
 
 from k3lite import data
-from k3lite.k3 import K3, K3Cache, K3Config
 from k3lite.layers.attnres import AttnResMixer
 from k3lite.layers.kda_layer import KDALayer
 from k3lite.layers.mla import MLA
 from k3lite.layers.moe import GatedMLP, MoE
+from k3lite.models.k3 import K3, K3Cache, K3Config
 from k3lite.train import train
 
 
@@ -135,7 +134,7 @@ def test_generate_takes_the_same_options_as_gpt2():
     # One way to ask for each behaviour in both models: temperature=0 is greedy, options are keywords.
     import inspect
 
-    from k3lite.gpt2 import GPT2
+    from k3lite.models.gpt2 import GPT2
 
     k3_params = inspect.signature(_model().generate).parameters
     gpt2_params = inspect.signature(GPT2.generate).parameters

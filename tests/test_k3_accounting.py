@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from k3lite import accounting as acc
-from k3lite.k3 import K3, K3Config
+from k3lite.course import accounting as acc
 from k3lite.layers.moe import RoutedExperts
+from k3lite.models.k3 import K3, K3Config
 
 VARIANTS = [
     {},

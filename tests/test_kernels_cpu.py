@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 if torch.cuda.is_available():  # the GPU file covers CUDA machines
     pytest.skip("interpreter tests run only without CUDA", allow_module_level=True)
 
-from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention  # noqa: E402
+from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
 
 B, H, K, V = 1, 2, 16, 32
 OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
@@ -582,11 +582,11 @@ def test_interpreter_works_when_triton_was_imported_first():
 
 
 def test_a_kernel_module_imported_directly_after_triton_still_interprets():
-    # k3lite.bench imports k3lite.kernels.recurrent_step itself to time the kernel alone. After `import k3lite.gpt2`
+    # benchmarks.bench imports k3lite.kernels.recurrent_step itself to time the kernel alone. After `import k3lite.models.gpt2`
     # (torch.nn.attention imports triton in compiled mode) and no call through the entry points yet, that module
     # used to mix interpreted kernels with compiled-mode helpers (tl.max) and fail: "Cannot call @triton.jit'd
     # outside of the scope of a kernel". Every kernel module now switches the interpreter on as it is imported.
-    code = ("import k3lite.gpt2, sys; assert 'triton' in sys.modules; import torch; "
+    code = ("import k3lite.models.gpt2, sys; assert 'triton' in sys.modules; import torch; "
             "from k3lite.kernels import recurrent_step; from k3lite import ops; "
             "q, k, v = torch.randn(3, 2, 1, 16).unbind(0); g = -torch.rand(2, 1, 16); beta = torch.rand(2, 1); "
             "s = torch.randn(2, 1, 16, 16); o, _ = recurrent_step.decode_step('kda', q, k, v, g, beta, s, 0.25); "

@@ -12,11 +12,11 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("triton")
 
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
-from k3lite import kernels  # noqa: E402
-from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention  # noqa: E402
-from k3lite.ops.situ import situ_glu  # noqa: E402
+from k3lite import kernels
+from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
+from k3lite.ops.situ import situ_glu
 
 OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
        "gated_delta_rule": gated_delta_rule, "kda": kda}
@@ -193,7 +193,7 @@ def test_kda_layer_triton_backend_against_torch_backend(autocast):
 
 
 def test_k3_triton_backend_against_torch_backend_and_generate():
-    from k3lite.k3 import K3, K3Config
+    from k3lite.models.k3 import K3, K3Config
 
     idx = torch.randint(0, K3Config.tiny().vocab_size, (2, 100), device="cuda")
     logits, grads = {}, {}

@@ -12,9 +12,9 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("triton")
 
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
-from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention  # noqa: E402
+from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
 
 OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
        "gated_delta_rule": gated_delta_rule, "kda": kda}

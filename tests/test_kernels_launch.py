@@ -142,7 +142,7 @@ def test_a_call_leaving_a_parameter_to_its_default_or_naming_it_is_never_kept():
 
 
 def test_only_a_compiled_kernel_is_wrapped_and_the_wrapper_still_shows_its_source():
-    from k3lite import listing
+    from k3lite.course import listing
     from k3lite.kernels import recurrent_step
 
     interpreted = recurrent_step._decode_step   # no GPU here: the interpreter's function, returned as it is

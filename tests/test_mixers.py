@@ -1,12 +1,12 @@
-"""k3lite.mixers: the small MQAR models of chapter 06 (shapes, causality, gates, bad input, learning)."""
+"""k3lite.models.mixers: the small MQAR models of chapter 06 (shapes, causality, gates, bad input, learning)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from k3lite import mixers
 from k3lite.data import mqar_batch
+from k3lite.models import mixers
 
 TINY = dict(d_model=16, num_layers=1, num_heads=2, vocab_size=32, chunk_size=4)
 

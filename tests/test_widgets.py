@@ -1,4 +1,4 @@
-"""k3lite.widgets: the numbers behind the chunk-size explorer, its static grid, and the widget itself."""
+"""k3lite.course.widgets: the numbers behind the chunk-size explorer, its static grid, and the widget itself."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
 
-from k3lite import flops, widgets  # noqa: E402
+from k3lite.course import flops, widgets
 
 
 def test_split_is_state_plus_intra_chunk():

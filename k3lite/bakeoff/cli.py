@@ -285,7 +285,7 @@ def _worker(device: str, jobs, results) -> None:
             results.put(("ok", spec.key(), run(spec, device, timing_only=timing_only)))
         except TritonPathError as err:
             results.put(("fatal", spec.key(), str(err)))
-        except Exception:  # noqa: BLE001 - one failed run must not end the sweep; it is reported and retried later
+        except Exception:
             results.put(("error", spec.key(), traceback.format_exc()))
             if device.startswith("cuda") and not _cuda_usable():
                 results.put(("dead", device, os.getpid()))
@@ -300,7 +300,7 @@ def _cuda_usable() -> bool:
         torch.cuda.synchronize()
         torch.zeros(1, device="cuda").add_(1).item()
         return True
-    except Exception:  # noqa: BLE001 - any failure means the context is gone
+    except Exception:
         return False
 
 

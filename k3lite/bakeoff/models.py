@@ -5,7 +5,7 @@
 Every model has ``num_layers`` (default 4) layers. ``k3_hybrid`` is K3's 3 KDA : 1 MLA: layers 4, 8, ...
 are MLA (NoPE, gated output, as K3), the others KDA, so 4 layers give KDA, KDA, KDA, MLA.
 
-The recurrent mixers are ``k3lite.mixers.TokenMixer`` (projections, short convolution on q, k, v,
+The recurrent mixers are ``k3lite.models.mixers.TokenMixer`` (projections, short convolution on q, k, v,
 ``L2Norm(SiLU(.))`` on q and k, a per-head RMSNorm on the output) plus what each published layer adds:
 Gated DeltaNet a SiLU output gate (fla's ``FusedRMSNormGated``), KDA a sigmoid output gate (K3), and
 both the K3 decay ``g = -5 sigmoid(exp(A_log) (W x + dt_bias))`` with Mamba's initialisation (A in
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from k3lite.layers.mla import MLA, rotate
-from k3lite.mixers import MixerConfig, TokenMixer, _split_heads
+from k3lite.models.mixers import MixerConfig, TokenMixer, _split_heads
 
 BUILTIN = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 RECURRENT_KINDS = ("linear_attention", "delta_rule", "gated_delta_rule", "kda")

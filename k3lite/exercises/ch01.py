@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from k3lite import accounting
+from k3lite.course import accounting
 from k3lite.exercises import ExerciseFailed, attempt, expect_close, expect_equal
-from k3lite.gpt2 import GPT2Config, causal_attention
+from k3lite.models.gpt2 import GPT2Config, causal_attention
 
 # The first case tells the usual mistakes apart (halving, dropping the bytes, one layer only).
 _KV_CASES = [

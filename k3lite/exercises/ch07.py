@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from k3lite.exercises import ExerciseFailed, attempt, expect_close, expect_equal
+from k3lite.exercises import ExerciseFailed, attempt, expect_close
 
 # ---------------------------------------------------------------- exercise 1: one cached group, several heads
 

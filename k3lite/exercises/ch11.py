@@ -55,7 +55,7 @@ def _run(launch):
         launch()
     except NotImplementedError:
         raise
-    except Exception as err:  # noqa: BLE001 - Triton wraps what a kernel raises in its own error types
+    except Exception as err:
         if isinstance(err.__cause__, NotImplementedError) or "NotImplementedError" in str(err):
             raise NotImplementedError from err
         raise

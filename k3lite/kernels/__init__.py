@@ -228,7 +228,7 @@ def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, 
     _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
     if not _validate.needs_grad(q, k, v, g, beta, initial_state):
         # Inference: no autograd node, no intermediates kept. On a slow host a call's Python is what sets the pace
-        # at small shapes (BENCHMARKS.md, fourteenth run), and the node's bookkeeping was a fifth of it.
+        # at small shapes (benchmarks/README.md, fourteenth run), and the node's bookkeeping was a fifth of it.
         return _forward(kind, float(scale), q, k, v, g, beta, initial_state, keep_intermediates=False)
     return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
 

@@ -7,7 +7,7 @@ kernel up and only then calls its launcher. A public launch-latency study (faceb
 1231, not measured here) put that dispatch at ~12.5 µs against ~3.4 µs for the compiled kernel called directly, on a
 fast host. A forward is five to eight launches and a decode step one; where the GPU's work is short
 (Gated DeltaNet at (8, 2048), a decode step at B = 64), a slow host spends longer issuing the kernels than the GPU
-spends running them (``BENCHMARKS.md``, fourteenth run), and everything the host does shows in the time.
+spends running them (``benchmarks/README.md``, fourteenth run), and everything the host does shows in the time.
 
 :func:`cached_launch` wraps a kernel so that a call that looks like an earlier one goes straight to the launcher of
 the kernel that earlier call compiled. "Looks like" is a key built from what a call site can vary: the dtype of every
@@ -42,7 +42,7 @@ class CachedLaunch:
 
     def __init__(self, kernel, *, runtime=None):
         self.kernel = kernel
-        self.fn = getattr(kernel, "fn", None)          # the Python function, as k3lite.listing reads it
+        self.fn = getattr(kernel, "fn", None)          # the Python function, as k3lite.course.listing reads it
         self.launchers: dict = {}
         # The launcher takes every parameter, positionally: a call that leaves one to its default or passes it by
         # name is never kept (k3lite's call sites pass them all).

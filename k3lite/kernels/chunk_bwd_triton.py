@@ -39,10 +39,36 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from ._launch import cached_launch  # noqa: E402
-from .chunk_fwd import (CHUNK, DELTA_OF_KIND, GATE_CHANNEL, GATE_NONE, GATE_OF_KIND, GATE_SCALAR, KEY_TILE,
-                        SUB, VALUE_TILE, _block, _chunk_decay, _chunk_state_base, _head_base, _lo_kept, _load_f32,
-                        _load_lo_row_whole, _load_lo_whole, _load_row, _load_vec_f32, _span, _state_base, _store,
-                        _tile, _vec, cdiv, dot_precision, state_block_v, wy_factors)
+from .chunk_fwd import (
+    CHUNK,
+    DELTA_OF_KIND,
+    GATE_CHANNEL,
+    GATE_NONE,
+    GATE_OF_KIND,
+    GATE_SCALAR,
+    KEY_TILE,
+    SUB,
+    VALUE_TILE,
+    _block,
+    _chunk_decay,
+    _chunk_state_base,
+    _head_base,
+    _lo_kept,
+    _load_f32,
+    _load_lo_row_whole,
+    _load_lo_whole,
+    _load_row,
+    _load_vec_f32,
+    _span,
+    _state_base,
+    _store,
+    _tile,
+    _vec,
+    cdiv,
+    dot_precision,
+    state_block_v,
+    wy_factors,
+)
 
 
 @cached_launch
@@ -114,7 +140,7 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     # Triton: issued in the chunk that uses them, their latency sat on the sequential chain. They are issued one
     # chunk ahead instead (the last iteration re-reads chunk 0, unused). With num_stages=3 this took Gated
     # DeltaNet's pass at (1, 32768, 16) from 0.988 to 0.658 ms, DeltaNet's from 1.013 to 0.676, KDA's from
-    # 1.029 to 0.926 (H200, bf16, 2026-12-02; the sweep is in figures/bench_h200_2026-12-02d.json).
+    # 1.029 to 0.926 (H200, bf16, 2026-12-02; the sweep is in benchmarks/archive/bench_h200_2026-12-02d.json).
     b_dv_next = _load_f32(dv_ptr + vbase, (NT - 1) * BT, i_v * BV, T, V, H * V, BT, BV)
     dec1_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, 0, T, H, K, BT, HALF, GATE)
     dec2_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, HALF, T, H, K, BT, HALF, GATE)
@@ -554,7 +580,7 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
         _store(dg_ptr + base, b_dg, i_t * BT, i_k * BK, T, K, H * K, BT, BK)
 
 
-# Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; scripts/gpu_profile.py edits them).
+# Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; benchmarks/probes/gpu_profile.py edits them).
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
 # The reverse state pass: with its loads one chunk ahead, num_stages=3 (H200, bf16, 2026-12-02: at (1, 32768, 16)

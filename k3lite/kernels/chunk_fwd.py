@@ -40,7 +40,7 @@ so the gates of -0.001 after it would vanish. Two ways keep every digit:
     its products only where every such span of its sub-chunk is at most DIAGONAL_SPAN_LIMIT (30: factors below e^30)
     and otherwise walks the rows (_diagonal_walk), carrying sum_{j < m <= t} g_m of the raw gates, a sum of one sign.
     Measured on the H200 at (2, 8192, 16): 0.177 ms, against 0.243 for one program per token walking its row (the
-    kernel before, _diagonal_rows; figures/bench_h200_2026-12-04c.json), 0.326 for pairs of two-part differences
+    kernel before, _diagonal_rows; benchmarks/archive/bench_h200_2026-12-04c.json), 0.326 for pairs of two-part differences
     and 0.46 at best for the backward's form (four levels of pairs through anchors; bench_h200_2026-12-04b.json).
     Summing raw gates by tl.cumsum inside the other stages as well (no G, G_lo at all) made the forward
     slower, 1.495 ms in all: the scans cost more in the off-diagonal, WY and output stages (0.410, 0.312,
@@ -169,7 +169,7 @@ def _chunk_has_lo(g_base, t_last, T, K: tl.constexpr, stride, lo_from, BKF: tl.c
     # _offdiagonal_solve 0.208 -> 0.162 ms (its spills gone: 196 bytes -> 0 under Triton 3.7.1), _wy_factors 0.167 ->
     # 0.152 (168 -> 127 registers, with its loops' new order); the same choice as a branch inside each program cost
     # more than it saved (0.294 and 0.251 ms), and masking the G_lo loads off alone saved nothing (0.207, 0.170)
-    # (figures/bench_h200_2026-12-04d.json). A rounding could put a row one float32 step past the last one, at
+    # (benchmarks/archive/bench_h200_2026-12-04d.json). A rounding could put a row one float32 step past the last one, at
     # |G| ~ lo_from: its G_lo would be skipped, which is what gate_lo_from allows below lo_from anyway.
     # BKF: K rounded up to a power of two.
     return _slice_has_lo(_load_row(g_base, t_last, T, K, stride, BKF), lo_from)
@@ -209,7 +209,7 @@ def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.const
     # The G_lo tile beside the G tile hi, for the forward's stages: the load is masked by _lo_kept, so an entry stage 1
     # did not write is never fetched (with the benchmark's gates, none is). Against _load_lo_whole, on one H200 at
     # (2, 8192, 16), bf16: _offdiagonal_solve 0.217 -> 0.205 ms, _wy_factors 0.178 -> 0.169
-    # (figures/bench_h200_2026-12-04b.json, same_machine_ab, call_3).
+    # (benchmarks/archive/bench_h200_2026-12-04b.json, same_machine_ab, call_3).
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
     return tl.load(p, mask=m & _lo_kept(hi, lo_from), other=0.0)
 
@@ -226,7 +226,7 @@ def _load_lo_whole(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl
     # As _load_lo, for the backward's stages: the tile loaded whole, then the entries stage 1 did not write
     # replaced by 0. A mask that differs per element keeps the compiler from merging neighbouring loads into wide
     # ones; there that cost more than the bytes saved: _bwd_intra 1.387 ms against 1.857 with _load_lo's masked load
-    # (H200, (2, 8192, 16), bf16; figures/bench_h200_2026-12-04.json).
+    # (H200, (2, 8192, 16), bf16; benchmarks/archive/bench_h200_2026-12-04.json).
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
     return tl.where(_lo_kept(hi, lo_from), tl.load(p, mask=m, other=0.0), 0.0)
 
@@ -297,7 +297,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     # Each gate is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
     # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile load,
     # a scan of pairs down the tile, joined to the pair carried from the tiles before it. A gate per head is K = 1.
-    # Measured on the H200 (float32 gates, GPU ms; figures/bench_h200_2026-12-02g.json, stage1_probe): this form
+    # Measured on the H200 (float32 gates, GPU ms; benchmarks/archive/bench_h200_2026-12-02g.json, stage1_probe): this form
     # 0.119 / 0.234 ms at (2, 8192, 16) / (1, 32768, 16); the float64 form before it 0.140 / 0.273 on the same tiles,
     # 0.129 / 0.256 on its best (32 channels by 16 rows); a plain float32 scan writing the same two tensors, with no
     # compensation, 0.107 / 0.210 (the floor). Tiles of 4 or 16 rows and 64 channels were slower.
@@ -313,7 +313,7 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     # The check keeps the largest gate seen in each channel, NaN kept (max.NaN), and at the end clears the flag by a
     # masked store (_clear_flag_where). Alone on the H200 at (2, 8192, 16), float32 gates, 0.0729 ms with the check and
     # 0.0730 without; keeping a [BS, BK] tile of largest gates instead, summed into one count at the end, took 0.0798
-    # (206 registers per thread against 168; figures/bench_h200_2026-12-04f.json, call 1), and a count of bad gates
+    # (206 registers per thread against 168; benchmarks/archive/bench_h200_2026-12-04f.json, call 1), and a count of bad gates
     # kept per gate (a compare, a convert and an add per gate) 0.096 against 0.073 (bench_h200_2026-12-04b.json).
     worst = tl.full([BK], -1.0, dtype=tl.float32)
     for i_s in tl.static_range(BT // BS):
@@ -716,7 +716,7 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
               DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
     # The work of one _wy_factors program. KDA's computes U first, then W: on the H200 at (2, 8192, 16), bf16, a copy
     # of this kernel without G_lo took 0.143 ms in this order against 0.159 with W first
-    # (figures/bench_h200_2026-12-04d.json).
+    # (benchmarks/archive/bench_h200_2026-12-04d.json).
     # The other kinds keep W first, the order their benchmark rows were measured in.
     i_b, i_h = i_bh // H, i_bh % H
     p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
@@ -864,7 +864,7 @@ DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rul
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b), for grids and chunk counts on the host. triton.cdiv and triton.next_power_of_2 are constexpr
     functions, and each call of one from Python unwraps its arguments first: a few microseconds, paid several times per
-    forward, which at small shapes is time the host may not have (BENCHMARKS.md, thirteenth run)."""
+    forward, which at small shapes is time the host may not have (benchmarks/README.md, thirteenth run)."""
     return -(-a // b)
 
 
@@ -893,7 +893,7 @@ SOLVE_PRECISION = "ieee"
 # For bf16/fp16 inputs TF32 (as flash-linear-attention): on the H200 at (2, 8192, 16) it halved Gated DeltaNet's
 # solve (0.104 -> 0.053 ms) and cut KDA's off-diagonal stage from 0.370 to 0.317 ms, and it left the relative RMS
 # error of the output, the state and every gradient against the float32 pipeline unchanged to two digits
-# (KDA 2.5e-3 - 3.5e-3; figures/bench_h200_2026-12-02.json, forward_variants_2x8192x16).
+# (KDA 2.5e-3 - 3.5e-3; benchmarks/archive/bench_h200_2026-12-02.json, forward_variants_2x8192x16).
 HALF_SOLVE_PRECISION = "tf32"
 # Where Aqk and Ai are stored for bf16/fp16 inputs: "input" (their own dtype) or "float32". The forward rounds
 # both to the input dtype anyway where it uses them (tl.dot operands beside V' and K), so its output is the
@@ -913,7 +913,7 @@ def a_dtype(dtype):
     return dtype if A_STORAGE == "input" and dtype != torch.float32 else torch.float32
 
 # Launch settings of each stage: a few explicit numbers, no autotuner. They were picked on an H200
-# with scripts/gpu_profile.py, which times each stage under other settings (it edits this dict).
+# with benchmarks/probes/gpu_profile.py, which times each stage under other settings (it edits this dict).
 LAUNCH = {
     "cumsum": dict(num_warps=1),
     "intra": dict(num_warps=4),
@@ -926,7 +926,7 @@ LAUNCH = {
     "output": dict(num_warps=4),
 }
 # KDA's intra-chunk stage: channel-slice width of _offdiagonal_solve.
-# Measured on the H200, bf16, GPU ms at (2, 8192, 16) / (1, 32768, 16) (figures/bench_h200_2026-12-02e.json):
+# Measured on the H200, bf16, GPU ms at (2, 8192, 16) / (1, 32768, 16) (benchmarks/archive/bench_h200_2026-12-02e.json):
 # _offdiagonal_solve with 32-wide slices and 2 warps 0.301 / 0.549, with 16-wide slices and 1 warp, 2 stages
 # 0.211 / 0.436 (a likely reason, not checked in the compiled code: the twelve 16x16 accumulators live through
 # the whole loop, and a narrower slice leaves them more of the registers);
@@ -936,9 +936,9 @@ LAUNCH = {
 # _diagonal_blocks: channels per slice, and the largest |G_r - G_a| its anchored factors may carry. A kept pair's
 # product is its decay, <= 1; a masked pair's stays below e^60 = 1.1e26 times q.k, so no sum overflows either.
 # On the H200 at (2, 8192, 16), bf16: full width at 2 warps 0.178 ms; at 1 / 4 warps 0.193 / 0.263; slices of 32 or 64
-# channels 0.27-0.43 (figures/bench_h200_2026-12-04c.json, sweeps). A later sweep found 1 warp faster: 0.162 ms at 1, 2
+# channels 0.27-0.43 (benchmarks/archive/bench_h200_2026-12-04c.json, sweeps). A later sweep found 1 warp faster: 0.162 ms at 1, 2
 # or 3 stages against 0.178 at 2 warps, despite ~1.2 KB of spills per thread under Triton 3.7.1; with G_lo skipped in
-# sub-chunks without it (_slice_has_lo), 0.150 (figures/bench_h200_2026-12-04d.json, calls 2 and 4).
+# sub-chunks without it (_slice_has_lo), 0.150 (benchmarks/archive/bench_h200_2026-12-04d.json, calls 2 and 4).
 DIAGONAL_BK = 128
 DIAGONAL_SPAN_LIMIT = 30.0
 OFFDIAGONAL_BK = 16
@@ -954,7 +954,7 @@ CUMSUM_ROWS = 8
 LO_GROUP = 4
 # Value-block widths: the output stage's (KDA's apart: it reads a [64, BK] float32 tile of G per value block, so a
 # block of all 128 values reads it once; 0.128 against 0.141 ms at (2, 8192, 16), bf16,
-# figures/bench_h200_2026-12-04d.json);
+# benchmarks/archive/bench_h200_2026-12-04d.json);
 # the state pass's (None: state_block_v picks it from the grid size).
 BLOCK_V = {"output": 64, "output_channel": 128, "state": None}
 

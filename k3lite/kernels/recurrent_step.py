@@ -13,9 +13,9 @@ at its next synchronisation, as any CUDA error does. Triton compiles device asse
 launched with ``debug=True`` (which also adds integer-overflow checks unless ``sanitize_overflow=False``), so
 the step is launched with both. The host-side checks cost a max, an aminmax, three comparisons, an and and two
 asserts, eight launches: on an H200 at B = 256 they took the step from 0.138 to 0.164 ms
-(figures/bench_h200_kda_2026-12-01.json). A flag cleared in the kernel plus one ``torch._assert_async`` after
-it took 0.140 ms (figures/bench_h200_2026-12-02.json), but that is two launches a step, and at B = 64 the host
-issues a step about as fast as the GPU runs it (BENCHMARKS.md, fourteenth run): the assert in the kernel
+(benchmarks/archive/bench_h200_kda_2026-12-01.json). A flag cleared in the kernel plus one ``torch._assert_async`` after
+it took 0.140 ms (benchmarks/archive/bench_h200_2026-12-02.json), but that is two launches a step, and at B = 64 the host
+issues a step about as fast as the GPU runs it (benchmarks/README.md, fourteenth run): the assert in the kernel
 makes a step one launch.
 """
 

@@ -31,7 +31,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 def stack_sources(sources, d_model: int | None = None) -> torch.Tensor:
     """Return the sources stacked as ``[S, ..., d]`` (from a list of equal-shape tensors or a stacked tensor)."""
     if isinstance(sources, torch.Tensor):

@@ -6,7 +6,7 @@ Triton 3.6.0 failure below did not appear).
 
     python3.12 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
         --platform manylinux_2_28_x86_64 -d /tmp/w triton==3.6.0 && (cd /tmp/t360 && unzip -q /tmp/w/triton-3.6.0-*.whl)
-    PYTHONPATH=/tmp/t360 python3.12 scripts/compile_sm90.py
+    PYTHONPATH=/tmp/t360 python3.12 benchmarks/probes/compile_sm90.py
 
 Used on 2026-12-02: under Triton 3.6.0 the carry of b366cd8's _chunk_cumsum (the scan's last row picked out by
 masked sums) failed for bf16 and fp16 gates with 64 and 128 channels ("operand #1 does not dominate this use"),

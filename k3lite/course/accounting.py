@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from k3lite.gpt2 import GPT2Config
+from k3lite.models.gpt2 import GPT2Config
 
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
@@ -77,7 +77,7 @@ def gpt2_parameter_count(config: GPT2Config) -> int:
 
 def gpt2_meta_parameter_count(config: GPT2Config) -> int:
     """The same number, counted on the module itself (built on the meta device)."""
-    from k3lite.gpt2 import GPT2
+    from k3lite.models.gpt2 import GPT2
 
     return meta_param_count(lambda: GPT2(config))
 
@@ -212,7 +212,7 @@ def k3_parameter_breakdown(config) -> dict[str, int]:
 
 
 def k3_param_counts(config) -> dict[str, int]:
-    """``{"total", "active", "embedding", "routed_experts"}`` for a :class:`k3lite.k3.K3Config`.
+    """``{"total", "active", "embedding", "routed_experts"}`` for a :class:`k3lite.models.k3.K3Config`.
 
     ``active`` leaves out the unselected routed experts and the input embedding table (see the note
     above). Published K3: total 2,779,483,053,152 (2.78e12), active 104,188,189,792 (1.04e11).
@@ -231,8 +231,8 @@ def k3_meta_param_counts(config) -> dict[str, int]:
     ``active`` is counted from the modules themselves: each :class:`RoutedExperts` contributes
     ``top_k / num_experts`` of its parameters, the embedding table nothing unless tied.
     """
-    from k3lite.k3 import K3
     from k3lite.layers.moe import RoutedExperts
+    from k3lite.models.k3 import K3
 
     with torch.device("meta"):
         model = K3(config)

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from k3lite import sampling
 from k3lite._validate import check_token_ids
+from k3lite.models import sampling
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 # The SDPA backends the model lets PyTorch choose from: every one but cuDNN's. cuDNN's backend builds a new
 # execution plan for every new key length, and in decode the key length grows by one at every step. On an H200
-# (batch 8, width 1024, depth 8, bf16, context 4096; scripts/gpu_decode_probe.py, 2026-12-02) a GPT-2 decode
+# (batch 8, width 1024, depth 8, bf16, context 4096; benchmarks/probes/gpu_decode_probe.py, 2026-12-02) a GPT-2 decode
 # step took 54.56 ms with SDPA free to pick cuDNN and 3.16 ms with cuDNN's backend switched off: the profiler
 # showed 6.7 ms of host time per aten::_cudnn_attention_forward call against 39 us of GPU time. Choosing costs
 # host time too: entering sdpa_kernel took 10 us per call on a 2-core CPU machine (2026-12-02), once per layer.

@@ -1,8 +1,8 @@
 """CPU timing of the chunked forms against the token loop, for the four ops of ``k3lite.ops``.
 
-    .venv/bin/python scripts/bench_cpu_ops.py [--T 4096] [--repeats 3] [--threads 1]
+    .venv/bin/python benchmarks/bench_cpu_ops.py [--T 4096] [--repeats 3] [--threads 1]
 
-Prints a table and writes ``figures/bench_cpu_ops.json``. Shapes follow the course's running
+Prints a table and writes ``benchmarks/results/bench_cpu_ops.json``. Shapes follow the course's running
 example (B=1, H=4, K=V=64, T=4096). Each form runs ``--repeats`` times, alternating, and medians
 are reported, in wall-clock and in CPU time of this process (steadier when others share the
 machine); the chunked result is also compared with the recurrent one, so a fast wrong answer

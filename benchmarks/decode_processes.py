@@ -1,11 +1,11 @@
 """The decode rows of the public-API target under the rule the sixteenth run wrote down before the next measurement.
 
-    python scripts/decode_processes.py [--processes 4] [--out-dir DIR] [--summary FILE.json]
-    python scripts/decode_processes.py --summarize DIR [--summary FILE.json]
+    python benchmarks/decode_processes.py [--processes 4] [--out-dir DIR] [--summary FILE.json]
+    python benchmarks/decode_processes.py --summarize DIR [--summary FILE.json]
 
 A decode step at B = 64 runs for about 0.04 ms on an H200, about as long as the host takes to issue it, so one
-process on a briefly slowed host can set its API ratio (BENCHMARKS.md, sixteenth run). This runs
-``python -m k3lite.bench --sections decode`` in 2 x N fresh processes on one machine, alternating the cached launch
+process on a briefly slowed host can set its API ratio (benchmarks/README.md, sixteenth run). This runs
+``python -m benchmarks.bench --sections decode`` in 2 x N fresh processes on one machine, alternating the cached launch
 (the default) and Triton's dispatch (``K3LITE_TRITON_DISPATCH=1``) as A B B A A B B A, each writing its own JSON.
 Each process gives ops / kernels as the median of its four back-to-back pairs; a row's figure is the median over
 the processes of one launch mode, printed with the smallest and largest. The target is met when every cached
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from k3lite.bench import LAUNCHES
+from benchmarks.bench import LAUNCHES
 
 MODES = tuple(LAUNCHES)
 BOUND = 1.05
@@ -40,7 +40,7 @@ def mode_of(run: dict) -> str:
     for mode, text in LAUNCHES.items():
         if launches == text:
             return mode
-    raise ValueError(f"a run's meta.launches must be one of k3lite.bench.LAUNCHES, got {launches!r}")
+    raise ValueError(f"a run's meta.launches must be one of benchmarks.bench.LAUNCHES, got {launches!r}")
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -83,7 +83,7 @@ def run_processes(processes: int, out_dir: Path) -> list[Path]:
         env.pop("K3LITE_TRITON_DISPATCH", None)
         if mode == "dispatch":
             env["K3LITE_TRITON_DISPATCH"] = "1"
-        subprocess.run([sys.executable, "-m", "k3lite.bench", "--sections", "decode", "--out", str(path)],
+        subprocess.run([sys.executable, "-m", "benchmarks.bench", "--sections", "decode", "--out", str(path)],
                        env=env, check=True)
         paths.append(path)
     return paths

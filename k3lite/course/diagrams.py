@@ -1,4 +1,4 @@
-"""One diagram per mechanism of the course, drawn by code: ``python -m k3lite.diagrams`` writes them all.
+"""One diagram per mechanism of the course, drawn by code: ``python -m k3lite.course.diagrams`` writes them all.
 
 Each ``draw_*`` function returns a matplotlib figure; :func:`write_all` saves each as
 ``figures/diagram_<name>.svg`` (what the chapters and decks show) and ``.png`` (to look at it).
@@ -15,10 +15,10 @@ from typing import Callable
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from k3lite.viz import CARD, FIGURES_DIR, INK, MECHANISM_COLORS, PALETTE  # noqa: E402
+from k3lite.course.viz import CARD, FIGURES_DIR, INK, MECHANISM_COLORS, PALETTE
 
 WIDTH_IN = 7.5
 MIN_FONT_PT = 10

@@ -1,19 +1,19 @@
 """Where a decode step's time goes, for the model_decode benchmark's two models (GPU only; not part of any test).
 
-    python scripts/gpu_decode_probe.py
+    python benchmarks/probes/gpu_decode_probe.py
 
-The benchmark (python -m k3lite.bench --sections model_decode) found both models' step times flat in the
-context length on the H200 (figures/bench_h200_2026-12-02b.json, model_decode_diagnosis): something other than
+The benchmark (python -m benchmarks.bench --sections model_decode) found both models' step times flat in the
+context length on the H200 (benchmarks/archive/bench_h200_2026-12-02b.json, model_decode_diagnosis): something other than
 the cache traffic bounds them. This script builds the same K3-shaped and GPT-2-shaped models at a 4096-token
-cache, times a step of each, times GPT-2's step again with SDPA free to pick its cuDNN backend (as k3lite.gpt2
+cache, times a step of each, times GPT-2's step again with SDPA free to pick its cuDNN backend (as k3lite.models.gpt2
 did before 2026-12-02), and prints the profiler's table of each step (host time per op first, then GPU time).
 
 What it found on an H200 (2026-12-02, batch 8, width 1024, depth 8, bf16): SDPA's cuDNN backend builds a new
 plan for every new key length, which decode grows by one each step (6.7 ms of host time per call against 39 us
-of GPU time; GPT-2's step took 54.56 ms, 3.16 ms without cuDNN, now k3lite.gpt2's default), and K3's step is
+of GPU time; GPT-2's step took 54.56 ms, 3.16 ms without cuDNN, now k3lite.models.gpt2's default), and K3's step is
 host-bound (26.9 ms of wall time per step against ~2.4 ms of kernels, from about 1,000 kernel launches: 2,603 cudaLaunchKernel and 429 cuLaunchKernelEx in 3 steps).
 
-    python scripts/gpu_decode_probe.py --count
+    python benchmarks/probes/gpu_decode_probe.py --count
 
 runs anywhere (a CPU is enough): the number of PyTorch operations one decode step dispatches, per sub-module,
 with the choices the models make on CUDA (the MoE's all-experts path, GPT-2's SDPA), batch 8. Each is a
@@ -33,10 +33,10 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import k3lite.gpt2 as gpt2_module  # noqa: E402
-from k3lite import bench  # noqa: E402
-from k3lite.gpt2 import GPT2, GPT2Config  # noqa: E402
-from k3lite.k3 import K3  # noqa: E402
+import k3lite.models.gpt2 as gpt2_module
+from benchmarks import bench
+from k3lite.models.gpt2 import GPT2, GPT2Config
+from k3lite.models.k3 import K3
 
 CONTEXT, BATCH, HEADROOM = 4096, 8, 64
 
@@ -197,7 +197,7 @@ def main():
 
         for token in tokens[:3]:
             gpt2_step(token)
-        print(f"GPT-2 (SDPA without cuDNN, k3lite.gpt2's default): {ms_per_step(gpt2_step, tokens):.2f} ms per step")
+        print(f"GPT-2 (SDPA without cuDNN, k3lite.models.gpt2's default): {ms_per_step(gpt2_step, tokens):.2f} ms per step")
         profile_steps(gpt2_step, tokens, "GPT-2 step")
         # The attention as it was: SDPA picks by PyTorch's global flags, whose defaults allow cuDNN. The model's
         # own SDPA call overrides those flags (sdpa_kernel), so switching enable_cudnn_sdp alone would change nothing.

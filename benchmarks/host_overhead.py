@@ -1,12 +1,12 @@
 """Host time of one chunked forward, the GPU's kernels aside: every Triton launch of the pipeline replaced by a no-op.
 
-    python scripts/host_overhead.py [--out FILE.json] [--base DIR]
+    python benchmarks/host_overhead.py [--out FILE.json] [--base DIR]
 
 At small shapes the GPU can finish a forward sooner than Python issues it (the thirteenth run's Gated DeltaNet and
-DeltaNet rows at (8, 2048), BENCHMARKS.md). This measures what the package's own Python costs per call, on any machine:
+DeltaNet rows at (8, 2048), benchmarks/README.md). This measures what the package's own Python costs per call, on any machine:
 float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make them), each
 kind through k3lite.ops.<kind>.chunked(backend="triton"), through k3lite.kernels.chunked and through
-k3lite.kernels.run_chunked (no argument checks: the path k3lite.bench times as the kernels alone), the median of 7
+k3lite.kernels.run_chunked (no argument checks: the path benchmarks.bench times as the kernels alone), the median of 7
 rounds of 300 calls, in microseconds; and one KDA decode step (B = 64) through k3lite.ops.kda.step and through
 k3lite.kernels.run_step. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
 instead (e.g. a `git archive <commit> k3lite | tar -x -C DIR` copy) in a child process. Not part of any test.
@@ -60,7 +60,7 @@ def measure():
                  "run_chunked": lambda: kernels.run_chunked(kind, q, k, v, g, beta, scale=D ** -0.5)}
         for path, fn in paths.items():
             result["us_per_call"][f"{kind} {path}"] = _median_us(fn)
-    # One KDA decode step (B = 64): through the ops API and through kernels.run_step, the path k3lite.bench times as
+    # One KDA decode step (B = 64): through the ops API and through kernels.run_step, the path benchmarks.bench times as
     # the kernel alone.
     q1, k1, v1 = (torch.randn(64, H, D) for _ in range(3))
     g1, beta1, state = -torch.rand(64, H, D), torch.rand(64, H), torch.zeros(64, H, D, D)

@@ -1,14 +1,14 @@
 """Stage 1 of the chunked forward (the chunk-local gate sums, kernels/chunk_fwd.py: _chunk_cumsum) in four forms,
 GPU ms and exactness, on the H200 (GPU only for times; on a CPU it checks the forms under the interpreter).
 
-    python3 scripts/gpu_stage1_probe.py      # writes $OUT/probe_cumsum.json when OUT is set
+    python3 benchmarks/probes/gpu_stage1_probe.py      # writes $OUT/probe_cumsum.json when OUT is set
 
 Forms: "module" = the package's kernel; "f64" = the kernel before b366cd8 (a float64 tl.cumsum in tiles of BS
 rows); "df_masked" = b366cd8's (float32 pairs scanned with _two_sum, the carry picked out of the scan's last row
 by masked sums, which Triton 3.6.0 could not compile for bf16 gates); "f32floor" = a plain float32 scan of the
 chunk writing two float32 tensors, not exact: the memory floor of a two-tensor stage 1. KDA's gates
 -5 sigmoid(randn - 2) with a -1e4, a -1e6 and a -inf gate; max_abs_err_vs_f64 = largest |hi + lo - float64 sum|.
-Results of 2026-12-02: figures/bench_h200_2026-12-02g.json, stage1_probe (measured with this script before it was
+Results of 2026-12-02: benchmarks/archive/bench_h200_2026-12-02g.json, stage1_probe (measured with this script before it was
 tidied: the same kernels and settings, their shared tile load since moved into one helper). Not part of any test;
 exits 1 if an exact form is not equal to the float64 sums.
 """
@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from k3lite import kernels  # noqa: E402,F401  (first: it sets up Triton)
-from k3lite.kernels import chunk_fwd as cf  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import triton
+import triton.language as tl
 
+from k3lite import kernels  # noqa: F401  (first: it sets up Triton)
+from k3lite.kernels import chunk_fwd as cf
 
 CHUNK = 64           # rows per chunk, as in the package (chunk_fwd.CHUNK)
 FLOOR = -1024.0      # the package's GATE_FLOOR, for the float64 reference

@@ -1,4 +1,4 @@
-"""Benchmark of the k3lite kernels: ``python -m k3lite.bench [--out PATH] [--plot PATH] [--quick]``.
+"""Benchmark of the k3lite kernels: ``python -m benchmarks.bench [--out PATH] [--plot PATH] [--quick]``.
 
 On a GPU: the chunked mixers (k3lite Triton, k3lite PyTorch chunked, flash-linear-attention when it
 can be imported, causal scaled_dot_product_attention) at (B, T, H) = (8, 2048, 16), (2, 8192, 16),
@@ -127,7 +127,7 @@ def kernel_call(kind, t):
     return kernels.run_chunked(kind, t["q"], t["k"], t["v"], t["g"], t["beta"], scale=t["q"].shape[-1] ** -0.5)[0]
 
 
-# How a run's kernels were launched, as its JSON's meta.launches says it (scripts/decode_processes.py reads it back).
+# How a run's kernels were launched, as its JSON's meta.launches says it (benchmarks/decode_processes.py reads it back).
 LAUNCHES = {"cached": "cached (k3lite.kernels._launch: a call like an earlier one skips Triton's dispatch)",
             "dispatch": "through Triton's dispatch every call"}
 
@@ -143,7 +143,7 @@ def cached_launches_on() -> bool:
 def host_issue_ms(fn, calls=20):
     """Median host milliseconds of one call of fn, the device idle before each (synchronised first, not after): on a
     GPU the time Python takes to issue the call's work. A row whose host time reaches its timed ms was set by the host,
-    not the GPU (BENCHMARKS.md, thirteenth run, asks this of Gated DeltaNet's and DeltaNet's rows at (8, 2048))."""
+    not the GPU (benchmarks/README.md, thirteenth run, asks this of Gated DeltaNet's and DeltaNet's rows at (8, 2048))."""
     times = []
     for _ in range(calls):
         if torch.cuda.is_available():
@@ -467,14 +467,14 @@ MODEL_DECODE_NOTE = (
     "cannot be captured gets *_graph_error instead of a time, a failed profile *_device_error. "
     "k3_over_gpt2_device and k3_over_gpt2_graph are the tokens/s ratios, GPT-2's ms over K3's. GPT-2's SDPA "
     "leaves out cuDNN's backend (flash, memory-efficient or math attention): cuDNN built a new plan for every "
-    "key length, about 6.7 ms of host time per call on an H200 (k3lite.gpt2.SDPA_BACKENDS).")
+    "key length, about 6.7 ms of host time per call on an H200 (k3lite.models.gpt2.SDPA_BACKENDS).")
 
 
 def decode_model_configs(gpu: bool, vocab_size: int):
     """A K3 and a GPT-2 of one width and depth: on a GPU width 1024 and 8 layers (K3: 6 KDA + 2 MLA,
     3:1 as in K3, MLA caching K3's 512 + 64 numbers per token), on a CPU width 64 and 4 layers."""
-    from k3lite.gpt2 import GPT2Config
-    from k3lite.k3 import K3Config
+    from k3lite.models.gpt2 import GPT2Config
+    from k3lite.models.k3 import K3Config
 
     if gpu:
         width, depth, heads = 1024, 8, 16
@@ -508,8 +508,8 @@ def _random_like(template: torch.Tensor, length: int, batch: int, gen) -> torch.
 
 def fill_k3_cache(model, prompt, length, fill, gen, headroom):
     """A K3Cache of ``length`` tokens whose MLA buffers have room for ``headroom`` more tokens."""
-    from k3lite.k3 import K3Cache
     from k3lite.layers.mla import MLACache
+    from k3lite.models.k3 import K3Cache
 
     # 'random': shapes, dtypes and real KDA states from a short prefill, the MLA rows then made up
     source = model.run(prompt[:, :length] if fill == "prefill" else prompt[:, :8]).cache
@@ -663,9 +663,9 @@ def _cache_buffers(cache) -> tuple:
     """Where each buffer of a GPT-2 KVCache or a K3Cache starts (its views start at row 0), and how much room it
     has (GPT-2: bytes of all buffers, MLA: tokens): a step that grew or copied a buffer changes this. K3's KDA
     states are in it too: with ``update_state_in_place`` a step keeps them where they are."""
-    from k3lite.k3 import K3Cache
     from k3lite.layers.kda_layer import KDACache
     from k3lite.layers.mla import MLACache
+    from k3lite.models.k3 import K3Cache
 
     if isinstance(cache, K3Cache):
         found = []
@@ -723,8 +723,8 @@ def bench_model_decode(contexts, batch, steps, prefill_max, device, results, sav
     then rebuilds each cache and measures the device time (:func:`device_ms_per_step`) and a CUDA-graph replay
     (:func:`capture_step`, :func:`graph_ms_per_step`) of each model: neither the profiler, which may stay attached
     to the process once used, nor a graph's memory pool is around while a wall time is taken."""
-    from k3lite.gpt2 import GPT2, GPT2Config
-    from k3lite.k3 import K3
+    from k3lite.models.gpt2 import GPT2, GPT2Config
+    from k3lite.models.k3 import K3
 
     gpu = device == "cuda"
     dtype = torch.bfloat16 if gpu else torch.float32
@@ -847,7 +847,7 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from k3lite import viz
+    from k3lite.course import viz
 
     viz.use_style()
     key = "ratio_ops_vs_fla" if any(r.get("ratio_ops_vs_fla") for r in results["chunked"]) else "ratio_vs_fla"
@@ -963,10 +963,10 @@ def main(argv=None):
     device = "cuda" if gpu else "cpu"
     name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
     default = "bench_h200.json" if "H200" in name else ("bench_cpu.json" if not gpu else "bench_gpu.json")
-    out = args.out or Path(__file__).resolve().parent.parent / "figures" / default
+    out = args.out or Path(__file__).resolve().parents[1] / "runs" / default   # scratch: committed results are named with --out
     fla = load_fla() if gpu else {}
     measure = timer(gpu)
-    results = {"meta": {"command": "python -m k3lite.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+    results = {"meta": {"command": "python -m benchmarks.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
                         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                         "device": name, "versions": versions(fla),
                         "timing": "median ms; triton.testing.do_bench (CUDA events, L2 flushed)" if gpu

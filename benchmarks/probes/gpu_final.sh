@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU benchmark and GPU tests (device carry=[".whl", ".t371"]: the flash-linear-attention 0.6.0 wheels and
-# Triton 3.7.1 packed by scripts/pack_triton.sh). Every benchmark runs under Triton 3.7.1, the version fla
+# Triton 3.7.1 packed by benchmarks/probes/pack_triton.sh). Every benchmark runs under Triton 3.7.1, the version fla
 # needs for its gated backward on Hopper (issue #640). Each row is timed through the public ops API and
 # through the kernels alone, with fla before and after, in one process. The work comes in parts:
 #   kda     benchmark of KDA (fwd, fwd+bwd)
@@ -9,7 +9,7 @@
 #   gated   benchmark of Gated DeltaNet and DeltaNet
 #   decode  model_decode: a K3-shaped model (KDA:MLA 3:1) against a GPT-2-shaped one with a KV cache,
 #           tokens/s at 4k, 32k and 128k context (the seeds' "up to 6x decode")
-#   probe   scripts/gpu_decode_probe.py: where a decode step of each model spends its time
+#   probe   benchmarks/probes/gpu_decode_probe.py: where a decode step of each model spends its time
 #   tests   the GPU tests, under 3.7.1 and under the device's own Triton (the gated kinds, the boundary,
 #           layer and K3 tests, the head-width and in-place decode tests, the MoE's no-host-sync test)
 # Parts are spread round-robin over the visible GPUs; on one GPU they run one after another, so split them
@@ -20,18 +20,18 @@
 # tests part, the kda part finished in 224 s; with 225 s the tests part completed the chunked cases (188 s) and
 # the MoE/width/in-place ones, but not the other two selections, which a second call on the warm machine ran in
 # 35 and 49 s (compiled kernels cached). So, e.g.,
-# `bash scripts/gpu_final.sh 330 0 kda` + `bash scripts/gpu_final.sh 300 0 gated`, then
-# `bash scripts/gpu_final.sh 250 240 linear,tests` and `... decode`. Later on 2026-12-02, on a fresh machine, the kda
+# `bash benchmarks/probes/gpu_final.sh 330 0 kda` + `bash benchmarks/probes/gpu_final.sh 300 0 gated`, then
+# `bash benchmarks/probes/gpu_final.sh 250 240 linear,tests` and `... decode`. Later on 2026-12-02, on a fresh machine, the kda
 # part with 287 s gave only its first row (at 123 s; the forward+backward row did not finish), the gated part
 # reached its fifth row at 231 s, the decode part finished in 86 s, and the tests part with 260 s completed only
 # the MoE/width/in-place/decode-cache selection (134 s): give kda 330 and tests 300 on a fresh machine.
 # --merge joins the benchmark files of a call.
 # Results under $OUT: tests.log, bench_<part>.json and .log, bench_h200.json and .png, tune.tar (fla's autotuning).
-# Usage: bash scripts/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S] [PARTS (comma-separated)]
+# Usage: bash benchmarks/probes/gpu_final.sh [BENCH_TIMEOUT_S] [TEST_TIMEOUT_S] [PARTS (comma-separated)]
 # Set-up on the machine that calls the device (once; both folders stay out of git through .git/info/exclude):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
 #     flash-linear-attention==0.6.0 fla-core==0.6.0 && echo /.whl/ >> .git/info/exclude
-#   bash scripts/pack_triton.sh
+#   bash benchmarks/probes/pack_triton.sh
 set -o pipefail
 bench_s=${1:-540}; test_s=${2:-480}; parts=${3:-kda,linear,tests,gated,decode}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
@@ -51,7 +51,7 @@ PYTHONPATH=$P_DEVICE python3 -c "import torch, triton; print('device: torch', to
 PYTHONPATH=$P_371 python3 -c "import triton; print('carried: triton', triton.__version__)" >> /tmp/L/gpu_info.txt
 bench() {  # GPU, name, options...
   local gpu=$1 name=$2; shift 2
-  CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH=$P_371 timeout $bench_s python3 -m k3lite.bench --out $OUT/$name.json "$@" \
+  CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH=$P_371 timeout $bench_s python3 -m benchmarks.bench --out $OUT/$name.json "$@" \
     > $OUT/$name.log 2>&1
 }
 gpu_tests() {  # GPU
@@ -72,7 +72,7 @@ run_part() {  # GPU, part
     linear) bench $1 bench_linear --kinds linear_attention --sections situ,decode,profile,fwd,fwd+bwd ;;
     gated) bench $1 bench_gated --kinds gated_delta_rule,delta_rule --sections fwd,fwd+bwd ;;
     decode) bench $1 bench_model_decode --kinds kda --sections model_decode ;;
-    probe) CUDA_VISIBLE_DEVICES=$1 PYTHONPATH=$P_371 timeout $bench_s python3 scripts/gpu_decode_probe.py \
+    probe) CUDA_VISIBLE_DEVICES=$1 PYTHONPATH=$P_371 timeout $bench_s python3 benchmarks/probes/gpu_decode_probe.py \
              > $OUT/decode_probe.log 2>&1 ;;
     tests) gpu_tests $1 ;;
     *) echo "unknown part $2 (kda, linear, gated, decode, probe, tests)"; return 2 ;;
@@ -90,6 +90,6 @@ wait
 for f in /tmp/L/*; do echo "== $f"; cat $f; done > $OUT/tests.log
 for f in /tmp/L/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; cat /tmp/L/gpu_info.txt
 jsons=$(ls $OUT/bench_*.json 2>/dev/null | grep -v bench_h200)
-[ -n "$jsons" ] && PYTHONPATH=$P_371 python3 -m k3lite.bench --merge $jsons --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
+[ -n "$jsons" ] && PYTHONPATH=$P_371 python3 -m benchmarks.bench --merge $jsons --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
 for f in $OUT/bench_*.log; do echo "== $f"; grep -v Warn $f | tail -16; done
 if [ -f $OUT/decode_probe.log ]; then echo "== $OUT/decode_probe.log"; grep -v Warn $OUT/decode_probe.log | tail -60; fi

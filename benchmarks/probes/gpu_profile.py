@@ -1,6 +1,6 @@
 """Where the time goes, kernel by kernel, and which launch settings each stage likes (GPU only).
 
-    python scripts/gpu_profile.py --out DIR [--kinds kda,gated_delta_rule] [--shape 2,8192,16] [--sweep]
+    python benchmarks/probes/gpu_profile.py --out DIR [--kinds kda,gated_delta_rule] [--shape 2,8192,16] [--sweep]
 
 1. GPU time per kernel (torch.profiler) of one call of k3lite's Triton pipeline and of the reference
    library (flash-linear-attention, when importable), forward and forward+backward, bf16, D = 128.
@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from k3lite import bench, kernels  # noqa: E402,F401  (kernels first: it sets up Triton)
-from k3lite.kernels import chunk_bwd_triton, chunk_fwd, situ  # noqa: E402
+from benchmarks import bench, kernels
+from k3lite.kernels import chunk_bwd_triton, chunk_fwd, situ
 
 ITERS = 5
 SETTINGS = [(4, 1), (4, 2), (4, 3), (8, 1), (8, 2), (8, 3)]

@@ -1,19 +1,19 @@
-"""Two forms of the package on one GPU, in one call: the A/B behind figures/bench_h200_2026-12-04b.json.
+"""Two forms of the package on one GPU, in one call: the A/B behind benchmarks/archive/bench_h200_2026-12-04b.json.
 
 Calls on two freshly started machines differ by a few hundredths of a millisecond per kernel; two forms timed on one
 machine, one after the other, do not. Put a copy of the package to compare against beside this one (any folder
 outside the package, e.g. `git archive 887e6db k3lite | tar -x -C scratch/base`; `scratch/` is git-ignored, so carry
 it to the device) and run this script once per form, the form's folder first on PYTHONPATH:
 
-    PYTHONPATH=scratch/base:$PYTHONPATH python3 scripts/gpu_ab.py base  $OUT/base.json
-    PYTHONPATH=$PWD:$PYTHONPATH         python3 scripts/gpu_ab.py new   $OUT/new.json --fla --stage1
-    PYTHONPATH=scratch/base:$PYTHONPATH python3 scripts/gpu_ab.py base2 $OUT/base2.json   # the base again: drift
+    PYTHONPATH=scratch/base:$PYTHONPATH python3 benchmarks/probes/gpu_ab.py base  $OUT/base.json
+    PYTHONPATH=$PWD:$PYTHONPATH         python3 benchmarks/probes/gpu_ab.py new   $OUT/new.json --fla --stage1
+    PYTHONPATH=scratch/base:$PYTHONPATH python3 benchmarks/probes/gpu_ab.py base2 $OUT/base2.json   # the base again: drift
 
 (The script's own folder, not the current one, heads sys.path, so PYTHONPATH decides which package is imported; the
 file each run imported is written beside its numbers.) Per form: KDA, bf16, H = 16, D = 128 at (2, 8192), (1, 32768)
 and (8, 2048), forward and forward+backward through the public API (k3lite.ops.kda.chunked(backend="triton"),
 triton.testing.do_bench median, ms) and per kernel (torch.profiler, 5 calls), and the bf16 error against the float32
-pipeline (scripts/gpu_profile.py: accuracy). --fla times the reference's forward before and after; --stage1 times
+pipeline (benchmarks/probes/gpu_profile.py: accuracy). --fla times the reference's forward before and after; --stage1 times
 stage 1 (chunk_fwd.gate_sums) alone with and without its value check; --diagonal-sweep times KDA's _diagonal_blocks
 under other slice widths and warp counts. GPU only; not part of any test.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 import k3lite
-from k3lite import bench
+from benchmarks import bench
 from k3lite.kernels import chunk_fwd
 
 SHAPES = [(2, 8192, 16), (1, 32768, 16), (8, 2048, 16)]
@@ -74,7 +74,7 @@ DIAGONAL_SETTINGS = [(width, warps) for width in (32, 64, 128) for warps in (1, 
 def diagonal_sweep(results):
     # _diagonal_blocks (one program per sub-chunk) under other channel-slice widths and warp counts, from the forward's
     # kernel profile. The tenth run's call 2 also had programs of 32 and 64 rows: a form of the kernel since dropped
-    # (figures/bench_h200_2026-12-04c.json, diagonal_forms).
+    # (benchmarks/archive/bench_h200_2026-12-04c.json, diagonal_forms).
     for B, T, H in SHAPES[:1]:
         t = bench.mixer_inputs("kda", B, T, H, 128, torch.bfloat16, "cuda", False)
         for width, warps in DIAGONAL_SETTINGS:

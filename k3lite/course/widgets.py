@@ -11,16 +11,15 @@ import math
 
 import matplotlib.pyplot as plt
 
-from k3lite import flops
-from k3lite.viz import MECHANISM_COLORS, PALETTE
-
+from k3lite.course import flops
+from k3lite.course.viz import MECHANISM_COLORS, PALETTE
 
 # ------------------------------------------------------------------ chunk size: state vs intra-chunk FLOPs
 
 def chunk_flop_split(seq_len: int, chunk_size: int, head_dim: int) -> flops.Split:
     """FLOPs per head of chunked linear attention, ``(state, intra)`` = ``(4·L·d², 4·L·C·d)``.
 
-    Counted by :func:`k3lite.flops.linear_attention_chunked` (2 FLOPs per multiply-add; the seed
+    Counted by :func:`k3lite.course.flops.linear_attention_chunked` (2 FLOPs per multiply-add; the seed
     article's ``2Ld²`` and ``2LCd`` are the same counts in multiply-adds). The state part does not
     depend on ``C``; the intra-chunk part grows with it. ``C = L`` makes the intra part dense full
     attention, ``4·L²·d``; ``C = 1`` is the token-by-token recurrence.

@@ -1,12 +1,12 @@
 """Registers per thread of the KDA kernels on Hopper, counted without a GPU.
 
-    PYTHONPATH=/tmp/tt3.7.1 python3 scripts/kernel_registers.py             # ptxas -v, sm90 (no GPU)
-    python3 scripts/kernel_registers.py --check                             # the candidate, under the interpreter
-    PYTHONPATH=/tmp/tt3.7.1 python3 scripts/kernel_registers.py --ptx-digest [--kernels DIR]   # same instructions?
+    PYTHONPATH=/tmp/tt3.7.1 python3 benchmarks/probes/kernel_registers.py             # ptxas -v, sm90 (no GPU)
+    python3 benchmarks/probes/kernel_registers.py --check                             # the candidate, under the interpreter
+    PYTHONPATH=/tmp/tt3.7.1 python3 benchmarks/probes/kernel_registers.py --ptx-digest [--kernels DIR]   # same instructions?
 
-(/tmp/tt3.7.1: Triton 3.7.1's wheel for this Python, unzipped; see scripts/compile_sm90.py.)
+(/tmp/tt3.7.1: Triton 3.7.1's wheel for this Python, unzipped; see benchmarks/probes/compile_sm90.py.)
 
-The ninth run (figures/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk and Akk
+The ninth run (benchmarks/archive/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk and Akk
 that works as the backward does (chunk_bwd_triton._diagonal_level_bwd): four levels of pairs, each through an anchor
 row, the sums as tensor-core products. It needs about half the exponentials of _diagonal_rows (one token's row per
 program, walking the row; the package's kernel then, kept below), yet it was two to three times slower at every
@@ -14,7 +14,7 @@ launch setting tried. (The tenth run replaced _diagonal_rows with chunk_fwd._dia
 sub-chunk, one tensor-core product, and a row walk where the gates are too strong for it.)
 This script keeps the candidate (_diagonal_blocks_by_levels, below; channel slices of BK, BK = 128 being the
 full-width form) and asks ptxas how many registers each form needs. Default: compile both for sm90 with Triton's
-compiler and the ptxas it ships (no GPU needed, as scripts/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and
+compiler and the ptxas it ships (no GPU needed, as benchmarks/probes/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and
 print registers per thread, spill bytes, and the warps that fit on one multiprocessor by registers alone (65536
 registers, at most 32 blocks and 64 warps). --check runs the candidate under Triton's interpreter in float32 and
 compares its blocks with _diagonal_rows's and the package's _diagonal_blocks; exits 1 if they differ by more than
@@ -43,10 +43,10 @@ REGISTERS_PER_SM, MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM = 65536, 32, 64   # Hopper
 
 sys.path.insert(0, str(ROOT))
 if "--check" in sys.argv:
-    from k3lite.kernels import chunk_fwd as cf  # noqa: E402  (first: it turns the interpreter on)
+    from k3lite.kernels import chunk_fwd as cf
 else:
     sys.path.insert(0, str(ROOT / "scripts"))
-    import compile_sm90  # noqa: E402  (stands in for torch: the kernels' modules load without the package)
+    import compile_sm90
 
     if "--kernels" in sys.argv:
         compile_sm90.KERNELS = Path(sys.argv[sys.argv.index("--kernels") + 1]).resolve()
@@ -118,7 +118,7 @@ def _diagonal_blocks_by_levels(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, a
 def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                    H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                    BH: tl.constexpr, BK: tl.constexpr):
-    # The package's kernel for KDA's diagonal 16x16 blocks until the tenth run (figures/bench_h200_2026-12-04c.json),
+    # The package's kernel for KDA's diagonal 16x16 blocks until the tenth run (benchmarks/archive/bench_h200_2026-12-04c.json),
     # kept here for the ninth run's counts; chunk_fwd._diagonal_blocks replaced it. One program per (token t, group of BH heads) writes row t of its
     # sub-chunk's block. It walks j from t down to the sub-chunk's first token and carries the span
     # sum_{j < m <= t} g_m of the raw gates, so every exponent is a sum of gates <= 0, never a difference:

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from k3lite import sampling
 from k3lite._validate import check_token_ids
 from k3lite.layers.kda_layer import GATE_FORMS, KDACache, KDALayer
 from k3lite.layers.mla import MLA, MLACache
 from k3lite.layers.moe import ACTIVATIONS, GatedMLP, MoE, RoutedExperts, SigmoidRouter
 from k3lite.layers.norms import RMSNorm
+from k3lite.models import sampling
 
 
 @dataclass(frozen=True)

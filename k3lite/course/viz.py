@@ -69,7 +69,11 @@ STYLE = {
     "image.cmap": "viridis",
 }
 
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIGURES_DIR = REPO_ROOT / "figures"
+# Benchmark results live beside the package (benchmarks/), as the reference library keeps them; chapters read them.
+BENCH_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+BENCH_ARCHIVE_DIR = REPO_ROOT / "benchmarks" / "archive"
 
 
 def use_style() -> None:

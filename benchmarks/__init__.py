@@ -1,0 +1,1 @@
+"""Kernel benchmarks, kept beside the package as the reference library keeps its own."""
