@@ -562,7 +562,7 @@ for form, options in LAYER_FORMS.items():
 # **A live demo first, not evidence**: a tiny version on this CPU (width 32, one layer, two heads of 16
 # channels, a 64-token vocabulary, 200 steps, **one seed**) with softmax attention and KDA, at 4 and 16
 # pairs. It shows the code path and what a learned gate looks like; one seed at this size
-# cannot rank mixers (re-running it with other seeds moves the fixed-size memories by tens of points, issue 17).
+# cannot rank mixers (re-running it with other seeds moves the fixed-size memories by tens of points).
 # The evidence is the GPU bake-off after it.
 
 # %% [markdown] tags=["notes"]
@@ -619,7 +619,7 @@ plt.show()
 #
 # An earlier version of this chapter ranked the mixers from one GPU sweep with **one seed**
 # (`figures/mqar_sweep.json`) and concluded "KDA worst". Re-running its setting with other seeds moved KDA's
-# accuracy by tens of points (issue 17): that ranking was seed noise. The course's bake-off (`k3lite.bakeoff`,
+# accuracy by tens of points: that ranking was seed noise. The course's bake-off (`k3lite.bakeoff`,
 # trained on an H200 through k3lite's Triton kernels, every run with its provenance in `figures/bakeoff.json`)
 # replaces it. Models differ only in their token mixer; the rule for "better" is the same in every chapter:
 # **A beats B when the difference of their mean accuracies is larger than two standard errors of that
@@ -720,7 +720,7 @@ glue("ch06_mqar128_d128_low", f"{min(mean_of[m, 128, 128] for m in RECURRENT):.3
 glue("ch06_mqar128_d128_gdn", f"{mean_of['gated_delta_rule', 128, 128]:.3f}", display=False)
 mqar_seeds = min(len(accuracies(f"mqar{p}", m, d)) for m in MIXERS for p in PAIRS for d in (64, 128))
 glue("ch06_mqar_seeds_note", f"Every cell holds {mqar_seeds} seeds or more." if mqar_seeds >= 3 else
-     f"Some cells hold only {mqar_seeds} seeds: the device time ran out before their third run.", display=False)
+     f"Some cells hold only {mqar_seeds} seeds: their remaining runs are not trained yet.", display=False)
 expect("at d 64 every recurrent mixer (Gated DeltaNet aside) loses > 0.3 of recall from 16 to 128 pairs",
        min(drop_d64.values()) > 0.3)
 expect("at d 128 every recurrent mixer (Gated DeltaNet aside) keeps a mean above 0.98 at 128 pairs",

@@ -50,7 +50,7 @@ def test_bad_runs_are_refused_by_name():
 
 
 def test_the_sixteenth_runs_processes_give_the_medians_of_their_stored_ratios():
-    stored = json.loads((ROOT / "figures" / "bench_h200_2026-12-05b.json").read_text())["runs"]
+    stored = json.loads((ROOT / "benchmarks" / "results" / "bench_h200_latest.json").read_text())["runs"]
     runs = [stored["cached"], stored["triton_dispatch"], *stored["decode_processes"]]
     summary = dp.summarize(runs)
     cached_64 = [next(r for r in p["decode"] if r["B"] == 64)["ops_over_kernels_paired"]
