@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -46,8 +47,10 @@ STARTED = time.perf_counter()
 KINDS = ("kda", "gated_delta_rule", "delta_rule", "linear_attention")
 OPS = {"linear_attention": linear_attention, "delta_rule": delta_rule,
        "gated_delta_rule": gated_delta_rule, "kda": kda}
-FLA_NAMES = {"kda": ("fla.ops.kda", "chunk_kda"), "gated_delta_rule": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
-             "delta_rule": ("fla.ops.delta_rule", "chunk_delta_rule"), "linear_attention": ("fla.ops.linear_attn", "chunk_linear_attn")}
+FLA_NAMES = {"kda": ("fla.ops.kda", "chunk_kda"),
+             "gated_delta_rule": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+             "delta_rule": ("fla.ops.delta_rule", "chunk_delta_rule"),
+             "linear_attention": ("fla.ops.linear_attn", "chunk_linear_attn")}
 
 
 def timer(gpu: bool):
@@ -143,7 +146,8 @@ def cached_launches_on() -> bool:
 def host_issue_ms(fn, calls=20):
     """Median host milliseconds of one call of fn, the device idle before each (synchronised first, not after): on a
     GPU the time Python takes to issue the call's work. A row whose host time reaches its timed ms was set by the host,
-    not the GPU (benchmarks/README.md, thirteenth run, asks this of Gated DeltaNet's and DeltaNet's rows at (8, 2048))."""
+    not the GPU (benchmarks/README.md, thirteenth run, asks this of Gated DeltaNet's and DeltaNet's rows at
+    (8, 2048))."""
     times = []
     for _ in range(calls):
         if torch.cuda.is_available():
@@ -239,34 +243,41 @@ def bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, 
             [(kind, shape) for shape in shapes[2:] for kind in kinds]
     for kind, (B, T, H) in order:
         for mode in modes:
-            grad = mode == "fwd+bwd"
-            t = mixer_inputs(kind, B, T, H, D, dtype, device, grad)
-            # The reference first and last, k3lite in between: a drift of the machine shows as two fla times.
-            methods = {}
-            if kind in fla:
-                methods["fla_before"] = lambda: fla_call(fla[kind], kind, t)
-            methods["k3lite_triton"] = lambda: kernel_call(kind, t)
-            methods["k3lite_ops_triton"] = lambda: k3lite_call(kind, t, "triton")
-            if mode == "fwd" or device != "cuda":  # on the GPU the PyTorch backward is timed in no row
-                methods["k3lite_torch"] = lambda: k3lite_call(kind, t, "torch")
-            if kind in fla:
-                methods["fla_after"] = lambda: fla_call(fla[kind], kind, t)
-            row = {"kind": kind, "B": B, "T": T, "H": H, "D": D, "mode": mode, "sdpa_ms": sdpa_ms(B, T, H, mode)}
-            for name, fwd in methods.items():
-                try:
-                    row[f"{name}_ms"] = measure(with_backward(fwd, t) if grad else fwd)
-                except Exception as err:  # e.g. out of memory: record and continue
-                    row[f"{name}_ms"] = None
-                    row[f"{name}_error"] = repr(err)[:200]
-                torch.cuda.empty_cache() if device == "cuda" else None
-            if device == "cuda":
-                api_cost(row, measure, {name: with_backward(methods[name], t) if grad else methods[name]
-                                        for name in ("k3lite_triton", "k3lite_ops_triton")})
-            add_ratios(row)
+            row = chunked_row(kind, (B, T, H, D), mode, dtype, device, measure, fla, sdpa_ms)
             results["chunked"].append(row)
             print_row(row)
             save()
-            del t
+
+
+def chunked_row(kind, shape, mode, dtype, device, measure, fla, sdpa_ms):
+    """One row of bench_chunked: ``kind`` at ``shape`` = (B, T, H, D) in ``mode``, every method timed. The inputs
+    live in this call only, so they are freed before the next row's are made."""
+    B, T, H, D = shape
+    grad = mode == "fwd+bwd"
+    t = mixer_inputs(kind, B, T, H, D, dtype, device, grad)
+    # The reference first and last, k3lite in between: a drift of the machine shows as two fla times.
+    methods = {}
+    if kind in fla:
+        methods["fla_before"] = lambda: fla_call(fla[kind], kind, t)
+    methods["k3lite_triton"] = lambda: kernel_call(kind, t)
+    methods["k3lite_ops_triton"] = lambda: k3lite_call(kind, t, "triton")
+    if mode == "fwd" or device != "cuda":  # on the GPU the PyTorch backward is timed in no row
+        methods["k3lite_torch"] = lambda: k3lite_call(kind, t, "torch")
+    if kind in fla:
+        methods["fla_after"] = lambda: fla_call(fla[kind], kind, t)
+    row = {"kind": kind, "B": B, "T": T, "H": H, "D": D, "mode": mode, "sdpa_ms": sdpa_ms(B, T, H, mode)}
+    for name, fwd in methods.items():
+        try:
+            row[f"{name}_ms"] = measure(with_backward(fwd, t) if grad else fwd)
+        except Exception as err:  # e.g. out of memory: record and continue
+            row[f"{name}_ms"] = None
+            row[f"{name}_error"] = repr(err)[:200]
+        torch.cuda.empty_cache() if device == "cuda" else None
+    if device == "cuda":
+        api_cost(row, measure, {name: with_backward(methods[name], t) if grad else methods[name]
+                                for name in ("k3lite_triton", "k3lite_ops_triton")})
+    add_ratios(row)
+    return row
 
 
 def add_ratios(row):
@@ -290,15 +301,16 @@ def profile_stages(device, results, save):
     """GPU time per kernel of one k3lite KDA call at (2, 8192, 16, 128), forward and forward+backward."""
     for mode in ("fwd", "fwd+bwd"):
         t = mixer_inputs("kda", 2, 8192, 16, 128, torch.bfloat16, device, mode == "fwd+bwd")
-        fwd = lambda: kernel_call("kda", t)  # noqa: E731
+        fwd = functools.partial(kernel_call, "kda", t)
         times = kernel_times(with_backward(fwd, t) if mode == "fwd+bwd" else fwd, iters=3)
-        rows = sorted(({"name": name, "ms_per_call": ms} for name, ms in times.items()), key=lambda r: -r["ms_per_call"])
+        del t, fwd  # before the next mode's inputs are made
+        rows = sorted(({"name": name, "ms_per_call": ms} for name, ms in times.items()),
+                      key=lambda r: -r["ms_per_call"])
         results.setdefault("kda_profile_2x8192x16", {})[mode] = rows[:25]
         print(f"kda 2x8192x16 {mode}: GPU time by kernel (ms per call)")
         for r in rows[:10]:
             print(f"   {r['ms_per_call']:8.3f}  {r['name']}")
         save()
-        del t
 
 
 def fmt(x, spec=".3f"):
@@ -309,7 +321,8 @@ def print_row(row):
     row["elapsed_s"] = round(time.perf_counter() - STARTED, 1)
     print(f"{row['kind']:>17} {row['B']:>2}x{row['T']:>5}x{row['H']:>2} {row['mode']:>7} | ops API "
           f"{fmt(row.get('k3lite_ops_triton_ms'))} kernels {fmt(row.get('k3lite_triton_ms'))}"
-          f" | torch {fmt(row.get('k3lite_torch_ms'))} | fla {fmt(row.get('fla_before_ms'))}/{fmt(row.get('fla_after_ms'))}"
+          f" | torch {fmt(row.get('k3lite_torch_ms'))}"
+          f" | fla {fmt(row.get('fla_before_ms'))}/{fmt(row.get('fla_after_ms'))}"
           f" | sdpa {fmt(row['sdpa_ms'])} | host ops {fmt(row.get('k3lite_ops_triton_host_ms'))}"
           f" | ops/kernels paired {fmt(row.get('ops_over_kernels_paired'))}"
           f" | vs fla: ops {fmt(row.get('ratio_ops_vs_fla'), '.2f')}x kernels "
@@ -317,61 +330,69 @@ def print_row(row):
 
 
 def bench_decode(batches, H, D, device, measure, fla, results, save):
-    from k3lite.kernels import recurrent_step
-
     configs = [(16, 2), (32, 4), (64, 4), (32, 2), (64, 8)] if device == "cuda" else [(32, 4)]
     for B in batches:
-        gen = torch.Generator(device=device).manual_seed(1)
-        q, k = torch.randn(B, H, D, device=device, generator=gen), torch.randn(B, H, D, device=device, generator=gen)
-        k = torch.nn.functional.normalize(k, dim=-1)
-        v = torch.randn(B, H, D, device=device, generator=gen)
-        g = -torch.rand(B, H, D, device=device, generator=gen)
-        beta = torch.rand(B, H, device=device, generator=gen)
-        state = torch.randn(B, H, D, D, device=device, generator=gen)
-        dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        state_bytes = 2 * state.numel() * 4
-        row = {"B": B, "H": H, "K": D, "V": D, "kind": "kda", "state_bytes_moved": state_bytes, "configs": {}}
-        fla_step = None
-        if "decode_kda" in fla:
-            args = [x.unsqueeze(1) for x in (q, k, v, g, beta)]
-            fla_step = lambda: fla["decode_kda"](*args, initial_state=state, output_final_state=True)  # noqa: E731
-            row["fla_before_ms"] = measure_or_error(measure, fla_step, row, "fla_error")
-        for block_v, warps in configs:
-            ms = measure(lambda: recurrent_step.decode_step("kda", q, k, v, g, beta, state, D ** -0.5,
-                                                            block_v=block_v, num_warps=warps))
-            row["configs"][f"BV{block_v}_w{warps}"] = ms
-        best = min(row["configs"], key=row["configs"].get)
-        row["k3lite_triton_ms"] = row["configs"][best]
-        row["best_config"] = best
-        scale = D ** -0.5
-        kernel_step = lambda: kernels.run_step("kda", q, k, v, g, beta, state=state, scale=scale)  # noqa: E731
-        ops_step = lambda: kda.step(q, k, v, g, beta, state=state, backend="triton")  # noqa: E731
-        row["k3lite_default_ms"] = measure(kernel_step)
-        row["ops_step_triton_ms"] = measure(ops_step)
-        if device == "cuda":   # host time and paired ratio, as for the chunked rows (run_step as the kernels)
-            api_cost(row, measure, {"k3lite_triton": kernel_step, "k3lite_ops_triton": ops_step})
-        scratch = state.clone()   # the in-place step overwrites its state on every call
-        row["ops_step_triton_inplace_ms"] = measure(
-            lambda: kda.step(q, k, v, g, beta, state=scratch, backend="triton", inplace=True))
-        row["k3lite_torch_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="torch"))
-        row["tb_per_s"] = state_bytes / (row["k3lite_default_ms"] * 1e-3) / 1e12
-        row["ops_tb_per_s"] = state_bytes / (row["ops_step_triton_ms"] * 1e-3) / 1e12
-        row["ops_inplace_tb_per_s"] = state_bytes / (row["ops_step_triton_inplace_ms"] * 1e-3) / 1e12
-        if fla_step is not None and row.get("fla_before_ms"):
-            row["fla_after_ms"] = measure_or_error(measure, fla_step, row, "fla_error")
-            if row["fla_after_ms"]:
-                row["fla_ms"] = (row["fla_before_ms"] + row["fla_after_ms"]) / 2
-                row["fla_tb_per_s"] = state_bytes / (row["fla_ms"] * 1e-3) / 1e12
+        row = decode_row(B, H, D, device, measure, fla, configs)
         results["decode"].append(row)
         print(f"decode kda B={B:>3}: ops.kda.step {row['ops_step_triton_ms']:.4f} ms ({row['ops_tb_per_s']:.2f} TB/s), "
               f"in place {row['ops_step_triton_inplace_ms']:.4f} ms ({row['ops_inplace_tb_per_s']:.2f} TB/s), "
-              f"kernel alone {row['k3lite_default_ms']:.4f} ms ({row['tb_per_s']:.2f} TB/s), best config {best} "
+              f"kernel alone {row['k3lite_default_ms']:.4f} ms ({row['tb_per_s']:.2f} TB/s), "
+              f"best config {row['best_config']} "
               f"{row['k3lite_triton_ms']:.4f} ms, torch {row['k3lite_torch_ms']:.4f} ms, "
               f"fla {fmt(row.get('fla_before_ms'), '.4f')}/{fmt(row.get('fla_after_ms'), '.4f')} ms, "
               f"host ops {fmt(row.get('k3lite_ops_triton_host_ms'), '.4f')} ms, "
               f"ops/kernel paired {fmt(row.get('ops_over_kernels_paired'))}", flush=True)
         save()
+
+
+def decode_row(B, H, D, device, measure, fla, configs):
+    """One row of bench_decode: the KDA decode step at batch ``B``, each config, the API and the reference
+    library timed. Its inputs live in this call only."""
+    from k3lite.kernels import recurrent_step
+
+    gen = torch.Generator(device=device).manual_seed(1)
+    q, k = torch.randn(B, H, D, device=device, generator=gen), torch.randn(B, H, D, device=device, generator=gen)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    v = torch.randn(B, H, D, device=device, generator=gen)
+    g = -torch.rand(B, H, D, device=device, generator=gen)
+    beta = torch.rand(B, H, device=device, generator=gen)
+    state = torch.randn(B, H, D, D, device=device, generator=gen)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    state_bytes = 2 * state.numel() * 4
+    row = {"B": B, "H": H, "K": D, "V": D, "kind": "kda", "state_bytes_moved": state_bytes, "configs": {}}
+    fla_step = None
+    if "decode_kda" in fla:
+        args = [x.unsqueeze(1) for x in (q, k, v, g, beta)]
+        fla_step = lambda: fla["decode_kda"](*args, initial_state=state, output_final_state=True)  # noqa: E731
+        row["fla_before_ms"] = measure_or_error(measure, fla_step, row, "fla_error")
+    for block_v, warps in configs:
+        ms = measure(functools.partial(recurrent_step.decode_step, "kda", q, k, v, g, beta, state, D ** -0.5,
+                                       block_v=block_v, num_warps=warps))
+        row["configs"][f"BV{block_v}_w{warps}"] = ms
+    best = min(row["configs"], key=row["configs"].get)
+    row["k3lite_triton_ms"] = row["configs"][best]
+    row["best_config"] = best
+    scale = D ** -0.5
+    kernel_step = lambda: kernels.run_step("kda", q, k, v, g, beta, state=state, scale=scale)  # noqa: E731
+    ops_step = lambda: kda.step(q, k, v, g, beta, state=state, backend="triton")  # noqa: E731
+    row["k3lite_default_ms"] = measure(kernel_step)
+    row["ops_step_triton_ms"] = measure(ops_step)
+    if device == "cuda":   # host time and paired ratio, as for the chunked rows (run_step as the kernels)
+        api_cost(row, measure, {"k3lite_triton": kernel_step, "k3lite_ops_triton": ops_step})
+    scratch = state.clone()   # the in-place step overwrites its state on every call
+    row["ops_step_triton_inplace_ms"] = measure(
+        lambda: kda.step(q, k, v, g, beta, state=scratch, backend="triton", inplace=True))
+    row["k3lite_torch_ms"] = measure(lambda: kda.step(q, k, v, g, beta, state=state, backend="torch"))
+    row["tb_per_s"] = state_bytes / (row["k3lite_default_ms"] * 1e-3) / 1e12
+    row["ops_tb_per_s"] = state_bytes / (row["ops_step_triton_ms"] * 1e-3) / 1e12
+    row["ops_inplace_tb_per_s"] = state_bytes / (row["ops_step_triton_inplace_ms"] * 1e-3) / 1e12
+    if fla_step is not None and row.get("fla_before_ms"):
+        row["fla_after_ms"] = measure_or_error(measure, fla_step, row, "fla_error")
+        if row["fla_after_ms"]:
+            row["fla_ms"] = (row["fla_before_ms"] + row["fla_after_ms"]) / 2
+            row["fla_tb_per_s"] = state_bytes / (row["fla_ms"] * 1e-3) / 1e12
+    return row
 
 
 def measure_or_error(measure, fn, row, error_key):
@@ -387,6 +408,10 @@ def eager_situ(gate, up):
     return situ_glu(gate, up, backend="torch")
 
 
+def eager_silu_mul(gate, up):
+    return torch.nn.functional.silu(gate) * up
+
+
 def bench_situ(rows, cols, device, measure, results, save):
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     gen = torch.Generator(device=device).manual_seed(2)
@@ -395,17 +420,18 @@ def bench_situ(rows, cols, device, measure, results, save):
         grad = mode == "fwd+bwd"
         gate = (3 * torch.randn(rows, cols, device=device, generator=gen)).to(dtype).requires_grad_(grad)
         up = (3 * torch.randn(rows, cols, device=device, generator=gen)).to(dtype).requires_grad_(grad)
-        for name, fn in (("situ_fused", lambda: situ_glu(gate, up, backend="triton")),
-                         ("situ_eager", lambda: eager_situ(gate, up)),
-                         ("silu_mul_fused", lambda: kernels.silu_and_mul(gate, up)),
-                         ("silu_mul_eager", lambda: torch.nn.functional.silu(gate) * up)):
+        for name, fn in (("situ_fused", functools.partial(situ_glu, gate, up, backend="triton")),
+                         ("situ_eager", functools.partial(eager_situ, gate, up)),
+                         ("silu_mul_fused", functools.partial(kernels.silu_and_mul, gate, up)),
+                         ("silu_mul_eager", functools.partial(eager_silu_mul, gate, up))):
             run = with_backward(fn, {"g": gate, "u": up}) if grad else fn
             out[f"{name}_{mode}_ms"] = measure(run)
             if device == "cuda":
                 out[f"{name}_{mode}_gpu_ms"] = gpu_kernel_ms(run)
         out[f"eager_over_fused_{mode}"] = out[f"situ_eager_{mode}_ms"] / out[f"situ_fused_{mode}_ms"]
         out[f"fused_over_silu_mul_{mode}"] = out[f"situ_fused_{mode}_ms"] / out[f"silu_mul_fused_{mode}_ms"]
-        print(f"situ {mode:>7}: fused {out[f'situ_fused_{mode}_ms']:.4f} ms, eager {out[f'situ_eager_{mode}_ms']:.4f} ms "
+        print(f"situ {mode:>7}: fused {out[f'situ_fused_{mode}_ms']:.4f} ms, "
+              f"eager {out[f'situ_eager_{mode}_ms']:.4f} ms "
               f"({out[f'eager_over_fused_{mode}']:.2f}x), fused SiLU-and-mul {out[f'silu_mul_fused_{mode}_ms']:.4f} ms "
               f"(SiTU/SiLU {out[f'fused_over_silu_mul_{mode}']:.2f}x)", flush=True)
         if device == "cuda":
@@ -414,7 +440,8 @@ def bench_situ(rows, cols, device, measure, results, save):
             out[f"fused_over_silu_mul_{mode}_gpu"] = gpu["situ_fused"] / gpu["silu_mul_fused"]
             print(f"situ {mode:>7} (GPU kernel time only): fused {gpu['situ_fused']:.4f} ms, eager "
                   f"{gpu['situ_eager']:.4f} ms ({out[f'eager_over_fused_{mode}_gpu']:.2f}x), SiLU-and-mul "
-                  f"{gpu['silu_mul_fused']:.4f} ms (SiTU/SiLU {out[f'fused_over_silu_mul_{mode}_gpu']:.2f}x)", flush=True)
+                  f"{gpu['silu_mul_fused']:.4f} ms (SiTU/SiLU {out[f'fused_over_silu_mul_{mode}_gpu']:.2f}x)",
+                  flush=True)
     bytes_fwd = 3 * rows * cols * torch.finfo(dtype).bits // 8
     out["situ_fused_fwd_tb_per_s"] = bytes_fwd / (out["situ_fused_fwd_ms"] * 1e-3) / 1e12
     results["situ"] = out
@@ -963,7 +990,8 @@ def main(argv=None):
     device = "cuda" if gpu else "cpu"
     name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
     default = "bench_h200.json" if "H200" in name else ("bench_cpu.json" if not gpu else "bench_gpu.json")
-    out = args.out or Path(__file__).resolve().parents[1] / "runs" / default   # scratch: committed results are named with --out
+    # runs/ is scratch: committed results are named with --out
+    out = args.out or Path(__file__).resolve().parents[1] / "runs" / default
     fla = load_fla() if gpu else {}
     measure = timer(gpu)
     results = {"meta": {"command": "python -m benchmarks.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -1021,10 +1049,12 @@ def main(argv=None):
             contexts = [4096] if args.quick else [4096, 32768, 131072]
         else:
             contexts = [64, 256] if args.quick else [64, 256, 1024]
-        prefill_max = args.decode_prefill_max if args.decode_prefill_max is not None else (4096 if gpu else max(contexts))
+        prefill_max = args.decode_prefill_max
+        if prefill_max is None:
+            prefill_max = 4096 if gpu else max(contexts)
         try:
-            bench_model_decode(contexts, args.decode_batch or (8 if gpu else 2), args.decode_steps or (32 if gpu else 4),
-                               prefill_max, device, results, save)
+            bench_model_decode(contexts, args.decode_batch or (8 if gpu else 2),
+                               args.decode_steps or (32 if gpu else 4), prefill_max, device, results, save)
         except Exception as err:  # e.g. out of memory at the longest context: keep the rows measured so far
             results.setdefault("model_decode", {})["error"] = repr(err)[:300]
             print(f"model_decode stopped: {err!r}", flush=True)

@@ -3,9 +3,9 @@
     python benchmarks/host_overhead.py [--out FILE.json] [--base DIR]
 
 At small shapes the GPU can finish a forward sooner than Python issues it (the thirteenth run's Gated DeltaNet and
-DeltaNet rows at (8, 2048), benchmarks/README.md). This measures what the package's own Python costs per call, on any machine:
-float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make them), each
-kind through k3lite.ops.<kind>.chunked(backend="triton"), through k3lite.kernels.chunked and through
+DeltaNet rows at (8, 2048), benchmarks/README.md). This measures what the package's own Python costs per call, on any
+machine: float32 CPU tensors at (8, 256, 16, 128), the value checks of g and beta skipped (on CUDA the kernels make
+them), each kind through k3lite.ops.<kind>.chunked(backend="triton"), through k3lite.kernels.chunked and through
 k3lite.kernels.run_chunked (no argument checks: the path benchmarks.bench times as the kernels alone), the median of 7
 rounds of 300 calls, in microseconds; and one KDA decode step (B = 64) through k3lite.ops.kda.step and through
 k3lite.kernels.run_step. Triton's own launch cost is not in it. --base DIR measures the package found in DIR
@@ -40,7 +40,8 @@ def measure():
 
     from k3lite.kernels import recurrent_step
 
-    for module in (chunk_fwd, recurrent_step):   # a CachedLaunch (JITFunction) on a GPU, an InterpretedFunction under the interpreter
+    # A CachedLaunch (JITFunction) on a GPU, an InterpretedFunction under the interpreter.
+    for module in (chunk_fwd, recurrent_step):
         for name in dir(module):
             if type(getattr(module, name)).__name__ in ("JITFunction", "InterpretedFunction", "CachedLaunch"):
                 setattr(module, name, NoLaunch())
@@ -55,9 +56,10 @@ def measure():
     result = {"package": k3lite.__file__, "shape": SHAPE, "us_per_call": {}}
     for kind, (op, g) in cases.items():
         args = (q, k, v) + ((g,) if g is not None else ()) + (beta,)
-        paths = {"ops": lambda: op.chunked(*args, backend="triton"),
-                 "kernels": lambda: kernels.chunked(kind, q, k, v, g, beta),
-                 "run_chunked": lambda: kernels.run_chunked(kind, q, k, v, g, beta, scale=D ** -0.5)}
+        # Each lambda binds this kind's op, args and g through its defaults (a closure would read the loop's).
+        paths = {"ops": lambda op=op, args=args: op.chunked(*args, backend="triton"),
+                 "kernels": lambda kind=kind, g=g: kernels.chunked(kind, q, k, v, g, beta),
+                 "run_chunked": lambda kind=kind, g=g: kernels.run_chunked(kind, q, k, v, g, beta, scale=D ** -0.5)}
         for path, fn in paths.items():
             result["us_per_call"][f"{kind} {path}"] = _median_us(fn)
     # One KDA decode step (B = 64): through the ops API and through kernels.run_step, the path benchmarks.bench times as
@@ -89,13 +91,19 @@ def main():
     parser.add_argument("--base", type=Path, help="measure the package in this folder instead (child process)")
     args = parser.parse_args()
     if args.base is not None:
-        code = f"import sys; sys.path.insert(0, {str(args.base.resolve())!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); " \
-               "import json, host_overhead; print(json.dumps(host_overhead.measure()))"
+        code = (f"import sys; sys.path.insert(0, {str(args.base.resolve())!r}); "
+                f"sys.path.insert(1, {str(Path(__file__).parent)!r}); "
+                "import json, host_overhead; print(json.dumps(host_overhead.measure()))")
         result = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                            cwd="/").stdout.splitlines()[-1])
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         result = measure()
+    # The package measured, relative to where it was looked for (DIR as given, or this checkout): a result file that
+    # gets committed carries no machine's paths. One found elsewhere (the wrong package measured) stays absolute.
+    root = (args.base if args.base is not None else Path(__file__).parent.parent).resolve()
+    if Path(result["package"]).resolve().is_relative_to(root):
+        result["package"] = str(Path(args.base or ".") / Path(result["package"]).resolve().relative_to(root))
     for name, us in result["us_per_call"].items():
         print(f"{name:<30} {us:7.1f} us")
     if args.out:

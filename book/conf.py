@@ -56,7 +56,8 @@ html_theme_options = {
     "use_fullscreen_button": False,
     "use_repository_button": False,
     "navigation_with_keys": False,
-    "extra_footer": "Built offline from the course notebooks; every script, style sheet and font is served by this site.",
+    "extra_footer": "Built offline from the course notebooks; every script, style sheet and font is served by "
+                    "this site.",
 }
 html_context = {"default_mode": "auto"}
 

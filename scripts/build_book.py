@@ -177,7 +177,8 @@ def cheatsheet_rows() -> list[dict[str, str]]:
                                  f"over {k3.num_kda_layers} layers",
          "cache": "0", "flops": delta_flops},
         {"mechanism": "Multi-head Latent Attention, absorbed (ch. 7)",
-         "rule": r"$c_t = W^{DKV} h_t,\quad o_t = \mathrm{softmax}\big(q_t^\top W^{UK} c_{\le t}\big)\, c_{\le t} W^{UV}$",
+         "rule": (r"$c_t = W^{DKV} h_t,\quad "
+                  r"o_t = \mathrm{softmax}\big(q_t^\top W^{UK} c_{\le t}\big)\, c_{\le t} W^{UV}$"),
          "state": f"${latent_width} t$ numbers (latent {k3.kv_lora_rank} + rope key {k3.rope_dim}), "
                   f"shared by {k3.mla_num_heads} heads",
          "cache": f"{_bytes(accounting.k3_mla_cache_bytes_per_token_per_layer(k3))} per layer (bf16)",

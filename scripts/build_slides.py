@@ -4,8 +4,9 @@
 
 Each chapter becomes a lecture deck (``lecture_notebook``):
 - cells play the roles their tags give them (CONTRIBUTING, "Cell roles"): exercise ``solution`` cells are
-  left out, ``plumbing`` cells show their output without their code, ``notes`` cells become speaker notes, sections whose heading is tagged
-  ``reading`` are left out (and when any heading is tagged ``lecture``, only those sections are kept);
+  left out, ``plumbing`` cells show their output without their code, ``notes`` cells become speaker notes,
+  sections whose heading is tagged ``reading`` are left out (and when any heading is tagged ``lecture``, only
+  those sections are kept);
 - ``{glue:text}`key``` references take the value the notebook glued;
 - every heading starts a slide (``#``/``##``) or a sub-slide (``###`` and below); a section that would not
   fit 1280 x 720 continues on sub-slides, cut between cells and between paragraphs of a long text cell
@@ -216,7 +217,10 @@ def output_height(output) -> int:
 def cell_height(cell) -> int:
     if cell.cell_type == "markdown":
         return markdown_height(cell.source)
-    source = 0 if cell.metadata.get("transient", {}).get("remove_source") else 28 + CODE_LINE * _wrapped_lines(cell.source, CODE_CHARS)
+    if cell.metadata.get("transient", {}).get("remove_source"):
+        source = 0
+    else:
+        source = 28 + CODE_LINE * _wrapped_lines(cell.source, CODE_CHARS)
     return source + sum(output_height(output) for output in cell.get("outputs", []))
 
 
@@ -409,7 +413,8 @@ def section_notes(section) -> list:
     if notes:
         return notes
     heading = section[0].source.strip().splitlines()[0].lstrip("#").strip() if heading_level(section[0]) else ""
-    paragraph = _first_paragraph(section) or "Run the cells of this section in the notebook and talk through the output."
+    paragraph = (_first_paragraph(section)
+                 or "Run the cells of this section in the notebook and talk through the output.")
     lead = f"**{heading}.** " if heading else ""
     return [nbformat.v4.new_markdown_cell(lead + paragraph)]
 
@@ -502,7 +507,8 @@ body { font-family: "Source Sans Pro", Helvetica, Arial, sans-serif; margin: 0; 
 main { max-width: 920px; margin: 0 auto; padding: 48px 24px; }
 h1 { font-size: 2.2rem; margin: 0 0 0.3rem; }
 p.lead { color: #555; margin: 0 0 2rem; }
-ol.decks { list-style: none; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 14px; }
+ol.decks { list-style: none; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr));
+  gap: 14px; }
 ol.decks li a { display: block; height: 100%; box-sizing: border-box; padding: 16px 18px; border-radius: 8px;
   background: #fff; border: 1px solid #ddd; border-left: 5px solid #2a6fdb; color: inherit; text-decoration: none; }
 ol.decks li a:hover { border-color: #2a6fdb; box-shadow: 0 2px 8px rgba(0,0,0,0.08); }

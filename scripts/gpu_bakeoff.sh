@@ -17,7 +17,7 @@ limit_s=${1:?usage: bash scripts/gpu_bakeoff.sh LIMIT_S [both|measure|sweep] [fl
 mode=${2:-both}; shift; [ $# -gt 0 ] && shift
 start=$(date +%s)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/bakeoff_out}; mkdir -p "$OUT"
+OUT=${OUT:-runs/bakeoff}; mkdir -p "$OUT"   # runs/ is git-ignored scratch
 gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
 cores_per_gpu=$(( $(nproc) / gpus ))
 wpg_auto=$(( cores_per_gpu - 2 )); [ $wpg_auto -gt 3 ] && wpg_auto=3; [ $wpg_auto -lt 1 ] && wpg_auto=1

@@ -50,7 +50,8 @@ def test_values_are_not_normalised():
     _, weights = attnres_mix(sources, query)
     mixed_big, weights_big = attnres_mix([sources[0] * 10.0, sources[1]], query)
     torch.testing.assert_close(weights, weights_big)
-    torch.testing.assert_close(mixed_big, 10.0 * weights[0, ..., None] * sources[0] + weights[1, ..., None] * sources[1])
+    torch.testing.assert_close(mixed_big,
+                               10.0 * weights[0, ..., None] * sources[0] + weights[1, ..., None] * sources[1])
 
 
 def _run_stack(outputs_fn, embedding, mixers, sublayers_per_block):

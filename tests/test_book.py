@@ -68,7 +68,7 @@ def _requirement_names(requirements):
 def test_environment_yml_agrees_with_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     in_pyproject = _requirement_names(project["dependencies"])
-    for group, requirements in project["optional-dependencies"].items():
+    for requirements in project["optional-dependencies"].values():
         in_pyproject |= {n for n in _requirement_names(requirements) if n != "k3lite"}
     environment = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(item["pip"] for item in environment["dependencies"] if isinstance(item, dict))

@@ -30,7 +30,8 @@ def write_notebook(path: Path, cells) -> Path:
 def chapters_dir(tmp_path):
     for stem, title in (("00_first", "First"), ("02_third", "Third")):
         write_notebook(tmp_path / f"{stem}.ipynb", [
-            nbformat.v4.new_markdown_cell(f"# {title}\n\nSome math: $x^2$.", metadata={"slideshow": {"slide_type": "slide"}}),
+            nbformat.v4.new_markdown_cell(f"# {title}\n\nSome math: $x^2$.",
+                                          metadata={"slideshow": {"slide_type": "slide"}}),
             nbformat.v4.new_code_cell("print(1 + 1)", execution_count=1,
                                       outputs=[nbformat.v4.new_output("stream", name="stdout", text="2\n")]),
             nbformat.v4.new_markdown_cell("## Part two", metadata={"slideshow": {"slide_type": "slide"}}),
@@ -118,8 +119,9 @@ def _markdown(source, tags=None):
 
 
 def _glue_output(name, value):
-    return nbformat.v4.new_output("display_data", data={"application/papermill.record/text/plain": repr(value)},
-                                  metadata={"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}})
+    prefix = "application/papermill.record/"
+    return nbformat.v4.new_output("display_data", data={f"{prefix}text/plain": repr(value)},
+                                  metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})
 
 
 def test_lecture_deck_applies_roles_glue_and_notes():

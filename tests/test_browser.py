@@ -198,7 +198,8 @@ def inspect_page(page, visit: Visit) -> None:
     visit.tables = page.evaluate(
         "() => Array.from(document.querySelectorAll('.cell_output table')).map(t => t.rows[0]?.innerText ?? '')")
     visit.diagrams = page.evaluate(
-        "() => Array.from(document.querySelectorAll('.bd-content img')).map(i => i.src).filter(s => /diagram_[a-z0-9_]+\\.svg/.test(s))")
+        "() => Array.from(document.querySelectorAll('.bd-content img')).map(i => i.src)"
+        ".filter(s => /diagram_[a-z0-9_]+\\.svg/.test(s))")
 
 
 # A display equation wider than its box must sit in a box that scrolls (overflow-x auto or scroll).

@@ -126,7 +126,8 @@ def test_ch03_fast_weight_gradient_matches_autograd():
     """The checker's expected answer is the real gradient (so a right answer cannot be rejected)."""
     generator = torch.Generator().manual_seed(7)
     state = torch.randn(5, 3, generator=generator, dtype=torch.float64, requires_grad=True)
-    k, v = torch.randn(5, generator=generator, dtype=torch.float64), torch.randn(3, generator=generator, dtype=torch.float64)
+    k = torch.randn(5, generator=generator, dtype=torch.float64)
+    v = torch.randn(3, generator=generator, dtype=torch.float64)
     (0.5 * (state.T @ k - v).pow(2).sum()).backward()
     assert torch.allclose(state.grad, torch.outer(k, state.detach().T @ k - v))
 

@@ -60,7 +60,7 @@ def test_assembly_follows_the_config():
     model = K3(config)
     kinds = [type(layer.mixer) for layer in model.layers]
     assert kinds == [KDALayer] * 3 + [MLA] + [KDALayer] * 3 + [MLA, MLA]
-    assert isinstance(model.layers[0].ffn, GatedMLP) and all(isinstance(l.ffn, MoE) for l in model.layers[1:])
+    assert isinstance(model.layers[0].ffn, GatedMLP) and all(isinstance(layer.ffn, MoE) for layer in model.layers[1:])
     assert model.lm_head.weight is not model.embed.weight
     tied = K3(K3Config.tiny(tie_embeddings=True))
     assert tied.lm_head.weight is tied.embed.weight

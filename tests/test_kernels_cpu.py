@@ -112,12 +112,12 @@ def test_chunked_matches_recurrent(kind, T, gate_min):
 
 @pytest.mark.parametrize("kind", ["gated_delta_rule", "kda"])
 def test_strong_gates_leave_dg_an_absolute_error_of_float32s_size(kind):
-    # Gates of -20 per step: the state forgets almost everything every token, and the true dg is tiny (about 1e-8
-    # here). The backward finds dG from q dq and k dk, signed by the direction of each decay (chunk_bwd_triton stages
-    # 3-5), and dg as its reverse sum over the chunk (stage 6): terms of order one that cancel. In float32 that leaves dg an absolute error
-    # of a few float32 steps of those terms, far above dg itself (a relative error of about 1e2 here), while every
-    # other gradient keeps its 1e-5. So dg is held to 1e-6 of the largest |q dq| + |k dk| (summed over the channels
-    # for one gate per head): an error of the formula's own size, not of float32's, would fail it.
+    # Gates of -20 per step: the state forgets almost everything every token, and the true dg is tiny (about 1e-8 here).
+    # The backward finds dG from q dq and k dk, signed by the direction of each decay (chunk_bwd_triton stages 3-5), and
+    # dg as its reverse sum over the chunk (stage 6): terms of order one that cancel. In float32 that leaves dg an
+    # absolute error of a few float32 steps of those terms, far above dg itself (a relative error of about 1e2 here),
+    # while every other gradient keeps its 1e-5. So dg is held to 1e-6 of the largest |q dq| + |k dk| (summed over the
+    # channels for one gate per head): an error of the formula's own size, not of float32's, would fail it.
     inputs = make_inputs(kind, 70, ("band", -20.0, -19.9), seed=70, batch=2)
     leaves = [x.clone().requires_grad_(True) for x in inputs]
     o, state = call(kind, "chunked", *leaves[:5], initial_state=leaves[5], backend="triton")
@@ -582,10 +582,11 @@ def test_interpreter_works_when_triton_was_imported_first():
 
 
 def test_a_kernel_module_imported_directly_after_triton_still_interprets():
-    # benchmarks.bench imports k3lite.kernels.recurrent_step itself to time the kernel alone. After `import k3lite.models.gpt2`
-    # (torch.nn.attention imports triton in compiled mode) and no call through the entry points yet, that module
-    # used to mix interpreted kernels with compiled-mode helpers (tl.max) and fail: "Cannot call @triton.jit'd
-    # outside of the scope of a kernel". Every kernel module now switches the interpreter on as it is imported.
+    # benchmarks.bench imports k3lite.kernels.recurrent_step itself to time the kernel alone. After
+    # `import k3lite.models.gpt2` (torch.nn.attention imports triton in compiled mode) and no call through the entry
+    # points yet, that module used to mix interpreted kernels with compiled-mode helpers (tl.max) and fail: "Cannot
+    # call @triton.jit'd outside of the scope of a kernel". Every kernel module now switches the interpreter on as it
+    # is imported.
     code = ("import k3lite.models.gpt2, sys; assert 'triton' in sys.modules; import torch; "
             "from k3lite.kernels import recurrent_step; from k3lite import ops; "
             "q, k, v = torch.randn(3, 2, 1, 16).unbind(0); g = -torch.rand(2, 1, 16); beta = torch.rand(2, 1); "

@@ -4,9 +4,11 @@ without device time. Triton's front and middle end (Python -> TTIR -> TTGIR -> L
 GPU; the real launcher's 16-byte alignment of pointer arguments is passed as attributes (without it the
 Triton 3.6.0 failure below did not appear).
 
+    WHEELS=$(mktemp -d); T360=$(mktemp -d)
     python3.12 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-        --platform manylinux_2_28_x86_64 -d /tmp/w triton==3.6.0 && (cd /tmp/t360 && unzip -q /tmp/w/triton-3.6.0-*.whl)
-    PYTHONPATH=/tmp/t360 python3.12 benchmarks/probes/compile_sm90.py
+        --platform manylinux_2_28_x86_64 -d "$WHEELS" triton==3.6.0
+    (cd "$T360" && unzip -q "$WHEELS"/triton-3.6.0-*.whl)
+    PYTHONPATH=$T360 python3.12 benchmarks/probes/compile_sm90.py
 
 Used on 2026-12-02: under Triton 3.6.0 the carry of b366cd8's _chunk_cumsum (the scan's last row picked out by
 masked sums) failed for bf16 and fp16 gates with 64 and 128 channels ("operand #1 does not dominate this use"),
@@ -22,15 +24,17 @@ sys.modules.setdefault("torch", types.SimpleNamespace(float32="float32", empty_l
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-KERNELS = Path(__file__).resolve().parent.parent / "k3lite" / "kernels"
+KERNELS = Path(__file__).resolve().parents[2] / "k3lite" / "kernels"
 SOURCE = KERNELS / "chunk_fwd.py"
 
 
 def load_kernel_module(name="chunk_fwd"):
     # k3lite/kernels/<name>.py without its package imports (chunk_fwd first, the others import it); each removed
-    # line stays (as a blank) so Triton finds each kernel's source at the right line.
+    # line stays (as a blank) so Triton finds each kernel's source at the right line. The launch wrapper
+    # (k3lite.kernels._launch.cached_launch) becomes the identity: compiling needs the @triton.jit function itself.
     path = KERNELS / f"{name}.py"
     src = path.read_text().replace("from . import _ensure_backend\n", "\n").replace("_ensure_backend()", "")
+    src = src.replace("from ._launch import cached_launch", "cached_launch = lambda kernel: kernel")
     module = types.ModuleType(name)
     module.__file__ = str(path)
     sys.modules[name] = module

@@ -3,15 +3,16 @@
     python benchmarks/probes/gpu_decode_probe.py
 
 The benchmark (python -m benchmarks.bench --sections model_decode) found both models' step times flat in the
-context length on the H200 (benchmarks/archive/bench_h200_2026-12-02b.json, model_decode_diagnosis): something other than
-the cache traffic bounds them. This script builds the same K3-shaped and GPT-2-shaped models at a 4096-token
+context length on the H200 (benchmarks/archive/bench_h200_2026-12-02b.json, model_decode_diagnosis): something other
+than the cache traffic bounds them. This script builds the same K3-shaped and GPT-2-shaped models at a 4096-token
 cache, times a step of each, times GPT-2's step again with SDPA free to pick its cuDNN backend (as k3lite.models.gpt2
 did before 2026-12-02), and prints the profiler's table of each step (host time per op first, then GPU time).
 
 What it found on an H200 (2026-12-02, batch 8, width 1024, depth 8, bf16): SDPA's cuDNN backend builds a new
 plan for every new key length, which decode grows by one each step (6.7 ms of host time per call against 39 us
 of GPU time; GPT-2's step took 54.56 ms, 3.16 ms without cuDNN, now k3lite.models.gpt2's default), and K3's step is
-host-bound (26.9 ms of wall time per step against ~2.4 ms of kernels, from about 1,000 kernel launches: 2,603 cudaLaunchKernel and 429 cuLaunchKernelEx in 3 steps).
+host-bound (26.9 ms of wall time per step against ~2.4 ms of kernels, from about 1,000 kernel launches: 2,603
+cudaLaunchKernel and 429 cuLaunchKernelEx in 3 steps).
 
     python benchmarks/probes/gpu_decode_probe.py --count
 
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository root: benchmarks.bench
 
 import k3lite.models.gpt2 as gpt2_module
 from benchmarks import bench
@@ -156,7 +157,8 @@ def mla_products(batch, context, heads=16, rank=512, rope=64, block=4096):
           f"({bytes_read / 4.8e12 * 1e3:.3f} ms at 4.8 TB/s)")
     for name, fn in cases.items():
         try:
-            print(f"  {name:48} {triton.testing.do_bench(fn, warmup=5, rep=40, return_mode='median'):.3f} ms", flush=True)
+            ms = triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")
+            print(f"  {name:48} {ms:.3f} ms", flush=True)
         except Exception as err:
             print(f"  {name:48} failed: {repr(err)[:150]}", flush=True)
 
@@ -197,7 +199,8 @@ def main():
 
         for token in tokens[:3]:
             gpt2_step(token)
-        print(f"GPT-2 (SDPA without cuDNN, k3lite.models.gpt2's default): {ms_per_step(gpt2_step, tokens):.2f} ms per step")
+        print(f"GPT-2 (SDPA without cuDNN, k3lite.models.gpt2's default): {ms_per_step(gpt2_step, tokens):.2f} ms "
+              "per step")
         profile_steps(gpt2_step, tokens, "GPT-2 step")
         # The attention as it was: SDPA picks by PyTorch's global flags, whose defaults allow cuDNN. The model's
         # own SDPA call overrides those flags (sdpa_kernel), so switching enable_cudnn_sdp alone would change nothing.

@@ -34,8 +34,10 @@
 #   bash benchmarks/probes/pack_triton.sh
 set -o pipefail
 bench_s=${1:-540}; test_s=${2:-480}; parts=${3:-kda,linear,tests,gated,decode}
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
-mkdir -p /tmp/t371 /tmp/L && tar -xJf .t371/triton371.tar.xz -C /tmp/t371 || exit 1
+# One scratch folder on the device: the carried wheels and Triton installed, the logs, the Triton cache.
+tmp=$(mktemp -d); site=$tmp/site; t371=$tmp/t371; logs=$tmp/logs
+python3 -m pip install -q --no-index --no-deps --target $site .whl/*.whl || exit 1
+mkdir -p $t371 $logs && tar -xJf .t371/triton371.tar.xz -C $t371 || exit 1
 export PYTHONUNBUFFERED=1
 # fla autotunes its kernels on first use, which took most of a call (above). fla asks Triton to keep each result
 # on disk (cache_results, FLA_CACHE_RESULTS=1 by default): a <kernel>.autotune.json in the Triton cache, keyed by
@@ -43,12 +45,12 @@ export PYTHONUNBUFFERED=1
 # back, so fla compiles only its best configs; the call's JSONs come back as $OUT/tune.tar (copy it to .tune/).
 # The first use (2026-12-02, kda part) wrote 17 such files, one folder each, and returned them loose: the device
 # sends back only so many files, and 16 were left out. Hence one tar; that form has not yet run on the device.
-export TRITON_CACHE_DIR=/tmp/triton_cache
+export TRITON_CACHE_DIR=$tmp/triton_cache
 mkdir -p $TRITON_CACHE_DIR && [ -f .tune/tune.tar ] && tar -xf .tune/tune.tar -C $TRITON_CACHE_DIR
-P_DEVICE=/tmp/site:$PWD; P_371=/tmp/t371:/tmp/site:$PWD
-nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv > /tmp/L/gpu_info.txt
-PYTHONPATH=$P_DEVICE python3 -c "import torch, triton; print('device: torch', torch.__version__, 'triton', triton.__version__)" >> /tmp/L/gpu_info.txt
-PYTHONPATH=$P_371 python3 -c "import triton; print('carried: triton', triton.__version__)" >> /tmp/L/gpu_info.txt
+P_DEVICE=$site:$PWD; P_371=$t371:$site:$PWD
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv > $logs/gpu_info.txt
+PYTHONPATH=$P_DEVICE python3 -c "import torch, triton; print('device: torch', torch.__version__, 'triton', triton.__version__)" >> $logs/gpu_info.txt
+PYTHONPATH=$P_371 python3 -c "import triton; print('carried: triton', triton.__version__)" >> $logs/gpu_info.txt
 bench() {  # GPU, name, options...
   local gpu=$1 name=$2; shift 2
   CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH=$P_371 timeout $bench_s python3 -m benchmarks.bench --out $OUT/$name.json "$@" \
@@ -58,12 +60,12 @@ gpu_tests() {  # GPU
   export CUDA_VISIBLE_DEVICES=$1
   # The test file in parallel processes: compiling dominates, and a fault in one leaves the others.
   tests="python3 -m pytest -q -p no:cacheprovider -rf tests/test_kernels_gpu.py"
-  PYTHONPATH=$P_371 timeout $test_s $tests -k chunked > /tmp/L/test_chunked_371.log 2>&1 &
-  PYTHONPATH=$P_371 timeout $test_s $tests -k "not chunked" > /tmp/L/test_other_371.log 2>&1 &
+  PYTHONPATH=$P_371 timeout $test_s $tests -k chunked > $logs/test_chunked_371.log 2>&1 &
+  PYTHONPATH=$P_371 timeout $test_s $tests -k "not chunked" > $logs/test_other_371.log 2>&1 &
   PYTHONPATH=$P_DEVICE timeout $test_s $tests -k "gated_delta_rule or spike or mixed or layer or k3 or synchron or bad_gate or bad_value" \
-    > /tmp/L/test_device.log 2>&1 &
+    > $logs/test_device.log 2>&1 &
   PYTHONPATH=$P_DEVICE timeout $test_s python3 -m pytest -q -p no:cacheprovider -rf tests/test_moe_gpu.py \
-    tests/test_kernels_gpu_widths.py tests/test_decode_in_place.py tests/test_decode_caches_gpu.py > /tmp/L/test_more_device.log 2>&1 &
+    tests/test_kernels_gpu_widths.py tests/test_decode_in_place.py tests/test_decode_caches_gpu.py > $logs/test_more_device.log 2>&1 &
   wait
 }
 run_part() {  # GPU, part
@@ -87,8 +89,8 @@ for ((g = 0; g < gpus && g < ${#part_list[@]}; g++)); do
 done
 wait
 (cd $TRITON_CACHE_DIR && find . -name '*.autotune.json' | tar -cf $OUT/tune.tar -T -)
-for f in /tmp/L/*; do echo "== $f"; cat $f; done > $OUT/tests.log
-for f in /tmp/L/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; cat /tmp/L/gpu_info.txt
+for f in $logs/*; do echo "== $f"; cat $f; done > $OUT/tests.log
+for f in $logs/test*; do [ -f "$f" ] && { echo "== $f"; tail -n 2 $f; }; done; cat $logs/gpu_info.txt
 jsons=$(ls $OUT/bench_*.json 2>/dev/null | grep -v bench_h200)
 [ -n "$jsons" ] && PYTHONPATH=$P_371 python3 -m benchmarks.bench --merge $jsons --out $OUT/bench_h200.json --plot $OUT/bench_h200.png
 for f in $OUT/bench_*.log; do echo "== $f"; grep -v Warn $f | tail -16; done

@@ -16,15 +16,17 @@ Prints tables and writes DIR/profile.json. Used to choose the numbers in LAUNCH;
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository root: benchmarks.bench
 
-from benchmarks import bench, kernels
+from benchmarks import bench  # imports k3lite.kernels first, which sets up Triton
+from k3lite import kernels
 from k3lite.kernels import chunk_bwd_triton, chunk_fwd, situ
 
 ITERS = 5
@@ -73,7 +75,8 @@ STAGE_KERNELS = {
 def sweep(kind, shape, results, stages=None, widths=True):
     """One stage at a time: its kernel under each setting while every other stage keeps its default, so a
     setting that does not fit (shared memory) costs only that one measurement."""
-    saved = ({k: dict(v) for k, v in chunk_fwd.LAUNCH.items()}, {k: dict(v) for k, v in chunk_bwd_triton.LAUNCH.items()})
+    saved = ({k: dict(v) for k, v in chunk_fwd.LAUNCH.items()},
+             {k: dict(v) for k, v in chunk_bwd_triton.LAUNCH.items()})
     per_kernel = {}
     for stage in sorted(stages or STAGE_KERNELS):
         for warps, n_stages in SETTINGS:
@@ -169,10 +172,11 @@ def variants(kinds, shape, results, names):
                 row["error"] = repr(err)[:300]
             results.setdefault("variants", {}).setdefault(f"{kind} {shape}", {})[name] = row
             errors = " ".join(f"{n}={e:.1e}" for n, e in row.get("rel_rms_vs_float32_pipeline", {}).items())
-            kernels_ms = " ".join(f"{n}={ms:.3f}" for n, ms in sorted(row.get("fwd", {}).items(), key=lambda kv: -kv[1]))
+            by_time = sorted(row.get("fwd", {}).items(), key=lambda kv: -kv[1])
+            kernels_ms = " ".join(f"{n}={ms:.3f}" for n, ms in by_time)
             print(f"{kind} {name:18} fwd {row.get('fwd_total_ms', float('nan')):.3f} ms, fwd+bwd "
-                  f"{row.get('fwd+bwd_total_ms', float('nan')):.3f} ms | {kernels_ms} | {errors} {row.get('error', '')}",
-                  flush=True)
+                  f"{row.get('fwd+bwd_total_ms', float('nan')):.3f} ms | {kernels_ms} | {errors} "
+                  f"{row.get('error', '')}", flush=True)
     chunk_fwd.__dict__.update(saved)
 
 
@@ -189,16 +193,16 @@ def situ_variants(results):
         fns = {}
         for fast in (True, False):
             for block, warps in ((1024, 4), (2048, 8), (4096, 8), (2048, 4), (4096, 16)):
-                def fn(fast=fast, block=block, warps=warps):
+                def fn(fast=fast, block=block, warps=warps, gate=gate, up=up):
                     situ.FAST_MATH, situ.BLOCK, situ.WARPS = fast, block, warps
                     return situ.situ_glu(gate, up)
                 fns[f"situ fast={int(fast)} B{block} w{warps}"] = fn
         for block, warps in ((1024, 4), (2048, 8), (4096, 8)):
-            def fn(block=block, warps=warps):
+            def fn(block=block, warps=warps, gate=gate, up=up):
                 situ.BLOCK, situ.WARPS = block, warps
                 return situ.silu_and_mul(gate, up)
             fns[f"silu_mul B{block} w{warps}"] = fn
-        fns["situ eager"] = lambda: bench.eager_situ(gate, up)
+        fns["situ eager"] = functools.partial(bench.eager_situ, gate, up)
         for name, fn in fns.items():
             run = bench.with_backward(fn, {"g": gate, "u": up}) if grad else fn
             out[f"{mode} {name}"] = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")

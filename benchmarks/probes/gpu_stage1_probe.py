@@ -8,8 +8,8 @@ rows); "df_masked" = b366cd8's (float32 pairs scanned with _two_sum, the carry p
 by masked sums, which Triton 3.6.0 could not compile for bf16 gates); "f32floor" = a plain float32 scan of the
 chunk writing two float32 tensors, not exact: the memory floor of a two-tensor stage 1. KDA's gates
 -5 sigmoid(randn - 2) with a -1e4, a -1e6 and a -inf gate; max_abs_err_vs_f64 = largest |hi + lo - float64 sum|.
-Results of 2026-12-02: benchmarks/archive/bench_h200_2026-12-02g.json, stage1_probe (measured with this script before it was
-tidied: the same kernels and settings, their shared tile load since moved into one helper). Not part of any test;
+Results of 2026-12-02: benchmarks/archive/bench_h200_2026-12-02g.json, stage1_probe (measured with this script before it
+was tidied: the same kernels and settings, their shared tile load since moved into one helper). Not part of any test;
 exits 1 if an exact form is not equal to the float64 sums.
 """
 import json
@@ -19,12 +19,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository root
+# k3lite.kernels first: on a CPU it switches on Triton's interpreter, which must happen before triton is imported.
+from k3lite import kernels  # noqa: F401
+from k3lite.kernels import chunk_fwd as cf
+
+# isort: split
 import triton
 import triton.language as tl
-
-from k3lite import kernels  # noqa: F401  (first: it sets up Triton)
-from k3lite.kernels import chunk_fwd as cf
 
 CHUNK = 64           # rows per chunk, as in the package (chunk_fwd.CHUNK)
 FLOOR = -1024.0      # the package's GATE_FLOOR, for the float64 reference
@@ -136,7 +138,8 @@ SETTINGS = ([("module", 128, 8, 1, 0.0), ("module", 64, 8, 1, 0.0), ("module", 1
             + [(form, bk, bs, 1, 0.0) for bk, bs in ((128, 8), (32, 16)) for form in ("f64", "df_masked")]
             + [("f32floor", bk, CHUNK, 1, 0.0) for bk in (128, 64)]
             + [("module", 128, 8, 1, cf.LO_FROM_HALF), ("rows", 128, 1, 1, 0.0)]
-            + [("rows", bk, 1, warps, cf.LO_FROM_HALF) for bk, warps in ((128, 1), (64, 1), (32, 1), (128, 2), (128, 4))])
+            + [("rows", bk, 1, warps, cf.LO_FROM_HALF)
+               for bk, warps in ((128, 1), (64, 1), (32, 1), (128, 2), (128, 4))])
 
 
 def launcher(form, g, block_k, rows, warps, ok, lo_from):

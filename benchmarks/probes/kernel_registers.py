@@ -1,31 +1,31 @@
 """Registers per thread of the KDA kernels on Hopper, counted without a GPU.
 
-    PYTHONPATH=/tmp/tt3.7.1 python3 benchmarks/probes/kernel_registers.py             # ptxas -v, sm90 (no GPU)
-    python3 benchmarks/probes/kernel_registers.py --check                             # the candidate, under the interpreter
-    PYTHONPATH=/tmp/tt3.7.1 python3 benchmarks/probes/kernel_registers.py --ptx-digest [--kernels DIR]   # same instructions?
+    PYTHONPATH=$TT371 python3 benchmarks/probes/kernel_registers.py       # ptxas -v, sm90 (no GPU)
+    python3 benchmarks/probes/kernel_registers.py --check                 # the candidate, under the interpreter
+    PYTHONPATH=$TT371 python3 benchmarks/probes/kernel_registers.py --ptx-digest [--kernels DIR]   # same instructions?
 
-(/tmp/tt3.7.1: Triton 3.7.1's wheel for this Python, unzipped; see benchmarks/probes/compile_sm90.py.)
+($TT371: a folder holding Triton 3.7.1's wheel for this Python, unzipped; see benchmarks/probes/compile_sm90.py.)
 
-The ninth run (benchmarks/archive/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk and Akk
-that works as the backward does (chunk_bwd_triton._diagonal_level_bwd): four levels of pairs, each through an anchor
-row, the sums as tensor-core products. It needs about half the exponentials of _diagonal_rows (one token's row per
-program, walking the row; the package's kernel then, kept below), yet it was two to three times slower at every
-launch setting tried. (The tenth run replaced _diagonal_rows with chunk_fwd._diagonal_blocks: one anchor per
-sub-chunk, one tensor-core product, and a row walk where the gates are too strong for it.)
-This script keeps the candidate (_diagonal_blocks_by_levels, below; channel slices of BK, BK = 128 being the
-full-width form) and asks ptxas how many registers each form needs. Default: compile both for sm90 with Triton's
-compiler and the ptxas it ships (no GPU needed, as benchmarks/probes/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and
-print registers per thread, spill bytes, and the warps that fit on one multiprocessor by registers alone (65536
-registers, at most 32 blocks and 64 warps). --check runs the candidate under Triton's interpreter in float32 and
-compares its blocks with _diagonal_rows's and the package's _diagonal_blocks; exits 1 if they differ by more than
-1e-6. The same table follows for every
-stage of the KDA forward and the backward's _bwd_intra at the launch settings the package uses (LAUNCH). --out FILE
-writes the counts as JSON. Not part of any test.
+The ninth run (benchmarks/archive/bench_h200_2026-12-04b.json) timed a candidate for the diagonal 16x16 blocks of Aqk
+and Akk that works as the backward does (chunk_bwd_triton._diagonal_level_bwd): four levels of pairs, each through an
+anchor row, the sums as tensor-core products. It needs about half the exponentials of _diagonal_rows (one token's row
+per program, walking the row; the package's kernel then, kept below), yet it was two to three times slower at every
+launch setting tried. (The tenth run replaced _diagonal_rows with chunk_fwd._diagonal_blocks: one anchor per sub-chunk,
+one tensor-core product, and a row walk where the gates are too strong for it.) This script keeps the candidate
+(_diagonal_blocks_by_levels, below; channel slices of BK, BK = 128 being the full-width form) and asks ptxas how many
+registers each form needs. Default: compile both for sm90 with Triton's compiler and the ptxas it ships (no GPU needed,
+as benchmarks/probes/compile_sm90.py) for bf16 inputs at H = 16, K = 128, and print registers per thread, spill bytes,
+and the warps that fit on one multiprocessor by registers alone (65536 registers, at most 32 blocks and 64 warps).
+--check runs the candidate under Triton's interpreter in float32 and compares its blocks with _diagonal_rows's and the
+package's _diagonal_blocks; exits 1 if they differ by more than 1e-6. The same table follows for every stage of the KDA
+forward and the backward's _bwd_intra at the launch settings the package uses (LAUNCH). --out FILE writes the counts as
+JSON. Not part of any test.
 
 --ptx-digest prints one digest per stage of the PTX's instructions: the debug sections, the .loc / .file lines and the
 $L__tmp labels that only mark source lines are left out, so a change that moves no instruction (a helper shared, a
-comment, a line shifted) gives the same digest. --kernels DIR digests the kernels in DIR instead (e.g. the k3lite/kernels
-of a `git archive <commit> | tar -x -C /tmp/base` copy); diff the two outputs to see which stages a change recompiled.
+comment, a line shifted) gives the same digest. --kernels DIR digests the kernels in DIR instead (e.g. the
+k3lite/kernels of a `git archive <commit> | tar -x -C $BASE` copy); diff the two outputs to see which stages a change
+recompiled. The JSON names DIR as given.
 """
 
 from __future__ import annotations
@@ -36,20 +36,23 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # the repository root
 REGISTERS_PER_SM, MAX_BLOCKS_PER_SM, MAX_WARPS_PER_SM = 65536, 32, 64   # Hopper (sm90)
+KERNELS_LABEL = "k3lite/kernels"   # the kernels compiled, as the JSON names them (--kernels DIR as given)
 
 sys.path.insert(0, str(ROOT))
 if "--check" in sys.argv:
-    from k3lite.kernels import chunk_fwd as cf
+    from k3lite.kernels import chunk_fwd as cf  # first: on a CPU it switches on Triton's interpreter
 else:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import compile_sm90
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import compile_sm90  # stands in for torch: the kernels' modules load without the package
 
     if "--kernels" in sys.argv:
-        compile_sm90.KERNELS = Path(sys.argv[sys.argv.index("--kernels") + 1]).resolve()
+        KERNELS_LABEL = sys.argv[sys.argv.index("--kernels") + 1]
+        compile_sm90.KERNELS = Path(KERNELS_LABEL).resolve()
     cf = compile_sm90.load_chunk_fwd()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -118,10 +121,11 @@ def _diagonal_blocks_by_levels(q_ptr, k_ptr, g_ptr, gl_ptr, beta_ptr, aqk_ptr, a
 def _diagonal_rows(q_ptr, k_ptr, g_ptr, beta_ptr, aqk_ptr, akk_ptr, scale, T,
                    H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                    BH: tl.constexpr, BK: tl.constexpr):
-    # The package's kernel for KDA's diagonal 16x16 blocks until the tenth run (benchmarks/archive/bench_h200_2026-12-04c.json),
-    # kept here for the ninth run's counts; chunk_fwd._diagonal_blocks replaced it. One program per (token t, group of BH heads) writes row t of its
-    # sub-chunk's block. It walks j from t down to the sub-chunk's first token and carries the span
-    # sum_{j < m <= t} g_m of the raw gates, so every exponent is a sum of gates <= 0, never a difference:
+    # The package's kernel for KDA's diagonal 16x16 blocks until the tenth run
+    # (benchmarks/archive/bench_h200_2026-12-04c.json), kept here for the ninth run's counts; chunk_fwd._diagonal_blocks
+    # replaced it. One program per (token t, group of BH heads) writes row t of its sub-chunk's block. It walks j from t
+    # down to the sub-chunk's first token and carries the span sum_{j < m <= t} g_m of the raw gates, so every exponent
+    # is a sum of gates <= 0, never a difference:
     #   Aqk[t, j] = scale * sum_d q_td k_jd exp(span_d),  Akk[t, j] = beta_t * (same with k_t), j < t
     # Only the pairs j <= t are computed (half the block); the rest of the row is written as zeros.
     i_bt, i_hg = tl.program_id(0), tl.program_id(1)
@@ -157,11 +161,12 @@ def usage(fn, pointer_types, constants, num_warps, num_stages=None):
     """(registers per thread, spill-store bytes, spill-load bytes) of fn for sm90, from ptxas -v."""
     options = {"num_warps": num_warps, **({"num_stages": num_stages} if num_stages else {})}
     compiled = compile_sm90.compile_sm90(fn, pointer_types, constants, **options)
-    ptx = Path("/tmp/kernel_registers.ptx")
-    ptx.write_text(compiled.asm["ptx"])
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", str(ptx), "-o", "/tmp/kernel_registers.cubin"],
-                            capture_output=True, text=True, check=True).stderr
+    with tempfile.TemporaryDirectory() as scratch:
+        ptx = Path(scratch) / "kernel.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", str(ptx), "-o", str(Path(scratch) / "kernel.cubin")],
+                                capture_output=True, text=True, check=True).stderr
     regs = int(re.search(r"Used (\d+) registers", report).group(1))
     stores, loads = (int(x) for x in re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report).groups())
     return regs, stores, loads
@@ -175,7 +180,8 @@ def resident_warps(regs, num_warps):
 
 
 def stage_cases():
-    """Each stage of the KDA forward, and the backward's _bwd_intra, at the package's launch settings (bf16, K = 128)."""
+    """Each stage of the KDA forward, and the backward's _bwd_intra, at the package's launch settings (bf16,
+    K = 128)."""
     bwd = compile_sm90.load_kernel_module("chunk_bwd_triton")
     half, f32 = "*bf16", "*fp32"
     return [
@@ -189,15 +195,18 @@ def stage_cases():
         *[(f"_offdiagonal_solve, USE_LO={use_lo}", cf._offdiagonal_solve,
            dict(q_ptr=half, k_ptr=half, g_ptr=f32, gl_ptr=f32, beta_ptr=half, aqk_ptr=half, akk_ptr=f32, ai_ptr=half,
                 scale="fp32", lo_from="fp32"),
-         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BK=cf.OFFDIAGONAL_BK, BKF=128, USE_LO=use_lo, DOT_PRECISION="tf32",
-              SOLVE_PRECISION="tf32", LO_GROUP=cf.LO_GROUP), cf.LAUNCH["offdiagonal_solve"]) for use_lo in (False, True)],
+         dict(H=16, K=128, BT=cf.CHUNK, BC=cf.SUB, BK=cf.OFFDIAGONAL_BK, BKF=128, USE_LO=use_lo,
+              DOT_PRECISION="tf32", SOLVE_PRECISION="tf32", LO_GROUP=cf.LO_GROUP), cf.LAUNCH["offdiagonal_solve"])
+          for use_lo in (False, True)],
         *[(f"_wy_factors, USE_LO={use_lo}", cf._wy_factors,
            dict(k_ptr=half, v_ptr=half, g_ptr=f32, gl_ptr=f32, beta_ptr=half, ai_ptr=half, w_ptr=half, u_ptr=half,
                 kd_ptr=half, ok_ptr="*i32", lo_from="fp32"),
          dict(H=16, K=128, V=128, BT=cf.CHUNK, BK=cf.KEY_TILE, BV=cf.VALUE_TILE, BKF=128, GATE=2, USE_LO=use_lo,
-              WRITE_KD=True, DOT_PRECISION="tf32", CHECK=True, LO_GROUP=cf.LO_GROUP), cf.LAUNCH["wy_channel"]) for use_lo in (False, True)],
-        ("_state_pass (B*H = 32: 32 wide)", cf._state_pass, dict(k_ptr=half, u_ptr=half, w_ptr=half, g_ptr=f32,
-                                                                  gl_ptr=f32, h0_ptr=f32, h_ptr=half, vn_ptr=half, ht_ptr=f32),
+              WRITE_KD=True, DOT_PRECISION="tf32", CHECK=True, LO_GROUP=cf.LO_GROUP), cf.LAUNCH["wy_channel"])
+          for use_lo in (False, True)],
+        ("_state_pass (B*H = 32: 32 wide)", cf._state_pass,
+         dict(k_ptr=half, u_ptr=half, w_ptr=half, g_ptr=f32, gl_ptr=f32, h0_ptr=f32, h_ptr=half, vn_ptr=half,
+              ht_ptr=f32),
          dict(H=16, K=128, V=128, BT=cf.CHUNK, BK=128, BV=cf.state_block_v(32, 128, cf.VALUE_TILE), GATE=2, DELTA=True,
               HAS_H0=False, DOT_PRECISION="tf32"), cf.LAUNCH["state"]),
         ("_chunk_output", cf._chunk_output, dict(q_ptr=half, g_ptr=f32, h_ptr=half, aqk_ptr=half, vn_ptr=half,
@@ -264,7 +273,7 @@ def ptx_digest(out):
         print(f"{label:<40}{digest:>14}{len(kept):>8} lines")
     if out:
         Path(out).write_text(json.dumps({"triton": triton.__version__, "target": "sm90",
-                                         "kernels": str(compile_sm90.KERNELS), "stages": digests}, indent=1))
+                                         "kernels": KERNELS_LABEL, "stages": digests}, indent=1))
 
 
 def check():

@@ -4,7 +4,8 @@
 # issue #640), and the device image has 3.6.0. Drops what k3lite and fla never load (the Blackwell ptxas,
 # CUPTI and profiler libraries, test helpers), strips libtriton.so of its symbol tables (461 MB -> 180 MB),
 # and xz-compresses the rest: about 47 MiB. Writes .t371/triton371.tar.xz (git-ignored).
-# On the device: tar -xJf .t371/triton371.tar.xz -C /tmp/t371 && export PYTHONPATH=/tmp/t371:$PYTHONPATH
+# On the device (as benchmarks/probes/gpu_final.sh does):
+#   t371=$(mktemp -d) && tar -xJf .t371/triton371.tar.xz -C $t371 && export PYTHONPATH=$t371:$PYTHONPATH
 set -euo pipefail
 repo=$PWD   # the output goes here; the work folder is deleted at the end
 work=$(mktemp -d)
