@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from k3lite import kernels  # noqa: F401  first: on a CPU it switches on the Triton interpreter before triton is imported
+
 pytest.importorskip("triton")
 
 import triton
