@@ -9,7 +9,7 @@ else from k3lite), so it depends on torch only.
 ``step`` functions have no time axis: q, k ``[B, H, K]``, v ``[B, H, V]``; pass ``time_axis=False``.
 
 Value checks (g <= 0, beta in [0, 2]) never stop the host on CUDA: reading a GPU number with ``.item()``
-waits for every queued kernel, 0.1-0.3 ms per call, the whole budget of a decode step. On CUDA they
+waits for every queued kernel, which can take as long as a whole decode step. On CUDA they
 become device-side asserts (``torch._assert_async``) that fail, naming the argument, when the stream is
 next synchronised; on CPU they raise a ``ValueError`` at once. The Triton kernels on CUDA go one step
 further: the fused decode step, and stages 1 and 4 of the chunked pipeline, check g and beta as they read them
@@ -218,9 +218,9 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 # Layouts (shapes and dtypes of one call's tensors) that passed the shape checks, and the sizes they gave. A decode
-# loop or a training loop calls an op with one layout again and again, and on the GPU machine of the fourteenth run
-# (benchmarks/README.md) the shape checks' Python took longer than the GPU took for a small call; looking the layout up costs
-# a third of checking it. Only layouts that passed are kept, so a wrong call always meets the checks.
+# loop or a training loop calls an op with one layout again and again, and on a slow host the shape checks' Python
+# can take longer than the GPU takes for a small call; looking the layout up costs a fraction of checking it. Only
+# layouts that passed are kept, so a wrong call always meets the checks.
 _PASSED_LAYOUTS: dict = {}
 _PASSED_LAYOUTS_MAX = 256
 

@@ -1,7 +1,8 @@
 """``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge.
 
 Grid: every task of ``--tasks`` x every mixer of ``--mixers``; MQAR tasks at every ``--d-models`` width, the
-others at the largest or at ``--width-of``. Phases (``--phase all`` runs the three, each run starting as soon as it can):
+others at the largest or at ``--width-of``. Phases (``--phase all`` runs the three, each run starting as soon as it
+can):
 
 * ``lr``: seed 0 at every learning rate of ``--lrs`` (``--lm-lrs`` for lm) on the cells that set a learning
   rate: each task for itself, every MQAR task from ``--mqar-lr-task``;
@@ -86,7 +87,8 @@ def parser() -> argparse.ArgumentParser:
                         "(default: each task its own sweep; MQAR tasks from --mqar-lr-task)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--close-seeds", type=int, default=5,
-                   help="seeds for both cells of a story pair the beats rule cannot call with --seeds (<= --seeds: off)")
+                   help="seeds for both cells of a story pair the beats rule cannot call with --seeds "
+                        "(<= --seeds: off)")
     p.add_argument("--steps", default=DEFAULT_STEPS)
     p.add_argument("--batch-size", default=DEFAULT_BATCH)
     p.add_argument("--vocab", type=int, default=512)
@@ -146,7 +148,8 @@ def check_args(args) -> None:
     except ValueError as err:
         raise ValueError(f"--d-models must be comma-separated integers, got {args.d_models!r}") from err
     if not args.d_list or any(d < 1 or d % args.num_heads for d in args.d_list):
-        raise ValueError(f"--d-models must be positive multiples of --num-heads={args.num_heads}, got {args.d_models!r}")
+        raise ValueError(f"--d-models must be positive multiples of --num-heads={args.num_heads}, "
+                         f"got {args.d_models!r}")
     args.lr_list, args.lm_lr_list = _floats(args.lrs, "--lrs"), _floats(args.lm_lrs, "--lm-lrs")
     args.steps_of, args.batch_of = per_family(args.steps, "--steps"), per_family(args.batch_size, "--batch-size")
     args.width_of = per_family(args.width_of, "--width-of") if args.width_of else {}
@@ -531,8 +534,8 @@ def measure(args, executor, device, runs, prov) -> None:
         if status != "ok":
             print(f"[bakeoff] measure FAILED {key}\n{payload}", flush=True)
             return
-        timings.setdefault((payload["mixer"],) + _shape(RunSpec(**{k: payload[k] for k in RunSpec.__dataclass_fields__})),
-                           []).append(payload)
+        spec = RunSpec(**{k: payload[k] for k in RunSpec.__dataclass_fields__})
+        timings.setdefault((payload["mixer"],) + _shape(spec), []).append(payload)
 
     started = time.time()
     executor.map(specs, on_result, timing_only=True)
@@ -564,7 +567,8 @@ def estimate_grid(args, step_seconds, width) -> None:
     for spec in sweep + seeds:
         seconds = step_seconds.get((spec.mixer,) + _shape(spec))
         total += (spec.steps + 5) * seconds + 2.0 if seconds is not None else 0.0   # + evaluation, roughly
-    print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs (+ up to --close-seeds for close pairs) = {len(sweep) + len(seeds)} runs, "
+    print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs (+ up to --close-seeds for close pairs) "
+          f"= {len(sweep) + len(seeds)} runs, "
           f"about {total:.0f} worker-seconds = {total / width / 60:.1f} min on {width} workers "
           f"(per-step times measured with every worker busy)", flush=True)
 

@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from k3lite.layers.mla import MLA, rotate
-from k3lite.models.mixers import MixerConfig, TokenMixer, _split_heads
+from k3lite.models.mixers import Block, MixerConfig, TokenMixer, _split_heads, norm
+from k3lite.ops import KINDS, RECURRENT_KINDS
 
-BUILTIN = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
-RECURRENT_KINDS = ("linear_attention", "delta_rule", "gated_delta_rule", "kda")
+BUILTIN = ("softmax", *KINDS, "k3_hybrid")
 HYBRID_PERIOD = 4          # K3: every 4th layer is MLA
 MLP_RATIO = 2
 ROPE_THETA = 10000.0
@@ -89,7 +89,7 @@ class BakeoffMixer(TokenMixer):
     def forward(self, x):
         config = self.config
         q, k, v = self.qkv(x).chunk(3, dim=-1)
-        q, k, v = (_split_heads(conv(t), config.num_heads) for conv, t in
+        q, k, v = (_split_heads(conv(t)[0], config.num_heads) for conv, t in
                    ((self.conv_q, q), (self.conv_k, k), (self.conv_v, v)))
         if config.mechanism == "softmax":
             positions = torch.arange(x.shape[1], device=x.device)
@@ -104,8 +104,6 @@ class BakeoffMixer(TokenMixer):
         return self.out(mixed.flatten(2))
 
     def _mix(self, q, k, v, x):
-        from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
-
         config = self.config
         beta = torch.sigmoid(self.beta(x)) if hasattr(self, "beta") else None
         g = self.log_decay(x) if hasattr(self, "decay") else None
@@ -115,8 +113,7 @@ class BakeoffMixer(TokenMixer):
         options = {"chunk_size": config.chunk_size, "backend": config.backend}
         if self.op is not None:
             return self.op(q, k, v, g, beta, **options)[0]
-        function = {"linear_attention": linear_attention.chunked, "delta_rule": delta_rule.chunked,
-                    "gated_delta_rule": gated_delta_rule.chunked, "kda": kda.chunked}[config.mechanism]
+        function = RECURRENT_KINDS[config.mechanism].module.chunked
         args = [t for t in (q, k, v, g, beta) if t is not None]
         return function(*args, **options)[0]
 
@@ -143,24 +140,17 @@ class MLAMixer(nn.Module):
         return mla.o_proj(out)
 
 
-class Block(nn.Module):
-    def __init__(self, mixer: nn.Module, d_model: int, mlp_hidden: int):
-        super().__init__()
-        self.mixer_norm, self.mixer = nn.RMSNorm(d_model), mixer
-        self.mlp_norm = nn.RMSNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, mlp_hidden), nn.GELU(), nn.Linear(mlp_hidden, d_model))
-
-    def forward(self, x):
-        x = x + self.mixer(self.mixer_norm(x))
-        return x + self.mlp(self.mlp_norm(x))
+def _mlp(d_model: int, mlp_hidden: int) -> nn.Sequential:
+    """The bake-off's MLP; a ``Sequential`` (parameters ``0.*`` and ``2.*``), as the stored models were built."""
+    return nn.Sequential(nn.Linear(d_model, mlp_hidden), nn.GELU(), nn.Linear(mlp_hidden, d_model))
 
 
 class BakeoffLM(nn.Module):
     def __init__(self, mixers: list[nn.Module], vocab_size: int, d_model: int, mlp_hidden: int):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(Block(m, d_model, mlp_hidden) for m in mixers)
-        self.final_norm = nn.RMSNorm(d_model)
+        self.blocks = nn.ModuleList(Block(m, _mlp(d_model, mlp_hidden), d_model) for m in mixers)
+        self.final_norm = norm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         nn.init.normal_(self.embed.weight, std=0.02)
 

@@ -14,14 +14,14 @@ from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN
 from k3lite.bakeoff.stats import beats, beats_paired, summarize
 from k3lite.bakeoff.tasks import PROBE_ALPHABET, family
+from k3lite.ops import RECURRENT_KINDS
 
 GDN_IN_KDA_LAYER = "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"
 
 COLORS = {"softmax": "#555555", "linear_attention": "#1f77b4", "delta_rule": "#2ca02c",
           "gated_delta_rule": "#d62728", "kda": "#9467bd", "k3_hybrid": "#ff7f0e", GDN_IN_KDA_LAYER: "#e377c2"}
-LABELS = {"softmax": "softmax (SDPA)", "linear_attention": "linear attention", "delta_rule": "DeltaNet",
-          "gated_delta_rule": "Gated DeltaNet", "kda": "KDA", "k3_hybrid": "K3 hybrid (3 KDA : 1 MLA)",
-          GDN_IN_KDA_LAYER: "GDN recurrence in KDA's layer"}
+LABELS = {"softmax": "softmax (SDPA)", **{kind: entry.label for kind, entry in RECURRENT_KINDS.items()},
+          "k3_hybrid": "K3 hybrid (3 KDA : 1 MLA)", GDN_IN_KDA_LAYER: "GDN recurrence in KDA's layer"}
 TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
                "switch": "Context switch: forget what came before the reset",
                "twoscale": "Two timescales: recall early facts through a fast stream",
@@ -82,7 +82,8 @@ def cell_summary(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
 def run_setup(record: dict) -> str:
     """A stored run's training set-up and the machine it ran on, in one line."""
     return (f"d_model {record['d_model']}, {record['num_layers']} layers, {record['num_heads']} heads, "
-            f"vocab {record['vocab_size']}, T {record.get('seq_len_used', record['seq_len'])}, batch {record['batch_size']}, "
+            f"vocab {record['vocab_size']}, T {record.get('seq_len_used', record['seq_len'])}, "
+            f"batch {record['batch_size']}, "
             f"{record['steps']} steps, lr {record['lr']:g}; {record['provenance']['device_name']}, "
             f"{record['backend']} backend")
 
@@ -201,6 +202,13 @@ def plot_lm_curves(runs: dict, ax):
     ax.legend(fontsize=8)
 
 
+def _tokens_per_s(cells: dict, mixer: str, length: int, batch: int, d: int) -> float:
+    """Mean training tokens/s of ``mixer``'s final runs at one shape (NaN where there are none)."""
+    recs = [r for (_, dd, m), rs in cells.items() if m == mixer and dd == d for r in rs
+            if r["seq_len_used"] == length and r["batch_size"] == batch]
+    return summarize([r["tokens_per_s"] for r in recs]).mean if recs else float("nan")
+
+
 def plot_throughput(runs: dict, ax):
     """Training tokens/s of each mixer divided by the SDPA model's at the same shape."""
     cells = final_cells(runs)
@@ -210,11 +218,8 @@ def plot_throughput(runs: dict, ax):
     for j, mixer in enumerate(mixers):
         ratios = []
         for length, batch, d in shapes:
-            def speed(name):
-                recs = [r for (t, dd, m), rs in cells.items() if m == name and dd == d for r in rs
-                        if r["seq_len_used"] == length and r["batch_size"] == batch]
-                return summarize([r["tokens_per_s"] for r in recs]).mean if recs else float("nan")
-            ratios.append(speed(mixer) / speed("softmax"))
+            ratios.append(_tokens_per_s(cells, mixer, length, batch, d)
+                          / _tokens_per_s(cells, "softmax", length, batch, d))
         ax.bar([i + j * width for i in range(len(shapes))], ratios, width, color=COLORS.get(mixer),
                label=LABELS.get(mixer, mixer))
     ax.axhline(1.0, color="black", lw=0.8)

@@ -151,11 +151,11 @@ def draw_delta_rule_update():
     """Delta rule: read what the state holds for k, then write the correction."""
     fig, ax = _canvas(52, "Delta rule: overwrite what a key already holds")
     color = MECHANISM_COLORS["delta_rule"]
-    state = _box(ax, 4, 20, 18, 12, "state\n$S_{t-1}$", color)
+    _box(ax, 4, 20, 18, 12, "state\n$S_{t-1}$", color)
     read = _box(ax, 30, 34, 24, 8, "read  $S_{t-1}^\\top k_t$", color)
     error = _box(ax, 30, 20, 24, 8, "error  $v_t - S_{t-1}^\\top k_t$", color)
     write = _box(ax, 30, 6, 24, 8, "write  $\\beta_t\\, k_t (\\cdot)^\\top$", color)
-    new = _box(ax, 66, 20, 20, 12, "state\n$S_t$", color)
+    _box(ax, 66, 20, 20, 12, "state\n$S_t$", color)
     _arrow(ax, (22, 29), _left(read))
     _arrow(ax, _bottom(read), _top(error))
     _arrow(ax, _bottom(error), _top(write))
@@ -225,13 +225,13 @@ def draw_kda_layer():
     b = _box(ax, 80, 16, 16, 7, "$\\beta_t$ = sigmoid\nper head", PALETTE["orange"], size=MIN_FONT_PT)
     for branch in (q, k, v, g, b):
         _arrow(ax, _top(x), _bottom(branch))
-    core = _box(ax, 18, 31, 64, 9, "$S_t = (I - \\beta_t k_t k_t^\\top)\\,\\mathrm{Diag}(e^{g_t})\\,S_{t-1}"
-                                   " + \\beta_t k_t v_t^\\top$,   $o_t = S_t^\\top q_t$", color)
+    _box(ax, 18, 31, 64, 9, "$S_t = (I - \\beta_t k_t k_t^\\top)\\,\\mathrm{Diag}(e^{g_t})\\,S_{t-1}"
+                            " + \\beta_t k_t v_t^\\top$,   $o_t = S_t^\\top q_t$", color)
     for branch in (q, k, v, g, b):
         _arrow(ax, _top(branch), (_top(branch)[0] if 18 < _top(branch)[0] < 82 else 50, 31))
     norm = _box(ax, 18, 46, 30, 6, "per-head RMSNorm", color)
     gate = _box(ax, 54, 46, 28, 6, "output gate (full rank)", PALETTE["green"])
-    out = _box(ax, 33, 57, 34, 6, "$W_o$ $\\rightarrow$ back to $d$", color)
+    _box(ax, 33, 57, 34, 6, "$W_o$ $\\rightarrow$ back to $d$", color)
     _arrow(ax, (33, 40), _bottom(norm))
     _arrow(ax, _right(norm), _left(gate), "x")
     _arrow(ax, _top(gate), (58, 57))

@@ -34,7 +34,8 @@ def expect_close(got, expected, *, what: str, atol: float = 1e-5, rtol: float = 
     got_t = torch.as_tensor(got, dtype=torch.float64)
     expected_t = torch.as_tensor(expected, dtype=torch.float64)
     if got_t.shape != expected_t.shape:
-        raise ExerciseFailed(f"{what}: expected shape {tuple(expected_t.shape)}, got {tuple(got_t.shape)}. {hint}".strip())
+        raise ExerciseFailed(
+            f"{what}: expected shape {tuple(expected_t.shape)}, got {tuple(got_t.shape)}. {hint}".strip())
     if not torch.allclose(got_t, expected_t, atol=atol, rtol=rtol):
         worst = (got_t - expected_t).abs().max().item()
         raise ExerciseFailed(f"{what}: values differ (max |difference| {worst:.3g}). {hint}".strip())

@@ -43,7 +43,8 @@ def check_lineage(match) -> bool:
 
 
 def check_implied_gpt2_count(implied_count) -> bool:
-    """``implied_count() -> number`` (int or float, within one parameter): the GPT-2 size that makes 2.8e12 / size exactly 22,580."""
+    """``implied_count() -> number`` (int or float, within one parameter): the GPT-2 size that makes
+    2.8e12 / size exactly 22,580."""
 
     def check():
         got = implied_count()

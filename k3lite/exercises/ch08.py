@@ -42,7 +42,8 @@ def check_route(route) -> bool:
             raise ExerciseFailed(f"indices must be [N, top_k] = (6, 3), got {tuple(indices.shape)}.")
         unbiased = torch.topk(scores, 3, dim=-1).indices
         got_sets = [set(row.tolist()) for row in indices]
-        if got_sets == [set(row.tolist()) for row in unbiased] and got_sets != [set(r.tolist()) for r in expected_indices]:
+        expected_sets = [set(r.tolist()) for r in expected_indices]
+        if got_sets == [set(row.tolist()) for row in unbiased] and got_sets != expected_sets:
             raise ExerciseFailed("the experts are chosen on score + bias: the bias steers the selection.")
         expect_equal(got_sets, [set(r.tolist()) for r in expected_indices], what="chosen experts per token",
                      hint="Take the top_k of scores + bias along the expert axis.")
@@ -85,7 +86,8 @@ def check_routed_macs(routed_macs) -> bool:
             if latent is not None and got == top_k * 3 * latent * width:
                 raise ExerciseFailed(f"routed_macs{case}: the latent is not free: count W_down (d -> latent) and "
                                      "W_up (latent -> d) once per token.")
-            if got == expected * 2 // 3 or (latent is not None and got == top_k * 2 * latent * width + 2 * hidden * latent):
+            two_matrix_count = None if latent is None else top_k * 2 * latent * width + 2 * hidden * latent
+            if got == expected * 2 // 3 or (latent is not None and got == two_matrix_count):
                 raise ExerciseFailed(f"routed_macs{case}: a gated expert has three matrices (gate, up, down).")
             if got == 2 * expected:
                 raise ExerciseFailed(f"routed_macs{case}: count multiply-adds, not FLOPs (FLOPs = 2 x MACs).")
@@ -106,9 +108,11 @@ def check_situ(situ) -> bool:
             expected = beta * torch.tanh(x / beta) * torch.sigmoid(x)
             got = torch.as_tensor(situ(x, beta), dtype=torch.float64)
             if got.shape == expected.shape and torch.allclose(got, beta * torch.tanh(x / beta), atol=1e-9):
-                raise ExerciseFailed("the sigmoid gate is missing: SiTU is a soft-capped SiLU, x -> sigmoid(x) * cap(x).")
+                raise ExerciseFailed("the sigmoid gate is missing: SiTU is a soft-capped SiLU, "
+                                     "x -> sigmoid(x) * cap(x).")
             if got.shape == expected.shape and torch.allclose(got, torch.tanh(x / beta) * torch.sigmoid(x), atol=1e-9):
-                raise ExerciseFailed(f"beta={beta}: multiply tanh(x / beta) by beta, so that SiTU ~ SiLU for |x| << beta.")
+                raise ExerciseFailed(f"beta={beta}: multiply tanh(x / beta) by beta, "
+                                     "so that SiTU ~ SiLU for |x| << beta.")
             if got.shape == expected.shape and torch.allclose(got, beta * torch.tanh(x) * torch.sigmoid(x), atol=1e-9):
                 raise ExerciseFailed(f"beta={beta}: the tanh takes x / beta, not x.")
             expect_close(got, expected, what=f"situ(x, beta={beta})", atol=1e-9,

@@ -26,7 +26,8 @@ def _depth_attention_reference(values, query, eps=1e-6):
 # ---------------------------------------------------------------- exercise 1: the AttnRes read
 
 def check_depth_attention(depth_attention) -> bool:
-    """``depth_attention(values [S, M, d], query [d]) -> (mixed [M, d], weights [S, M])`` (S sources, M positions; RMSNorm eps 1e-6)."""
+    """``depth_attention(values [S, M, d], query [d]) -> (mixed [M, d], weights [S, M])``
+    (S sources, M positions; RMSNorm eps 1e-6)."""
 
     def check():
         # Sources of very different sizes, as in a real residual stream.
@@ -84,7 +85,8 @@ def check_block_count(block_count) -> bool:
                 raise ExerciseFailed(f"block_count{case}: the partial block is not stored; it is recomputed as a "
                                      "running sum and read alongside the stored sources.")
             expect_equal(got, (stored, partial), what=f"block_count{case}",
-                         hint="How many block boundaries does the stack cross, and how many layers come after the last?")
+                         hint="How many block boundaries does the stack cross, "
+                              "and how many layers come after the last?")
 
     return attempt("Exercise 2 (counting block sources)", check)
 
@@ -103,7 +105,8 @@ def _block_sources_reference(embedding, outputs, sublayers_per_block):
 
 
 def check_block_sources(block_sources) -> bool:
-    """``block_sources(embedding [M, d], outputs: list of [M, d], sublayers_per_block) -> list of [M, d]`` (M positions)."""
+    """``block_sources(embedding [M, d], outputs: list of [M, d], sublayers_per_block) -> list of [M, d]``
+    (M positions)."""
 
     def check():
         embedding = _random(3, 4, seed=2)

@@ -42,7 +42,8 @@ def check_layer_counts(layer_counts) -> bool:
                 raise ExerciseFailed(f"layer_counts{case}: the two counts add up to {sum(got)}, but the stack has "
                                      f"{sum(expected)} layers (cycles x layers per cycle, plus the final MLA if any).")
             expect_equal(tuple(got), expected, what=f"layer_counts{case}",
-                         hint="Count the KDA layers per cycle, then the MLA layers (one per cycle, plus the final one).")
+                         hint="Count the KDA layers per cycle, "
+                              "then the MLA layers (one per cycle, plus the final one).")
 
     return attempt("Exercise 1 (KDA and MLA layers of a macrocycle stack)", check)
 
@@ -69,7 +70,8 @@ def _decode_cache_bytes_reference(context, num_kda_layers, num_mla_layers, num_h
 
 
 def check_decode_cache_bytes(decode_cache_bytes) -> bool:
-    """``decode_cache_bytes(context, num_kda_layers, num_mla_layers, num_heads, head_dim, latent_dim, rope_dim) -> int``.
+    """``decode_cache_bytes(context, num_kda_layers, num_mla_layers, num_heads, head_dim, latent_dim, rope_dim)``
+    ``-> int``.
 
     Bytes one sequence holds after ``context`` tokens: every MLA layer caches ``latent_dim + rope_dim``
     numbers per token in bf16; every KDA layer keeps a ``num_heads x head_dim x head_dim`` state in

@@ -42,8 +42,11 @@ import sys
 import torch
 
 from k3lite import _validate
+from k3lite.ops import KINDS
 
-KINDS = ("linear_attention", "delta_rule", "gated_delta_rule", "kda")
+# The chunk sizes the kernels run: the pipeline's tiles, its sub-chunk structure (four 16-row blocks) and the
+# block inverse of the triangular solve are all sized for 64-token chunks (chunk_fwd.CHUNK).
+CHUNK_SIZES = (64,)
 
 # Triton decides at decoration time whether a @triton.jit function is compiled or interpreted, and
 # that includes its own standard library (tl.zeros, tl.sum, ...) defined when triton is first imported.
@@ -154,8 +157,8 @@ def _check_kernel_inputs(kind, q, k, v, g, beta, state):
 
 
 # On the H200, the bf16/fp16 backward faults (illegal memory access, or NaN gradients) when the key or value
-# width is below 64: found by the bake-off's head dim 32 (scratch script gpu_headdim.py, 2026-12-01), cause not
-# yet found. float32 operands take other code paths, which are exact there; at such widths they are also cheap.
+# width is below 64 (the bake-off's head dim 32 found it; the cause is not yet known). float32 operands take other
+# code paths, which are exact there; at such widths they are also cheap.
 MIN_HALF_PRECISION_BACKWARD_WIDTH = 64
 
 
@@ -213,22 +216,30 @@ def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None,
     take them (any float dtype); initial_state ``[B, H, K, V]`` or None. Every argument is checked as
     ``k3lite.ops`` checks it (ValueError naming the tensor). On CUDA the kernels check the values of g and
     beta as they read them (one flag, one asynchronous assert: no extra pass, no host synchronisation).
-    The pipeline always works on 64-token chunks (tensor-core tiles); ``chunk_size`` is accepted for a
-    uniform signature and does not change the result, which is the same for every chunk size.
+    The pipeline works on 64-token chunks only (its tiles and triangular solve are sized for them):
+    ``chunk_size`` must be one of ``CHUNK_SIZES``, anything else is a ValueError. (The PyTorch ops,
+    ``backend="torch"``, take any chunk size; the result is the same for every one, up to rounding.)
     """
     scale = check_call(kind, q, k, v, g, beta, initial_state, state_name="initial_state", time_axis=True,
                        chunk_size=chunk_size, scale=scale, values=False)
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"chunk_size must be one of {CHUNK_SIZES} for the Triton kernels (their tiles are sized "
+                         f"for 64-token chunks), got {chunk_size!r}; backend='torch' takes any chunk size")
     _validate.check_values(g, beta, in_kernel=True)
     return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state)
 
 
 def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
     """:func:`chunked` after the ops' checks, for callers that ran them already (``k3lite.ops``): shapes,
-    and on CPU the values (on CUDA the kernels check the values themselves)."""
+    and on CPU the values (on CUDA the kernels check the values themselves).
+
+    ``chunk_size`` is the op's, which ``k3lite.ops`` documents as any size >= 1 with the same result: it
+    sets the tiles of the PyTorch form, and the kernels keep their 64-token chunks whatever it is (an op
+    called with ``backend="auto"`` on a GPU must not fail where the PyTorch form would succeed)."""
     _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
     if not _validate.needs_grad(q, k, v, g, beta, initial_state):
-        # Inference: no autograd node, no intermediates kept. On a slow host a call's Python is what sets the pace
-        # at small shapes (benchmarks/README.md, fourteenth run), and the node's bookkeeping was a fifth of it.
+        # Inference: no autograd node, no intermediates kept. At small shapes a call is host-bound (its Python sets
+        # the pace), and an autograd node's bookkeeping is a large part of that Python.
         return _forward(kind, float(scale), q, k, v, g, beta, initial_state, keep_intermediates=False)
     return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
 

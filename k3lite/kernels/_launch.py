@@ -3,11 +3,11 @@
 ``kernel[grid](*args)`` runs ``JITFunction.run`` on every call, also when the kernel was compiled long ago: it binds
 the arguments, works out how they specialise the kernel (each pointer's dtype and 16-byte alignment, integers equal
 to 1 or divisible by 16, the constexpr values, the launch options), turns that into a cache key, looks the compiled
-kernel up and only then calls its launcher. A public launch-latency study (facebookexperimental/triton pull request
-1231, not measured here) put that dispatch at ~12.5 µs against ~3.4 µs for the compiled kernel called directly, on a
-fast host. A forward is five to eight launches and a decode step one; where the GPU's work is short
-(Gated DeltaNet at (8, 2048), a decode step at B = 64), a slow host spends longer issuing the kernels than the GPU
-spends running them (``benchmarks/README.md``, fourteenth run), and everything the host does shows in the time.
+kernel up and only then calls its launcher, which costs several times what calling the compiled kernel's launcher
+directly costs (a public launch-latency study, facebookexperimental/triton pull request 1231, found the same). A
+forward is five to eight launches and a decode step one; where the GPU's work is short (small shapes, a decode
+step), a slow host spends longer issuing the kernels than the GPU spends running them, so everything the host does
+shows in the time.
 
 :func:`cached_launch` wraps a kernel so that a call that looks like an earlier one goes straight to the launcher of
 the kernel that earlier call compiled. "Looks like" is a key built from what a call site can vary: the dtype of every

@@ -39,7 +39,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from ._launch import cached_launch  # noqa: E402
-from .chunk_fwd import (
+from .chunk_fwd import (  # noqa: E402
     CHUNK,
     DELTA_OF_KIND,
     GATE_CHANNEL,
@@ -114,8 +114,8 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     #   dh[c] = D;  dV' = dV'_o + K_dec D (in place in dv_ptr);  D = exp(G_C) D + scale (exp(G) Q)^T dO - W^T dV'
     # D is kept in float32 as two halves of BK/2 key rows, D1 and D2, and every product takes the inputs' dtype
     # (bf16 tensor cores in a bf16 run). The pass is sequential, so its time is the latency of one chunk's
-    # step: 0.36 ms against 1.62 ms for the same step on whole float32 [BK, BV] tiles (DeltaNet, (2, 8192, 16,
-    # 128) bf16, H200; git 63f65f3 has that form). With a gate, q_ptr holds exp(G) Q already (_gated_queries):
+    # step, and half tiles in the inputs' dtype make that step several times shorter than whole float32 [BK, BV]
+    # tiles do. With a gate, q_ptr holds exp(G) Q already (_gated_queries):
     # gating Q inside the loop made Triton 3.6 and 3.7.1 compile this kernel into out-of-range shared-memory
     # accesses (compute-sanitizer, GPU tests at T = 1).
     HALF: tl.constexpr = BK // 2
@@ -138,9 +138,8 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
     vbase = _head_base(i_b, i_h, T, H, V)
     # The two loads of a chunk that are no tl.dot operand, dV'_o and the chunk's decay, are not pipelined by
     # Triton: issued in the chunk that uses them, their latency sat on the sequential chain. They are issued one
-    # chunk ahead instead (the last iteration re-reads chunk 0, unused). With num_stages=3 this took Gated
-    # DeltaNet's pass at (1, 32768, 16) from 0.988 to 0.658 ms, DeltaNet's from 1.013 to 0.676, KDA's from
-    # 1.029 to 0.926 (H200, bf16, 2026-12-02; the sweep is in benchmarks/archive/bench_h200_2026-12-02d.json).
+    # chunk ahead instead (the last iteration re-reads chunk 0, unused), which with num_stages=3 takes their
+    # latency off the chain: the pass gets markedly faster for every kind.
     b_dv_next = _load_f32(dv_ptr + vbase, (NT - 1) * BT, i_v * BV, T, V, H * V, BT, BV)
     dec1_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, 0, T, H, K, BT, HALF, GATE)
     dec2_next = _chunk_decay(g_ptr, i_b, i_h, NT - 1, HALF, T, H, K, BT, HALF, GATE)
@@ -583,14 +582,13 @@ def _bwd_gate_cumsum(dG_ptr, dg_ptr, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 # Launch settings of each backward stage (see LAUNCH in chunk_fwd.py; benchmarks/probes/gpu_profile.py edits them).
 LAUNCH = {name: dict(num_warps=4) for name in
           ("local_output", "state_grads", "wy", "intra", "intra_dense", "gate_cumsum")}
-# The reverse state pass: with its loads one chunk ahead, num_stages=3 (H200, bf16, 2026-12-02: at (1, 32768, 16)
-# 0.658 / 0.676 / 0.926 ms for Gated DeltaNet / DeltaNet / KDA against 0.933 / 0.942 / 0.943 at 2 stages; at
-# (2, 8192) and (8, 2048) within 0.02 ms of 2 stages for the gated kinds, 0.10 ms faster for DeltaNet).
+# The reverse state pass: with its loads one chunk ahead, num_stages=3. On long sequences that is much faster than
+# 2 stages for every kind; at shorter ones as fast for the gated kinds and faster for DeltaNet.
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=3)
 # Elements per program of the elementwise _gated_queries: 1024 = 8 per thread at 4 warps, wide vector loads.
 ELEMENTWISE_BLOCK = 1024
-# Value-block width of the reverse state pass (None: state_block_v from 32 down; 64 was slower, 1.875 ms against
-# 1.366 at 32 for Gated DeltaNet at (1, 32768, 16) on the H200).
+# Value-block width of the reverse state pass (None: state_block_v from 32 down; 64 is slower: fewer programs for a
+# latency-bound pass).
 BLOCK_V = {"state_halves": None}
 
 
@@ -663,7 +661,7 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dbeta = torch.empty(B, T, H, **f32) if delta else None
     dakk = torch.empty(B, T, H, BT, **f32) if delta else daqk
     # The stage that finishes a gradient writes it in its input's dtype (a bf16 run then needs no casting pass
-    # afterwards: 0.28 ms for dq, dk, dv at (1, 32768, 16) on the H200); float32 gradients are written in place.
+    # over dq, dk, dv afterwards); float32 gradients are written in place.
     def out(acc, x):
         return acc if x.dtype == torch.float32 else torch.empty(acc.shape, device=dev, dtype=x.dtype)
 

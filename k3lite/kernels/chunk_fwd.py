@@ -39,12 +39,10 @@ so the gates of -0.001 after it would vanish. Two ways keep every digit:
     two-part span of at most half a sub-chunk's gates; one factor of a pair may then be > 1, so the program keeps
     its products only where every such span of its sub-chunk is at most DIAGONAL_SPAN_LIMIT (30: factors below e^30)
     and otherwise walks the rows (_diagonal_walk), carrying sum_{j < m <= t} g_m of the raw gates, a sum of one sign.
-    Measured on the H200 at (2, 8192, 16): 0.177 ms, against 0.243 for one program per token walking its row (the
-    kernel before, _diagonal_rows; benchmarks/archive/bench_h200_2026-12-04c.json), 0.326 for pairs of two-part differences
-    and 0.46 at best for the backward's form (four levels of pairs through anchors; bench_h200_2026-12-04b.json).
-    Summing raw gates by tl.cumsum inside the other stages as well (no G, G_lo at all) made the forward
-    slower, 1.495 ms in all: the scans cost more in the off-diagonal, WY and output stages (0.410, 0.312,
-    0.318 ms against 0.373, 0.219, 0.157) than stage 1's 0.124 ms.
+    Of the forms tried this one is the fastest: one program per token walking its row (the kernel before,
+    _diagonal_rows), pairs of two-part differences and the backward's form (four levels of pairs through anchors)
+    were all slower. Summing raw gates by tl.cumsum inside the other stages as well (no G, G_lo at all) made the
+    forward slower: the scans cost the off-diagonal, WY and output stages more than stage 1 costs.
 Gates below GATE_FLOOR (-1024, -inf included) are raised to it: their decay is exactly 0 either way, and no
 inf - inf can appear. The plain prefix decays exp(G_r), exp(G_C) need no G_lo: a rounding of G far below 0
 changes nothing that survives. In the two-part form exponents are clamped with minimum(x, 0): that is
@@ -165,12 +163,10 @@ def _chunk_has_lo(g_base, t_last, T, K: tl.constexpr, stride, lo_from, BKF: tl.c
     # Whether stage 1 may have written G_lo in a chunk (any channel), from its last row of G (t_last): gates are <= 0,
     # so G falls monotonically down the chunk and its last row holds every channel's largest |G|. _offdiagonal_solve
     # and _wy_factors launch twice, once (USE_LO) for the chunks with G_lo and once, in code that never touches it,
-    # for the others. On the H200 at (2, 8192, 16), bf16, with the benchmark's gates (no G_lo anywhere):
-    # _offdiagonal_solve 0.208 -> 0.162 ms (its spills gone: 196 bytes -> 0 under Triton 3.7.1), _wy_factors 0.167 ->
-    # 0.152 (168 -> 127 registers, with its loops' new order); the same choice as a branch inside each program cost
-    # more than it saved (0.294 and 0.251 ms), and masking the G_lo loads off alone saved nothing (0.207, 0.170)
-    # (benchmarks/archive/bench_h200_2026-12-04d.json). A rounding could put a row one float32 step past the last one, at
-    # |G| ~ lo_from: its G_lo would be skipped, which is what gate_lo_from allows below lo_from anyway.
+    # for the others: a program without G_lo code needs fewer registers (no spills) and most chunks have no G_lo. The
+    # same choice as a branch inside each program cost more than it saved, and masking the G_lo loads off alone saved
+    # nothing. A rounding could put a row one float32 step past the last one, at |G| ~ lo_from: its G_lo would be
+    # skipped, which is what gate_lo_from allows below lo_from anyway.
     # BKF: K rounded up to a power of two.
     return _slice_has_lo(_load_row(g_base, t_last, T, K, stride, BKF), lo_from)
 
@@ -178,8 +174,8 @@ def _chunk_has_lo(g_base, t_last, T, K: tl.constexpr, stride, lo_from, BKF: tl.c
 @triton.jit
 def _slice_has_lo(g_last, lo_from, AXIS: tl.constexpr = 0):
     # Whether stage 1 may have written G_lo in the channels whose last row of G is g_last (see _chunk_has_lo). Inside
-    # _diagonal_blocks, per sub-chunk, the choice is a branch: there it won over two launches (0.150 against 0.173 ms
-    # at 1 warp; 0.175 for the kernel before, at 2 warps).
+    # _diagonal_blocks, per sub-chunk, the choice is a branch: its programs are small, and there a branch costs less
+    # than a second launch.
     # (AXIS = 1: one answer per row of g_last, each row one chunk's last row; see _chunks_with_lo.)
     return tl.max(tl.abs(g_last), axis=AXIS) >= lo_from
 
@@ -207,9 +203,8 @@ def _group_member(flags, j, GROUP: tl.constexpr):
 @triton.jit
 def _load_lo(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
     # The G_lo tile beside the G tile hi, for the forward's stages: the load is masked by _lo_kept, so an entry stage 1
-    # did not write is never fetched (with the benchmark's gates, none is). Against _load_lo_whole, on one H200 at
-    # (2, 8192, 16), bf16: _offdiagonal_solve 0.217 -> 0.205 ms, _wy_factors 0.178 -> 0.169
-    # (benchmarks/archive/bench_h200_2026-12-04b.json, same_machine_ab, call_3).
+    # did not write is never fetched (with ordinary gates, none is). In the forward's stages the bytes saved are worth
+    # more than wide loads (the backward's stages take _load_lo_whole, for the opposite reason).
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
     return tl.load(p, mask=m & _lo_kept(hi, lo_from), other=0.0)
 
@@ -225,8 +220,7 @@ def _load_lo_row(base, hi, t, T, n_cols, stride, lo_from, BC: tl.constexpr):
 def _load_lo_whole(base, hi, row0, col0, n_rows, n_cols, stride, lo_from, BR: tl.constexpr, BC: tl.constexpr):
     # As _load_lo, for the backward's stages: the tile loaded whole, then the entries stage 1 did not write
     # replaced by 0. A mask that differs per element keeps the compiler from merging neighbouring loads into wide
-    # ones; there that cost more than the bytes saved: _bwd_intra 1.387 ms against 1.857 with _load_lo's masked load
-    # (H200, (2, 8192, 16), bf16; benchmarks/archive/bench_h200_2026-12-04.json).
+    # ones; in the backward's stages that costs more than the bytes the mask saves.
     p, m = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BC)
     return tl.where(_lo_kept(hi, lo_from), tl.load(p, mask=m, other=0.0), 0.0)
 
@@ -297,10 +291,9 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     # Each gate is first raised to GATE_FLOOR: exp of any span holding it is then still exactly 0, and -inf gives no
     # inf - inf. One program per (key block, chunk, head) takes the chunk BS rows at a time: one [BS, BK] tile load,
     # a scan of pairs down the tile, joined to the pair carried from the tiles before it. A gate per head is K = 1.
-    # Measured on the H200 (float32 gates, GPU ms; benchmarks/archive/bench_h200_2026-12-02g.json, stage1_probe): this form
-    # 0.119 / 0.234 ms at (2, 8192, 16) / (1, 32768, 16); the float64 form before it 0.140 / 0.273 on the same tiles,
-    # 0.129 / 0.256 on its best (32 channels by 16 rows); a plain float32 scan writing the same two tensors, with no
-    # compensation, 0.107 / 0.210 (the floor). Tiles of 4 or 16 rows and 64 channels were slower.
+    # This form is faster than the float64 running sum it replaced (on any tiling) and close to a plain float32 scan
+    # writing the same two tensors without compensation, which is the floor. Tiles of 4 or 16 rows and 64 channels
+    # were slower.
     # lo is written only where _lo_kept(hi, lo_from) (gate_lo_from; 0 for float32 inputs: everywhere); the readers
     # (_load_lo) read 0 for the rest.
     # With CHECK, this kernel is also the value check of g (it reads every gate once): a gate that is not
@@ -311,10 +304,9 @@ def _chunk_cumsum(g_ptr, hi_ptr, lo_ptr, ok_ptr, lo_from, T, H: tl.constexpr, K:
     carry_hi = tl.zeros([BK], dtype=tl.float32)
     carry_lo = tl.zeros([BK], dtype=tl.float32)
     # The check keeps the largest gate seen in each channel, NaN kept (max.NaN), and at the end clears the flag by a
-    # masked store (_clear_flag_where). Alone on the H200 at (2, 8192, 16), float32 gates, 0.0729 ms with the check and
-    # 0.0730 without; keeping a [BS, BK] tile of largest gates instead, summed into one count at the end, took 0.0798
-    # (206 registers per thread against 168; benchmarks/archive/bench_h200_2026-12-04f.json, call 1), and a count of bad gates
-    # kept per gate (a compare, a convert and an add per gate) 0.096 against 0.073 (bench_h200_2026-12-04b.json).
+    # masked store (_clear_flag_where): a [BK] vector costs no measurable time. A [BS, BK] tile of largest gates,
+    # summed into one count at the end, needs more registers per thread and is slower, and a count of bad gates kept
+    # per gate (a compare, a convert and an add per gate) slower still.
     worst = tl.full([BK], -1.0, dtype=tl.float32)
     for i_s in tl.static_range(BT // BS):
         row0 = i_t * BT + i_s * BS
@@ -714,9 +706,7 @@ def _wy_chunk(k_ptr, v_ptr, g_ptr, gl_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, kd_pt
               t_last, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
               BV: tl.constexpr, GATE: tl.constexpr, USE_LO: tl.constexpr, WRITE_KD: tl.constexpr,
               DOT_PRECISION: tl.constexpr, CHECK: tl.constexpr):
-    # The work of one _wy_factors program. KDA's computes U first, then W: on the H200 at (2, 8192, 16), bf16, a copy
-    # of this kernel without G_lo took 0.143 ms in this order against 0.159 with W first
-    # (benchmarks/archive/bench_h200_2026-12-04d.json).
+    # The work of one _wy_factors program. KDA's computes U first, then W: for KDA that order is the faster one.
     # The other kinds keep W first, the order their benchmark rows were measured in.
     i_b, i_h = i_bh // H, i_bh % H
     p_ai, m_ai = _tile(ai_ptr + _head_base(i_b, i_h, T, H, BT), i_t * BT, 0, T, BT, H * BT, BT, BT)
@@ -863,8 +853,8 @@ DELTA_OF_KIND = {"linear_attention": False, "delta_rule": True, "gated_delta_rul
 
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b), for grids and chunk counts on the host. triton.cdiv and triton.next_power_of_2 are constexpr
-    functions, and each call of one from Python unwraps its arguments first: a few microseconds, paid several times per
-    forward, which at small shapes is time the host may not have (benchmarks/README.md, thirteenth run)."""
+    functions, and each call of one from Python unwraps its arguments first: host time, paid several times per
+    forward, and at small shapes the forward is host-bound."""
     return -(-a // b)
 
 
@@ -890,16 +880,15 @@ def dot_precision(dtype) -> str:
 
 # The triangular inverse (_merge_inverse) amplifies rounding in its inputs: exact products for float32 inputs.
 SOLVE_PRECISION = "ieee"
-# For bf16/fp16 inputs TF32 (as flash-linear-attention): on the H200 at (2, 8192, 16) it halved Gated DeltaNet's
-# solve (0.104 -> 0.053 ms) and cut KDA's off-diagonal stage from 0.370 to 0.317 ms, and it left the relative RMS
-# error of the output, the state and every gradient against the float32 pipeline unchanged to two digits
-# (KDA 2.5e-3 - 3.5e-3; benchmarks/archive/bench_h200_2026-12-02.json, forward_variants_2x8192x16).
+# For bf16/fp16 inputs TF32 (as flash-linear-attention): it makes the solve, and KDA's off-diagonal stage around
+# it, markedly faster, and the relative error of the output, the state and every gradient against the float32
+# pipeline stays what it is with IEEE products (the bf16/fp16 inputs set it, not the solve).
 HALF_SOLVE_PRECISION = "tf32"
 # Where Aqk and Ai are stored for bf16/fp16 inputs: "input" (their own dtype) or "float32". The forward rounds
 # both to the input dtype anyway where it uses them (tl.dot operands beside V' and K), so its output is the
-# same; stored so, each is half the bytes to write and to read back (KDA forward 1.422 -> 1.385 ms, forward +
-# backward 5.336 -> 5.075 ms). The backward reads them rounded: the error of dv and dbeta against the float32
-# pipeline went from 2.9e-3 to 3.3e-3 (KDA), the others unchanged. flash-linear-attention stores them so too.
+# same; stored so, each is half the bytes to write and to read back, which the forward and the backward both gain
+# from. The backward reads them rounded: the error of dv and dbeta against the float32 pipeline grows a little
+# (KDA; still of the order of bf16's rounding), the others' stays. flash-linear-attention stores them so too.
 # Akk, the solve's input, stays float32.
 A_STORAGE = "input"
 
@@ -925,20 +914,15 @@ LAUNCH = {
     "state": dict(num_warps=4),
     "output": dict(num_warps=4),
 }
-# KDA's intra-chunk stage: channel-slice width of _offdiagonal_solve.
-# Measured on the H200, bf16, GPU ms at (2, 8192, 16) / (1, 32768, 16) (benchmarks/archive/bench_h200_2026-12-02e.json):
-# _offdiagonal_solve with 32-wide slices and 2 warps 0.301 / 0.549, with 16-wide slices and 1 warp, 2 stages
-# 0.211 / 0.436 (a likely reason, not checked in the compiled code: the twelve 16x16 accumulators live through
-# the whole loop, and a narrower slice leaves them more of the registers);
-# KDA's _wy_factors at 3 pipeline stages 0.228 / 0.445, at 1 stage 0.177 / 0.354. Gated DeltaNet's and
-# DeltaNet's _wy_factors were as fast or 4-6 % faster at 3 stages (Gated DeltaNet 0.234 against 0.244 ms at 32k),
-# so they keep "wy".
+# KDA's intra-chunk stage: channel-slice width of _offdiagonal_solve. 16-wide slices at 1 warp and 2 stages are
+# faster than 32-wide slices at 2 warps (a likely reason, not checked in the compiled code: the twelve 16x16
+# accumulators live through the whole loop, and a narrower slice leaves them more of the registers).
+# KDA's _wy_factors is faster at 1 pipeline stage than at 3; Gated DeltaNet's and DeltaNet's are as fast or a
+# little faster at 3, so they keep "wy".
 # _diagonal_blocks: channels per slice, and the largest |G_r - G_a| its anchored factors may carry. A kept pair's
 # product is its decay, <= 1; a masked pair's stays below e^60 = 1.1e26 times q.k, so no sum overflows either.
-# On the H200 at (2, 8192, 16), bf16: full width at 2 warps 0.178 ms; at 1 / 4 warps 0.193 / 0.263; slices of 32 or 64
-# channels 0.27-0.43 (benchmarks/archive/bench_h200_2026-12-04c.json, sweeps). A later sweep found 1 warp faster: 0.162 ms at 1, 2
-# or 3 stages against 0.178 at 2 warps, despite ~1.2 KB of spills per thread under Triton 3.7.1; with G_lo skipped in
-# sub-chunks without it (_slice_has_lo), 0.150 (benchmarks/archive/bench_h200_2026-12-04d.json, calls 2 and 4).
+# Full width (all channels in one slice) at 1 warp is the fastest setting found, although the compiler spills
+# registers there; slices of 32 or 64 channels, and 2 or 4 warps, were slower.
 DIAGONAL_BK = 128
 DIAGONAL_SPAN_LIMIT = 30.0
 OFFDIAGONAL_BK = 16
@@ -953,8 +937,7 @@ CUMSUM_ROWS = 8
 # fewer programs each work on four chunks in turn, about as many waves as before at the benchmark's shapes.
 LO_GROUP = 4
 # Value-block widths: the output stage's (KDA's apart: it reads a [64, BK] float32 tile of G per value block, so a
-# block of all 128 values reads it once; 0.128 against 0.141 ms at (2, 8192, 16), bf16,
-# benchmarks/archive/bench_h200_2026-12-04d.json);
+# block of all 128 values reads it once, which is faster than reading it per 64-wide block);
 # the state pass's (None: state_block_v picks it from the grid size).
 BLOCK_V = {"output": 64, "output_channel": 128, "state": None}
 
@@ -972,9 +955,8 @@ def state_block_v(heads, V, widest):
 
     Such a pass is latency bound: one program per (value block, head) walks all chunks in order, so with few
     heads the grid must be cut finer to keep the GPU busy. Start at ``widest`` and halve, down to 16, while
-    the grid holds fewer programs than half the SMs. On the H200 at (1, 32768, 16) Gated DeltaNet's forward
-    pass took 0.617 ms at 16 against 0.676 at 32, its reverse pass 1.327 against 1.366 (2026-12-02); with the
-    reverse pass's loads one chunk ahead and 3 stages, 0.658 at 16 against 1.113 at 32 (same day, later)."""
+    the grid holds fewer programs than half the SMs: with one long sequence, the forward and reverse passes both run
+    faster on 16-wide blocks than on 32-wide ones."""
     width = widest
     while width > 16 and heads * cdiv(V, width) < SM_COUNT // 2:
         width //= 2
@@ -1043,9 +1025,9 @@ def chunk_prepare(kind, q, k, v, g, beta, scale, values_ok=None):
                                                BC, min(BK, DIAGONAL_BK), DIAGONAL_SPAN_LIMIT, prec,
                                                **LAUNCH["diagonal"])
         for use_lo in lo_launches(lo_from):
-            _offdiagonal_solve[lo_group_grid(use_lo, NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T, H,
-                                                                 K, BT, BC, min(BK, OFFDIAGONAL_BK), BK, use_lo, prec,
-                                                                 solve_precision(q.dtype), LO_GROUP,
+            _offdiagonal_solve[lo_group_grid(use_lo, NT, B * H)](q, k, G, G_lo, beta, aqk, akk, ai, scale, lo_from, T,
+                                                                 H, K, BT, BC, min(BK, OFFDIAGONAL_BK), BK, use_lo,
+                                                                 prec, solve_precision(q.dtype), LO_GROUP,
                                                                  **LAUNCH["offdiagonal_solve"])
     else:
         _intra_chunk_dense[(NT, B * H)](q, k, g_arg, gl_arg, beta_arg, aqk, akk, scale, T, H, K, BT, min(BK, KEY_TILE),

@@ -11,12 +11,10 @@ Value checks on CUDA: the kernel reads every g and beta anyway, so it checks the
 [0, 2], NaN failing both) with a ``tl.device_assert`` that names both arguments; the failure reaches the host
 at its next synchronisation, as any CUDA error does. Triton compiles device asserts only into a kernel
 launched with ``debug=True`` (which also adds integer-overflow checks unless ``sanitize_overflow=False``), so
-the step is launched with both. The host-side checks cost a max, an aminmax, three comparisons, an and and two
-asserts, eight launches: on an H200 at B = 256 they took the step from 0.138 to 0.164 ms
-(benchmarks/archive/bench_h200_kda_2026-12-01.json). A flag cleared in the kernel plus one ``torch._assert_async`` after
-it took 0.140 ms (benchmarks/archive/bench_h200_2026-12-02.json), but that is two launches a step, and at B = 64 the host
-issues a step about as fast as the GPU runs it (benchmarks/README.md, fourteenth run): the assert in the kernel
-makes a step one launch.
+the step is launched with both. Checks on the host would be eight small launches per step (a max, an aminmax,
+three comparisons, an and, two asserts), and a flag cleared in the kernel plus one ``torch._assert_async`` two.
+A decode step is host-bound (the host issues it about as fast as the GPU runs it), so every launch shows in its
+time: the assert in the kernel keeps the step at one launch.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from ._launch import cached_launch  # noqa: E402
-from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, _block, cdiv
+from .chunk_fwd import DELTA_OF_KIND, GATE_CHANNEL, GATE_OF_KIND, GATE_SCALAR, _block, cdiv  # noqa: E402
 
 
 @cached_launch

@@ -55,7 +55,8 @@ def stack_sources(sources, d_model: int | None = None) -> torch.Tensor:
 
 
 def attnres_mix(sources, query: torch.Tensor, *, eps: float = 1e-6):
-    """The AttnRes read in one function: ``(sum_i alpha_i v_i, alpha)`` with ``alpha = softmax_i(query . RMSNorm(v_i))``.
+    """The AttnRes read in one function: ``(sum_i alpha_i v_i, alpha)``,
+    ``alpha = softmax_i(query . RMSNorm(v_i))``.
 
     ``sources``: list of ``[..., d]`` tensors or stacked ``[S, ..., d]``; ``query``: ``[d]``.
     Returns the mix ``[..., d]`` (dtype of the sources) and the weights ``[S, ...]`` (float32).

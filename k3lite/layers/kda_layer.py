@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from k3lite.layers.conv import ShortConv
 from k3lite.layers.norms import GatedRMSNorm, upcast
 from k3lite.ops import kda
 
@@ -35,36 +36,6 @@ MODES = ("auto", "chunked", "recurrent")
 class KDACache(NamedTuple):
     conv_states: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q, k, v: [B, channels, conv_size - 1]
     recurrent_state: torch.Tensor                                 # [B, H, K, V], float32
-
-
-class ShortConv(nn.Module):
-    """Causal depthwise convolution over time followed by SiLU.
-
-    ``forward(x [B, T, C], state [B, C, kernel_size - 1] | None) -> (y [B, T, C], new_state)``;
-    the state holds the inputs of the previous tokens (zeros at the start of a sequence).
-    """
-
-    def __init__(self, channels: int, kernel_size: int = 4):
-        super().__init__()
-        if channels < 1 or kernel_size < 1:
-            raise ValueError(f"channels and kernel_size must be >= 1, got {channels} and {kernel_size}")
-        self.kernel_size = kernel_size
-        self.weight = nn.Parameter(torch.empty(channels, kernel_size))
-        bound = 1.0 / math.sqrt(kernel_size)  # nn.Conv1d's default for a depthwise kernel
-        nn.init.uniform_(self.weight, -bound, bound)
-
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
-        batch, _, channels = x.shape
-        history = self.kernel_size - 1
-        if state is None:
-            state = x.new_zeros(batch, channels, history)
-        elif state.shape != (batch, channels, history):
-            raise ValueError(f"conv cache state must be [B, C, kernel_size-1] = {(batch, channels, history)}, "
-                             f"got {tuple(state.shape)}")
-        padded = torch.cat([state.to(x.dtype), x.transpose(1, 2)], dim=-1)     # [B, C, history + T]
-        windows = padded.unfold(-1, self.kernel_size, 1)                       # [B, C, T, kernel]
-        y = (windows * self.weight.to(x.dtype)[:, None, :]).sum(-1)            # last tap = current token
-        return F.silu(y).transpose(1, 2), padded[..., padded.shape[-1] - history:]
 
 
 class KDALayer(nn.Module):

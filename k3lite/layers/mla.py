@@ -33,11 +33,9 @@ from k3lite.layers.norms import RMSNorm, upcast
 
 # Rows a CUDA decoding step reads past the cache's end, up to the next multiple of this (masked out, and
 # zeros or another branch's tokens, never uninitialised memory: buffers are allocated zeroed). At the
-# unaligned key lengths of decoding, cuBLAS picked slow kernels for the two products of the absorbed path,
-# some without tensor cores (magma_sgemmEx, gemmSN): on an H200 (batch 8, context 131072 plus a few tokens,
-# 2 MLA layers, bf16, 2026-12-02, benchmarks/probes/gpu_decode_probe.py --long) they took 5.4 of a K3 step's 7.9 ms of
-# kernel time, against 0.31 + 0.26 ms per layer measured alone at 131072 rows. Padded, the step's kernels took
-# 3.89 ms (benchmarks/archive/bench_h200_2026-12-02c.json).
+# unaligned key lengths of decoding, cuBLAS picks slow kernels for the two products of the absorbed path, some
+# without tensor cores (magma_sgemmEx, gemmSN), and at long contexts those two products then take most of a K3
+# decode step; at an aligned length it picks its fast ones. Padding costs a few masked rows.
 KEY_ALIGN_CUDA = 64
 
 

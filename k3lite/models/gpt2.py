@@ -185,11 +185,10 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 
 # The SDPA backends the model lets PyTorch choose from: every one but cuDNN's. cuDNN's backend builds a new
-# execution plan for every new key length, and in decode the key length grows by one at every step. On an H200
-# (batch 8, width 1024, depth 8, bf16, context 4096; benchmarks/probes/gpu_decode_probe.py, 2026-12-02) a GPT-2 decode
-# step took 54.56 ms with SDPA free to pick cuDNN and 3.16 ms with cuDNN's backend switched off: the profiler
-# showed 6.7 ms of host time per aten::_cudnn_attention_forward call against 39 us of GPU time. Choosing costs
-# host time too: entering sdpa_kernel took 10 us per call on a 2-core CPU machine (2026-12-02), once per layer.
+# execution plan for every new key length, and in decode the key length grows by one at every step: each call
+# then spends far more host time building a plan than GPU time running it, and a decode step with cuDNN allowed
+# is an order of magnitude slower than without. Choosing costs host time too (entering sdpa_kernel, once per
+# layer), which on a slow host is not negligible.
 SDPA_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 
 

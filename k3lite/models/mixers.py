@@ -29,8 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MECHANISMS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda")
-RECURRENT = MECHANISMS[1:]
+from k3lite.layers.conv import ShortConv
+from k3lite.layers.norms import RMSNorm
+from k3lite.ops import KINDS, RECURRENT_KINDS
+
+MECHANISMS = ("softmax", *KINDS)
+RECURRENT = KINDS
 
 # K3 bounds each step's log-decay below by -5. The bias starts the decay close to 1,
 # exp(-5·sigmoid(-7)) ≈ 0.995 per token, so at initialisation an association survives a few hundred
@@ -66,17 +70,15 @@ class MixerConfig:
         return self.d_model // self.num_heads
 
 
-class ShortConv(nn.Module):
-    """Causal depthwise convolution over time: position t sees positions t-conv_size+1 .. t."""
+def norm(size: int) -> RMSNorm:
+    """The RMSNorm of these models and the bake-off's: ``torch.nn.RMSNorm``'s numerics (see ``RMSNorm``)."""
+    return RMSNorm(size, eps=None, upcast=False)
 
-    def __init__(self, channels: int, conv_size: int):
-        super().__init__()
-        self.conv_size = conv_size
-        self.conv = nn.Conv1d(channels, channels, conv_size, groups=channels, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, C]
-        padded = F.pad(x.transpose(1, 2), (self.conv_size - 1, 0))
-        return self.conv(padded).transpose(1, 2)
+def short_conv(channels: int, conv_size: int) -> ShortConv:
+    """The short convolution of these models and the bake-off's: the ``conv1d`` form, no activation (the
+    mixers apply SiLU to the recurrent mechanisms' q, k, v themselves; softmax attention takes them as they are)."""
+    return ShortConv(channels, conv_size, silu=False, form="conv1d")
 
 
 def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -92,7 +94,7 @@ class TokenMixer(nn.Module):
         self.config = config
         d, heads, head_dim = config.d_model, config.num_heads, config.head_dim
         self.qkv = nn.Linear(d, 3 * d, bias=False)
-        self.conv_q, self.conv_k, self.conv_v = (ShortConv(d, config.conv_size) for _ in range(3))
+        self.conv_q, self.conv_k, self.conv_v = (short_conv(d, config.conv_size) for _ in range(3))
         self.out = nn.Linear(d, d, bias=False)
         mechanism = config.mechanism
         if mechanism in ("delta_rule", "gated_delta_rule", "kda"):
@@ -102,7 +104,7 @@ class TokenMixer(nn.Module):
             self.decay = nn.Linear(d, width)
             nn.init.constant_(self.decay.bias, DECAY_BIAS_INIT)
         if mechanism in RECURRENT:
-            self.head_norm = nn.RMSNorm(head_dim)
+            self.head_norm = norm(head_dim)
 
     def log_decay(self, x: torch.Tensor) -> torch.Tensor:
         """The log-space decay g ≤ 0: ``[B, T, H]`` for Gated DeltaNet, ``[B, T, H, K]`` for KDA."""
@@ -116,7 +118,7 @@ class TokenMixer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.config
         q, k, v = self.qkv(x).chunk(3, dim=-1)
-        q, k, v = self.conv_q(q), self.conv_k(k), self.conv_v(v)
+        q, k, v = self.conv_q(q)[0], self.conv_k(k)[0], self.conv_v(v)[0]
         q, k, v = (_split_heads(t, config.num_heads) for t in (q, k, v))
         if config.mechanism == "softmax":
             mixed = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -129,17 +131,15 @@ class TokenMixer(nn.Module):
         return self.out(mixed.flatten(2))
 
     def _recurrent(self, q, k, v, x):
-        from k3lite.ops import delta_rule, gated_delta_rule, kda, linear_attention
-
         config = self.config
+        chunked = RECURRENT_KINDS[config.mechanism].module.chunked
         options = {"chunk_size": config.chunk_size, "backend": config.backend}
         if config.mechanism == "linear_attention":
-            return linear_attention.chunked(q, k, v, **options)[0]
+            return chunked(q, k, v, **options)[0]
         beta = torch.sigmoid(self.beta(x))
         if config.mechanism == "delta_rule":
-            return delta_rule.chunked(q, k, v, beta, **options)[0]
-        module = gated_delta_rule if config.mechanism == "gated_delta_rule" else kda
-        return module.chunked(q, k, v, self.log_decay(x), beta, **options)[0]
+            return chunked(q, k, v, beta, **options)[0]
+        return chunked(q, k, v, self.log_decay(x), beta, **options)[0]
 
 
 class MLP(nn.Module):
@@ -154,12 +154,14 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: MixerConfig):
+    """``x + mixer(RMSNorm(x))``, then ``+ mlp(RMSNorm(.))``: one layer of these models and the bake-off's."""
+
+    def __init__(self, mixer: nn.Module, mlp: nn.Module, d_model: int):
         super().__init__()
-        self.mixer_norm = nn.RMSNorm(config.d_model)
-        self.mixer = TokenMixer(config)
-        self.mlp_norm = nn.RMSNorm(config.d_model)
-        self.mlp = MLP(config)
+        self.mixer_norm = norm(d_model)
+        self.mixer = mixer
+        self.mlp_norm = norm(d_model)
+        self.mlp = mlp
 
     def forward(self, x):
         x = x + self.mixer(self.mixer_norm(x))
@@ -173,8 +175,9 @@ class MixerLM(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
-        self.final_norm = nn.RMSNorm(config.d_model)
+        self.blocks = nn.ModuleList(Block(TokenMixer(config), MLP(config), config.d_model)
+                                    for _ in range(config.num_layers))
+        self.final_norm = norm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         nn.init.normal_(self.embed.weight, std=0.02)
 
