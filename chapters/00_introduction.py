@@ -1,15 +1,41 @@
 # %% [markdown] slideshow={"slide_type": "slide"}
 # # 00 · Introduction: seven years in one lineage
 #
-# In 2019 GPT-2 small had 124 million parameters. In 2026 Kimi K3 has about 2.8 trillion. The
-# article this course starts from, the worklog *From GPT-2 to Kimi K3, Explained* (unsigned; we
-# read it together with two published summaries of it), opens with the ratio, 22,580, and then asks
-# whether the seven years in between were *just* scale. "The article" in every chapter means that worklog. They were not: almost every part of the model that mixes
-# tokens has been replaced, each time to fix a specific failure of the part before it.
+# In 2019 GPT-2 small had 124 million parameters (OpenAI's GPT-2 report, Radford et al. 2019). In 2026
+# Kimi K3 has about 2.8 trillion (its published configuration, July 2026). The article this course starts
+# from, the worklog *From GPT-2 to Kimi K3, Explained* (unsigned; we read it together with two published
+# summaries of it; all three are listed under Sources at the end of this chapter), opens with the ratio,
+# 22,580, and then asks whether the seven years in between were *just* scale. "The article" in every
+# chapter means that worklog. They were not: almost every part of the model that mixes tokens has been
+# replaced, each time to fix a specific failure of the part before it.
 #
 # This course rebuilds that lineage step by step, in code that runs on a laptop. Each chapter
 # shows the failure of the previous step with an experiment, writes the fix as math, builds it,
 # and checks it against the `k3lite` package.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 45 min for a motivated student working alone: reading, running every cell, the exercises and
+# the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. compute the GPT-2-to-K3 parameter ratio from rounded and from exact counts, and explain why the article's
+#    22,580 is right to about one percent only;
+# 2. explain why a mixture-of-experts model's *active* parameters per token are far fewer than its total;
+# 3. name, for each step of the lineage (linear attention, DeltaNet, Gated DeltaNet, KDA, K3), the failure of the
+#    step before it that it fixes;
+# 4. run a chapter in the small (CPU) and the full (GPU) profile, and explain what the notebook tests check about
+#    every stored output.
+#
+# **Prerequisites.**
+#
+# - Python and PyTorch tensors (shapes, indexing, matrix products): the [PyTorch
+#   tutorials](https://pytorch.org/tutorials/).
+# - Running a Jupyter notebook cell by cell: the [JupyterLab documentation](https://jupyterlab.readthedocs.io/).
+# - What a transformer language model computes, at the level of a diagram: Vaswani et al. (2017),
+#   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762), §3; chapter 01 builds it in detail.
 
 # %% tags=["plumbing"]
 import matplotlib.pyplot as plt
@@ -285,3 +311,47 @@ print(f"implied: {implied_count():,.0f}; exact: {gpt2_exact:,}; "
 
 # %%
 print(f"GPT-2 small KV cache, bf16: {accounting.gpt2_kv_bytes_per_token(GPT2Config(), 'bf16'):,} bytes per token")
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. Why does section 1 print three different GPT-2-to-K3 ratios, and how far apart are they?
+# 2. K3 has about 2.8 trillion parameters. Why does one token use only a small fraction of them?
+# 3. Which failure does DeltaNet fix, and which does Gated DeltaNet fix?
+# 4. Why do a few cells start with `# NBVAL_IGNORE_OUTPUT`?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. The article's 22,580 divides two rounded headline numbers (2.8e12 over 124e6). GPT-2's exact count and K3's
+#    configured total move the ratio by about one percent, so only its first two or three digits mean anything.
+# 2. Most parameters sit in 896 routed experts per layer, of which the router picks 16 for each token (plus 2 shared
+#    experts); the input embedding table is only looked up. The parameters that work on a token are the *active*
+#    ones.
+# 3. DeltaNet fixes the interference of purely additive writes (a key cannot be given a new value); Gated DeltaNet
+#    fixes the delta rule's inability to let many stale associations fade at once.
+# 4. Their output genuinely varies between machines (timings, device names, library versions). Every other output is
+#    compared with the stored one on each test run, so every printed number is re-derived.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); its opening section (the 22,580 ratio and the question "is it
+#   just scale?").
+# - 机器之心 (Synced), *From GPT-2 to Kimi K3: Seven Years of Architecture Upgrades That Go Far Beyond Parameter Count*
+#   (29 July 2026, published on juejin.cn), and a bilingual (Chinese and English) abstract of the worklog; no stable
+#   public address is recorded for them.
+# - Radford, Wu, Child, Luan, Amodei and Sutskever (2019), *Language Models are Unsupervised Multitask Learners*,
+#   OpenAI: [the GPT-2 report page](https://openai.com/index/better-language-models/): GPT-2 small's size and
+#   configuration.
+# - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
+#   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources:
+#   K3's total and active parameters.
+# - Vaswani et al. (2017), *Attention Is All You Need*, NeurIPS 2017:
+#   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762): the Transformer the lineage starts from.

@@ -1,10 +1,10 @@
 # %% [markdown] slideshow={"slide_type": "slide"}
 # # 01 · GPT-2 and the KV cache
 #
-# GPT-2 (2019) is the starting point of the whole course. Every later chapter changes one part of
-# it, so we build it here from its pieces, check our pieces against `k3lite.models.gpt2`, count its
-# parameters exactly, and then look hard at the one structure that the rest of the course is
-# about: **the KV cache**, the memory that softmax attention needs while it generates text.
+# GPT-2 (Radford et al. 2019, OpenAI's GPT-2 report) is the starting point of the whole course. Every later chapter
+# changes one part of it, so we build it here from its pieces, check our pieces against `k3lite.models.gpt2`, count
+# its parameters exactly, and then look hard at the one structure that the rest of the course is about: **the KV
+# cache**, the memory that softmax attention needs while it generates text.
 #
 # By the end of this chapter you will have
 #
@@ -13,6 +13,33 @@
 # 3. shown that decoding with a KV cache gives the same logits as recomputing everything,
 # 4. measured what the cache saves (compute) and what it costs (memory that grows with every token),
 # 5. trained a tiny GPT-2 on a CPU and sampled from it.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 3 h for a motivated student working alone: reading, running every cell, the exercises and
+# the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. implement a pre-LayerNorm GPT-2 block (causal multi-head attention, GELU MLP) from tensor operations and check
+#    it against `k3lite.models.gpt2` to a tolerance of `1e-5`;
+# 2. compute GPT-2's exact parameter count from its configuration ($12d^2 + 13d$ per block, plus the embeddings) and
+#    verify it on PyTorch's `meta` device;
+# 3. implement one decoding step of attention against a KV cache, and explain why the cache changes the work but not
+#    the logits;
+# 4. compute the KV cache's bytes per token, $2 L H d_h$ times the bytes per element, and the context at which a
+#    batch's cache reads overtake the weight reads.
+#
+# **Prerequisites.**
+#
+# - Chapter 00 (the lineage, and how to run a chapter).
+# - Matrix products, softmax and the chain rule, with PyTorch's autograd: the [autograd
+#   tutorial](https://pytorch.org/tutorials/beginner/basics/autogradqs_tutorial.html).
+# - Scaled dot-product and multi-head attention: Vaswani et al. (2017),
+#   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762), §3.2.
+# - What a GPU reads from memory while it computes (HBM against on-chip memory): the memory hierarchy section of
+#   NVIDIA's [CUDA C++ Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/).
 
 # %% tags=["plumbing"]
 import math
@@ -54,8 +81,8 @@ generator = runtime.seed_everything(0)
 #
 # The heads are concatenated and projected back to width $d$.
 #
-# **MLP.** Two linear maps with a GELU (tanh approximation) in between, four times wider than
-# the stream: $\mathrm{MLP}(x) = W_2\, \mathrm{GELU}(W_1 x + b_1) + b_2$.
+# **MLP.** Two linear maps with a GELU (Hendrycks and Gimpel 2016; the tanh approximation) in between, four times
+# wider than the stream: $\mathrm{MLP}(x) = W_2\, \mathrm{GELU}(W_1 x + b_1) + b_2$.
 #
 # Finally a last LayerNorm, and the logits are scores against every token embedding,
 # $\ell_i = W_{te}\, \mathrm{LN}_f(x^{(L)}_i)$: the output matrix *is* the input matrix (tied embeddings).
@@ -271,13 +298,12 @@ print(f"formula, {cache.length} tokens x {accounting.gpt2_kv_bytes_per_token(tin
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### What the cache saves: compute
 #
-# We count FLOPs, two per multiply-add. Per layer, one token costs $24d^2$ FLOPs in its
-# projections ($4d^2$ multiply-adds for query, key, value and output, $8d^2$ for the MLP) plus
-# $4dn$ FLOPs to score and mix the $n$ keys it can see; the logits add $2dV$, where $V$ = 50,257 is
-# the vocabulary size. With the cache, the token at position $n$ pays this once; without it, the
-# whole prefix of $n$ tokens is run through the model again (a plain forward pass with logits at
-# every position, as reference code computes them; a loop that keeps only the last position's logits
-# saves the $2dV$ of the others, and we print that count too).
+# We count FLOPs, two per multiply-add. Per layer, one token costs $24d^2$ FLOPs in its projections ($4d^2$
+# multiply-adds for query, key, value and output, $8d^2$ for the MLP) plus $4dn$ FLOPs to score and mix the $n$
+# keys it can see; the logits add $2dV$, where $V$ = 50,257 is the vocabulary size (GPT-2's, from its report). With
+# the cache, the token at position $n$ pays this once; without it, the whole prefix of $n$ tokens is run through
+# the model again (a plain forward pass with logits at every position, as reference code computes them; a loop that
+# keeps only the last position's logits saves the $2dV$ of the others, and we print that count too).
 
 # %% tags=["plumbing"]
 positions = list(range(0, small.n_ctx, 8))
@@ -658,3 +684,44 @@ ch01.check_attention_step(attention_step);
 # Three facts to leave with: the exact parameter count, the cache gives the same answer for a
 # fraction of the compute, and the cache's memory grows with every token. Ask what a model would
 # have to give up to keep a memory of fixed size: that is the next lecture.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. How many parameters has one GPT-2 block of width $d = 1024$?
+# 2. Why does a decoding step with a KV cache need no causal mask?
+# 3. GPT-2 small caches 36,864 bytes per token in bf16. How much is that for 8 sequences of 1,024 tokens?
+# 4. Why does GPT-2's output head add no parameters?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. $12d^2 + 13d = 12{,}582{,}912 + 13{,}312 = 12{,}596{,}224$.
+# 2. The new query is the last position: every key in the cache belongs to a token at or before it, so none of them
+#    has to be masked.
+# 3. $36{,}864 \cdot 1{,}024 \cdot 8 = 301{,}989{,}888$ bytes, 288 MiB, and all of it is read at every decoding
+#    step.
+# 4. It is tied to the token embedding: the logits are scores against the rows of $W_{te}$.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Radford, Wu, Child, Luan, Amodei and Sutskever (2019), *Language Models are Unsupervised Multitask Learners*,
+#   OpenAI: [the GPT-2 report page](https://openai.com/index/better-language-models/): the architecture (§2.3:
+#   LayerNorm moved to the input of each sub-block), the sizes and the 50,257-token vocabulary.
+# - Vaswani et al. (2017), *Attention Is All You Need*, NeurIPS 2017:
+#   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762): causal multi-head attention (§3.2).
+# - Hendrycks and Gimpel (2016), *Gaussian Error Linear Units (GELUs)*:
+#   [arXiv:1606.08415](https://arxiv.org/abs/1606.08415).
+# - Ba, Kiros and Hinton (2016), *Layer Normalization*: [arXiv:1607.06450](https://arxiv.org/abs/1607.06450).
+# - Press and Wolf (2017), *Using the Output Embedding to Improve Language Models*, EACL 2017:
+#   [arXiv:1608.05859](https://arxiv.org/abs/1608.05859): tied input and output embeddings.
+# - Pope et al. (2022), *Efficiently Scaling Transformer Inference*:
+#   [arXiv:2211.05102](https://arxiv.org/abs/2211.05102): why decoding is limited by reading weights and the KV
+#   cache (background for section 4).
+# - The Hugging Face GPT-2 checkpoint, whose weight names `from_hf` reads:
+#   [huggingface.co/openai-community/gpt2](https://huggingface.co/openai-community/gpt2).

@@ -5,7 +5,8 @@
 # it has ever produced, for every layer and head. The cache makes decoding cheap in arithmetic, but it
 # grows by one entry per token, and each new token has to *read all of it*.
 #
-# This chapter follows the 2020 answer to that (Katharopoulos et al., *Transformers are RNNs*):
+# This chapter follows the 2020 answer to that (Katharopoulos et al., *Transformers are RNNs*, ICML 2020,
+# [arXiv:2006.16236](https://arxiv.org/abs/2006.16236)):
 #
 # 1. measure what the cache costs as the context grows;
 # 2. rewrite softmax attention as a weighted average with a *similarity kernel*;
@@ -15,6 +16,31 @@
 #    with each other and with `k3lite.ops.linear_attention`;
 # 5. look at what we paid: a kernel that cannot focus as sharply as softmax;
 # 6. and put the paper's "$O(N^2)$" in its 2020 context, FlashAttention came two years later.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 2 h 30 min for a motivated student working alone: reading, running every cell, the exercises
+# and the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. derive linear attention from softmax attention by factorising the similarity kernel and re-associating
+#    $(\phi(Q)\phi(K)^\top)V = \phi(Q)(\phi(K)^\top V)$;
+# 2. implement the parallel, recurrent and chunked forms of (normalised) linear attention and show that they agree
+#    with each other and with `k3lite.ops.linear_attention`;
+# 3. compute the bytes a decode step moves with a KV cache and with a fixed $D \times D$ state, and the context
+#    length beyond which the state is smaller;
+# 4. explain why a positive feature map cannot focus like softmax, and what "$O(N^2)$" meant before and after
+#    FlashAttention.
+#
+# **Prerequisites.**
+#
+# - Chapter 01 (causal softmax attention, the KV cache and its bytes per token).
+# - Associativity of matrix products and what a matrix product costs: any linear-algebra text, e.g. Strang,
+#   *Introduction to Linear Algebra* (Wellesley-Cambridge Press), §2.4.
+# - For section 6 only: the online softmax, Milakov and Gimelshein (2018),
+#   [arXiv:1805.02867](https://arxiv.org/abs/1805.02867).
 
 # %% tags=["plumbing"]
 import math
@@ -121,7 +147,7 @@ print(f"decoding token {at:,}: the cache reads {mib(2 * at * head_dim * 2 * laye
 #
 # Linear attention keeps the three steps but chooses a kernel that factorises,
 # $\mathrm{sim}(q, k) = \phi(q)^\top \phi(k)$ with a positive feature map applied to $q$ and $k$
-# *separately*. The paper's choice is $\phi(x) = \mathrm{ELU}(x) + 1$ (elementwise; it is $x+1$ for
+# *separately*. The paper's choice (its §3.2) is $\phi(x) = \mathrm{ELU}(x) + 1$ (elementwise; it is $x+1$ for
 # $x>0$ and $e^x$ for $x\le 0$, so always positive).
 
 # %% [markdown] tags=["notes"]
@@ -306,15 +332,16 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
       f"linear attention {linear_focus[-1]:.3f} (uniform would be {1 / n_keys:.3f})")
 
 # %% [markdown]
-# For large $s$, $\phi(s\,k_{10})$ tends to $s\cdot\mathrm{ReLU}(k_{10})$, and $s$ cancels in the
-# ratio: the weights freeze at a spread-out profile. That is the "weaker approximation of the softmax
-# kernel" the article mentions; the next chapters are about getting precision back without
+# For large $s$, $\phi(s\,k_{10})$ tends to $s\cdot\mathrm{ReLU}(k_{10})$, and $s$ cancels in the ratio: the
+# weights freeze at a spread-out profile. That is the "weaker approximation of the softmax kernel" the article
+# mentions (the worklog's section "Linear Attention"); the next chapters are about getting precision back without
 # giving up the fixed state.
 
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 6. What "$O(N^2)$" meant in 2020
 #
-# The 2020 paper says the cost *per time step* of a transformer grows with the square of the sequence
+# The 2020 paper (Katharopoulos et al., §3.4, quoted in the worklog's section "Linear Attention") says the
+# cost *per time step* of a transformer grows with the square of the sequence
 # length. With a KV cache that is not true: a decode step reads $2ND$ numbers and does $4ND$ FLOPs per head,
 # linear in $N$. The quadratic cost described two real things of the time:
 #
@@ -322,8 +349,9 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 #   so step $t$ computed the causal half of a $t\times t$ attention, about $2t^2D$ FLOPs per head;
 # * **a materialised $N\times N$ score matrix** in training and prefill, whose memory is quadratic.
 #
-# FlashAttention (2022) removed the second: it streams over key blocks with a running maximum and sum
-# (the "online softmax") and never stores the $N\times N$ matrix. Compute both costs.
+# FlashAttention (Dao et al. 2022, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §3.1) removed the second:
+# it streams over key blocks with a running maximum and sum (the "online softmax") and never stores the $N\times N$
+# matrix. Compute both costs.
 
 # %% [markdown] tags=["notes"]
 # Reading, not lecture: the history behind "quadratic" and why FlashAttention changed the
@@ -560,3 +588,46 @@ ch02.check_chunked(chunked_solution);
 # Summarise with the three forms (parallel, recurrent, chunked) and the two prices paid: a kernel
 # that cannot focus, and writes that only add. Ask what a memory that can overwrite an
 # association would need: a read before the write, which is DeltaNet.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. One head has $D = 64$. How many bytes do its state $S$ and normaliser $z$ take in float32, and how does that
+#    change with the sequence length?
+# 2. Why can softmax attention not be re-associated the same way?
+# 3. In the chunked form, what is computed inside a chunk, and what is carried from chunk to chunk?
+# 4. What happens to the output without the denominator, and why?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. $(64 \cdot 64 + 64) \cdot 4 = 16{,}640$ bytes, whatever the sequence length.
+# 2. The exponential acts on the product $q^\top k$ as a whole: $\exp(q^\top k)$ is not a finite sum of products
+#    $f(q)\,g(k)$, so the past cannot be summed before the query is known.
+# 3. Inside: the masked scores $(QK^\top \odot M)V$; across: the state, read as $QS$ and updated by
+#    $S \leftarrow S + K^\top V$.
+# 4. It grows with the position: positive features add a positive amount to every score, so the "average" becomes an
+#    ever larger sum.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Katharopoulos, Vyas, Pappas and Fleuret (2020), *Transformers are RNNs: Fast Autoregressive Transformers with
+#   Linear Attention*, ICML 2020: [arXiv:2006.16236](https://arxiv.org/abs/2006.16236): §3.2 (the linearised kernel
+#   and $\phi(x) = \mathrm{ELU}(x) + 1$), §3.3–3.4 (the causal form and the RNN view); sections 2–5 of this chapter.
+# - Dao, Fu, Ermon, Rudra and Ré (2022), *FlashAttention: Fast and Memory-Efficient Exact Attention with
+#   IO-Awareness*, NeurIPS 2022: [arXiv:2205.14135](https://arxiv.org/abs/2205.14135): §3.1, tiling with a running
+#   maximum and sum; section 6.
+# - Milakov and Gimelshein (2018), *Online normalizer calculation for softmax*:
+#   [arXiv:1805.02867](https://arxiv.org/abs/1805.02867); section 6.
+# - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
+#   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): L2-normalised keys and an output
+#   norm in place of the denominator (section 4).
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); section "Linear Attention" (the "weaker approximation" of the
+#   softmax kernel and the $O(N^2)$ framing).

@@ -7,7 +7,8 @@
 # Once more associations are written than the matrix can separate, they blur into each other, and
 # nothing ever leaves.
 #
-# Schlag, Irie and Schmidhuber (2021) read $S$ as a **fast weight** matrix that the network programs
+# Schlag, Irie and Schmidhuber (2021, *Linear Transformers Are Secretly Fast Weight Programmers*,
+# [arXiv:2102.11174](https://arxiv.org/abs/2102.11174)) read $S$ as a **fast weight** matrix that the network programs
 # on the fly, and replaced the purely additive write by the **delta rule**: before writing, look up what the
 # key currently returns and write only the difference. This chapter
 #
@@ -19,6 +20,35 @@
 #    forgets the *oldest* associations;
 # 5. checks everything against `k3lite.ops.delta_rule`;
 # 6. and looks at what trained models say: a rebinding task from the course's GPU bake-off.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 3 h for a motivated student working alone: reading, running every cell, the exercises and
+# the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. compute the interference term of a read from an additive state $S = \sum_i k_i v_i^\top$, and explain why
+#    unit-norm keys return a single stored value exactly;
+# 2. derive the delta rule in its correction form, in its generalised-Householder form
+#    $(I - \beta_t k_t k_t^\top) S_{t-1} + \beta_t k_t v_t^\top$, and as one gradient step on
+#    $\tfrac12\lVert S^\top k - v\rVert^2$;
+# 3. implement one delta write and the recurrent delta rule in the field's `[B, T, H, K]` layout, checked against
+#    `k3lite.ops.delta_rule`;
+# 4. explain, from the capacity sweep, what the delta rule fixes (overwrites; the newest association wins) and what
+#    it cannot fix (a $D \times D$ state holds about $D$ associations);
+# 5. apply the bake-off's two-standard-error rule to decide whether one mixer beats another.
+#
+# **Prerequisites.**
+#
+# - Chapter 02 (the linear-attention state and its recurrent form).
+# - The gradient of a squared error with respect to a matrix (matrix calculus): Petersen and Pedersen, *The Matrix
+#   Cookbook*, §2.4, or the backpropagation chapter of any deep-learning text.
+# - Householder reflections $I - 2uu^\top$: Golub and Van Loan, *Matrix Computations* (4th ed., Johns Hopkins
+#   University Press, 2013), §5.1.
+# - Mean, standard deviation and the standard error of a mean: any introductory statistics text, e.g. *OpenStax
+#   Introductory Statistics*, the chapter on the central limit theorem.
 
 # %% [markdown] tags=["notes"]
 # Start from chapter 02's picture: one matrix, every token added into it. The question of the hour is
@@ -56,7 +86,7 @@ def unit(x):
 # $$ S^\top k = v\,(k^\top k) = \lVert k\rVert^2\, v . $$
 #
 # The value comes back scaled by the squared norm of the key. With unit-norm keys it comes back exactly,
-# which is one reason DeltaNet L2-normalises its keys.
+# which is one reason DeltaNet L2-normalises its keys (Yang et al. 2024, arXiv:2406.06484).
 
 # %% [markdown] tags=["notes"]
 # Read-back is a matrix-vector product. The only thing to remember: the value returns scaled by the
@@ -550,3 +580,41 @@ ch03.check_fast_weight_gradient(fast_weight_gradient_solution);
 # %% [markdown] tags=["notes"]
 # Close on the two halves: the delta rule fixes updating a key, trained models confirm it on rebinding,
 # and it does not add capacity. Next lecture makes the recurrence parallel (chapter 04), then adds a gate (05).
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. A unit key is written with $\beta = 1$. What does reading that key return right after the write?
+# 2. For which $\beta\lVert k\rVert^2$ does a write make the memory's error for that key *larger*?
+# 3. What is the gradient of $\tfrac12\lVert S^\top k - v\rVert^2$ with respect to $S$?
+# 4. Past capacity, which associations does the delta memory keep, and which does the additive memory keep?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. Exactly $v_t$: the residual after the write is $(1 - \beta\lVert k\rVert^2)$ times the one before, which is
+#    zero.
+# 2. When $|1 - \beta\lVert k\rVert^2| > 1$, i.e. $\beta\lVert k\rVert^2 > 2$ (or negative): that is why keys are
+#    normalised and $\beta$ stays below 2.
+# 3. $k\,(S^\top k - v)^\top$; a step with learning rate $\beta$ is the delta rule.
+# 4. The delta memory keeps the newest ones exactly and lets the oldest go; the additive memory blurs old and new
+#    alike.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Schlag, Irie and Schmidhuber (2021), *Linear Transformers Are Secretly Fast Weight Programmers*, ICML 2021:
+#   [arXiv:2102.11174](https://arxiv.org/abs/2102.11174): fast weights, the over-capacity regime and the delta
+#   update rule; sections 2–3.
+# - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
+#   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): the DeltaNet layer (L2-normalised
+#   keys, $\beta = \sigma(W_\beta x)$) and its chunked form (chapter 04).
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); section "DeltaNet (Fast Weight Programmers)".
+# - Arora, Eyuboglu et al. (2023), *Zoology*: [arXiv:2312.04927](https://arxiv.org/abs/2312.04927):
+#   associative-recall tasks, of which the bake-off's rebinding task is a variant (section 6).

@@ -10,12 +10,41 @@
 # all of it matrix products. This chapter
 #
 # 1. shows that the same trick, applied naively to the delta rule, gives wrong answers, and why;
-# 2. derives the reparameterisation of Yang et al. (2024), the **WY representation** computed by the
+# 2. derives the reparameterisation of Yang et al. (2024, *Parallelizing Linear Transformers with the Delta
+#    Rule over Sequence Length*, [arXiv:2406.06484](https://arxiv.org/abs/2406.06484), §3), the **WY representation** computed by the
 #    **UT transform**, that makes the whole chunk a few matrix products and one triangular solve;
 # 3. builds it step by step on a 16-token example with chunks of 4, with pictures of every matrix;
 # 4. checks it against the recurrence and `k3lite.ops.delta_rule.chunked`, and computes the two limits
 #    $C = 1$ and $C = L$;
 # 5. prices the choice of $C$ in FLOPs (with a slider) and in measured time.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 4 h for a motivated student working alone: reading, running every cell, the exercises and
+# the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. explain why chunking the delta rule like linear attention gives wrong outputs: each correction reads the state
+#    that the corrections before it wrote;
+# 2. derive a chunk's unit-lower-triangular system $(I + A)V' = \mathrm{Diag}(\beta)(V - KS_0)$ and its WY/UT
+#    solution $V' = U - WS_0$;
+# 3. implement the UT transform by forward substitution, and one chunk of DeltaNet with matrix products only;
+# 4. compute the FLOPs of the chunked form's state part and intra-chunk part as functions of $L$, $C$ and $d$, and
+#    explain why hardware, not arithmetic, sets $C = 64$;
+# 5. read a GPU benchmark table: how softmax attention's time and a chunked mixer's time grow with the sequence
+#    length.
+#
+# **Prerequisites.**
+#
+# - Chapter 02 (the chunked form of linear attention) and chapter 03 (the delta rule and its Householder form).
+# - Triangular systems and forward substitution: Golub and Van Loan, *Matrix Computations* (4th ed., 2013), §3.1, or
+#   Trefethen and Bau, *Numerical Linear Algebra*, lecture 17.
+# - Products of Householder matrices and their WY representation: Bischof and Van Loan (1987),
+#   [doi:10.1137/0908009](https://doi.org/10.1137/0908009).
+# - For section 7: what a GPU's tensor cores multiply, in NVIDIA's [CUDA C++ Programming
+#   Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/) (warp matrix functions).
 
 # %% tags=["plumbing"]
 import json
@@ -130,9 +159,9 @@ print(f"naive chunking (values β·v) vs the delta rule: relative error {relativ
 #
 # $$ V' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U} \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,K}_{W}\; S_0 . $$
 #
-# ($W$ and $U$ are the **WY representation**: the product of the chunk's Householder-like transitions,
-# $(I - \beta_C k_C k_C^\top)\cdots(I - \beta_1 k_1 k_1^\top)$, equals $I - K^\top W$.) Then the chunk is exactly linear attention with the
-# corrected values $V' = U - W S_0$:
+# ($W$ and $U$ are the **WY representation** of Bischof and Van Loan (1987): the product of the chunk's
+# Householder-like transitions, $(I - \beta_C k_C k_C^\top)\cdots(I - \beta_1 k_1 k_1^\top)$, equals
+# $I - K^\top W$.) Then the chunk is exactly linear attention with the corrected values $V' = U - W S_0$:
 #
 # $$ O = Q S_0 + (QK^\top\odot M)\,V', \qquad S \leftarrow S_0 + K^\top V' . $$
 #
@@ -315,10 +344,11 @@ print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 
 # * the **intra-chunk** part: the $C\times C$ score blocks on the diagonal ($QK^\top$, then scores times $V$):
 #   $C^2d$ multiply-adds per product and chunk, $2LCd$ for both over the $L/C$ chunks.
 #
-# The article (chapter 00's *From GPT-2 to Kimi K3* worklog) gives "$2Ld^2$ state, $2LCd$ intra": these multiply-adds. In FLOPs (2 per multiply-add), as
-# `k3lite.course.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$ and
-# $4LCd$. Either way: $C = L$ turns the intra part into dense full attention ($4L^2d$ FLOPs), and $C = 1$ leaves
-# (almost) only the recurrence.
+# The article (chapter 00's *From GPT-2 to Kimi K3* worklog, section "DeltaNet (Parallelizing Linear Transformers
+# with Delta Rule)") gives "$2Ld^2$ state, $2LCd$ intra": these multiply-adds. In FLOPs (2 per multiply-add), as
+# `k3lite.course.flops` counts them and as its tests check against PyTorch's `FlopCounterMode`, they are $4Ld^2$
+# and $4LCd$. Either way: $C = L$ turns the intra part into dense full attention ($4L^2d$ FLOPs), and $C = 1$
+# leaves (almost) only the recurrence.
 
 # %% [markdown] tags=["notes"]
 # The FLOP split is the practical lesson: a state part independent of the chunk size and an
@@ -470,10 +500,12 @@ print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); toke
 # the intra-chunk work, quadratic in $C$, starts to show. (On a busy machine, such as the one these notebooks
 # were executed on, the timings are noisy; run the cell yourself.)
 #
-# On a GPU the Triton kernels of `k3lite.kernels` run whole 64-token chunks as tiles. The H200 measurements
-# of `python -m benchmarks.bench` are stored in `benchmarks/results/bench_h200.json`: per mechanism and shape, the k3lite
-# Triton kernels, the *same* chunked algorithm run as PyTorch operations ("k3lite torch"), the field's reference
-# library flash-linear-attention ("fla") and PyTorch's fused softmax attention (SDPA, FlashAttention backend).
+# On a GPU the Triton kernels of `k3lite.kernels` run whole 64-token chunks as tiles. The H200 measurements of
+# `python -m benchmarks.bench` are stored in `benchmarks/results/bench_h200.json`: per mechanism and shape, the
+# k3lite Triton kernels, the *same* chunked algorithm run as PyTorch operations ("k3lite torch"), the field's
+# reference library flash-linear-attention ("fla", github.com/fla-org/flash-linear-attention) and PyTorch's fused
+# softmax attention (SDPA, FlashAttention backend: Dao et al. 2022,
+# [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)).
 
 # %% tags=["plumbing"]
 BENCH = viz.BENCH_RESULTS_DIR / "bench_h200.json"
@@ -589,11 +621,11 @@ for mode in ("fwd", "fwd+bwd"):
 # the linear form.
 #
 # The last column says how far the course's kernels are from the production ones. Every forward is within
-# $1.25\times$ of fla except linear attention at $T = 32768$ ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`×),
-# and every forward+backward within $1.5\times$ except linear attention there
-# ({glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`×); at $B = 8$, $T = 2048$ every k3lite kernel is faster
-# than fla's. (fla's own times move between runs, by up to $2\times$ in earlier measurements, so read a ratio near
-# a threshold as "about there".)
+# $1.25\times$ of fla except linear attention at $T = 32768$
+# ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`×), and every forward+backward within $1.5\times$ except
+# linear attention there ({glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`×); at $B = 8$, $T = 2048$ every
+# k3lite kernel is faster than fla's. (fla's own times move between runs, by up to $2\times$ in earlier
+# measurements (the runs kept in `benchmarks/archive/`), so read a ratio near a threshold as "about there".)
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -698,3 +730,53 @@ ch04.check_chunk_flops(chunk_flops_solution);
 # %% [markdown] tags=["notes"]
 # End on the system $(I+A)V' = \mathrm{Diag}(\beta)(V - KS_0)$: it is the one formula to remember.
 # Ask what is still missing from DeltaNet (forgetting on purpose), which is chapter 05's gate.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. Why is $I + A$ always invertible, whatever the keys and write strengths?
+# 2. Which of $A$, $T$, $W$, $U$ and $V'$ need the state $S_0$ that the chunk starts from?
+# 3. What do $C = 1$ and $C = L$ reduce to?
+# 4. For chunked linear attention with $L = 4096$, $d = 128$, $C = 64$: how many FLOPs has each part, and at which
+#    $C$ are they equal?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. It is unit lower-triangular ($A$ is strictly lower-triangular), so its determinant is 1; forward substitution
+#    solves it.
+# 2. Only $V' = U - WS_0$ (and the outputs and the state update after it); $A$, $T$, $W$ and $U$ of every chunk can
+#    be computed in parallel before any state is known.
+# 3. $C = 1$ is the token-by-token recurrence; $C = L$ is one quadratic, attention-like chunk with an $L \times L$
+#    score matrix and triangular solve, and no state until the end.
+# 4. State part $4Ld^2 = 268{,}435{,}456$, intra-chunk part $4LCd = 134{,}217{,}728$; they are equal at
+#    $C = d = 128$.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
+#   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): §3, the WY representation, the UT
+#   transform and the chunkwise parallel form; sections 2–5.
+# - Bischof and Van Loan (1987), *The WY Representation for Products of Householder Matrices*, SIAM J. Sci. Stat.
+#   Comput. 8(1): [doi:10.1137/0908009](https://doi.org/10.1137/0908009): the WY representation of a product of
+#   Householder matrices (section 2).
+# - Schlag, Irie and Schmidhuber (2021), *Linear Transformers Are Secretly Fast Weight Programmers*, ICML 2021:
+#   [arXiv:2102.11174](https://arxiv.org/abs/2102.11174): the delta rule being chunked.
+# - Tillet, Kung and Cox (2019), *Triton: An Intermediate Language and Compiler for Tiled Neural Network
+#   Computations*, MAPL 2019: [doi:10.1145/3315508.3329973](https://doi.org/10.1145/3315508.3329973): the language
+#   of `k3lite.kernels` (section 4 and chapter 11).
+# - Songlin Yang, Yu Zhang and contributors, *flash-linear-attention* (fla), the reference Triton implementation of
+#   these mixers: [github.com/fla-org/flash-linear-attention](https://github.com/fla-org/flash-linear-attention):
+#   the reference kernels the benchmark compares with (section 7).
+# - Dao, Fu, Ermon, Rudra and Ré (2022), *FlashAttention: Fast and Memory-Efficient Exact Attention with
+#   IO-Awareness*, NeurIPS 2022: [arXiv:2205.14135](https://arxiv.org/abs/2205.14135): the fused softmax attention
+#   behind PyTorch's SDPA in the benchmark (section 7).
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); section "DeltaNet (Parallelizing Linear Transformers with
+#   Delta Rule)" (the $2Ld^2$ and $2LCd$ split, and $C = 64$ or $128$ for tensor cores).

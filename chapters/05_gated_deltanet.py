@@ -13,9 +13,36 @@
 # else stays in the memory, stale, taking capacity from what comes next.
 #
 # The fix is one number per token: a decay $\alpha_t \in (0, 1]$ applied to the whole memory before the
-# delta update. That is the gated delta rule of Gated DeltaNet. At the end, trained models from the
+# delta update. That is the gated delta rule of Gated DeltaNet (Yang, Kautz and Hatamizadeh 2024,
+# [arXiv:2412.06464](https://arxiv.org/abs/2412.06464)). At the end, trained models from the
 # course's GPU bake-off say how much that gate buys on a context-switch task, and track down why Gated
 # DeltaNet's published layer failed to learn at all on three other tasks.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 3 h 30 min for a motivated student working alone: reading, running every cell, the exercises
+# and the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. explain, with the context-switch experiment, why the delta rule cannot clear many stale associations at once;
+# 2. implement one step of the gated delta rule in the right order (decay, then the delta correction against the
+#    decayed state) and check it against `k3lite.ops.gated_delta_rule`;
+# 3. compute the cumulative decay matrix $\Gamma_{ri} = \exp(G_r - G_i)$ from a prefix sum of log-gates, and explain
+#    why it must never be formed as $e^{G_r} e^{-G_i}$;
+# 4. derive and implement one chunk of Gated DeltaNet in the WY/UT form with the decay folded in;
+# 5. explain how the bake-off traced Gated DeltaNet's failure to its layer's SiLU output gate rather than to its
+#    recurrence.
+#
+# **Prerequisites.**
+#
+# - Chapter 03 (the delta rule) and chapter 04 (the WY/UT chunk).
+# - Logarithms and exponentials, and prefix sums: PyTorch's
+#   [`torch.cumsum`](https://pytorch.org/docs/stable/generated/torch.cumsum.html).
+# - Float32's range and what overflows: Goldberg (1991),
+#   [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163).
+# - Optional: the decay of Mamba-2, Dao and Gu (2024), [arXiv:2405.21060](https://arxiv.org/abs/2405.21060).
 
 # %% [markdown] tags=["notes"]
 # One question for the hour: how does a fixed-size memory throw away many associations at once? The delta
@@ -131,8 +158,9 @@ for num_a in (0, 8, 64):
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 2. Forgetting by decay: Mamba-2
 #
-# For purely additive linear attention the cure is well known. Mamba-2 multiplies the memory by a
-# data-dependent scalar before adding the new association:
+# For purely additive linear attention the cure is well known. Mamba-2 (Dao and Gu 2024,
+# [arXiv:2405.21060](https://arxiv.org/abs/2405.21060)) multiplies the memory by a data-dependent scalar before
+# adding the new association:
 #
 # $$S_t = \alpha_t\, S_{t-1} + k_t v_t^\top, \qquad \alpha_t = e^{g_t} \in (0, 1].$$
 #
@@ -334,9 +362,10 @@ plt.show()
 # It is computed from the difference of the log sums, never as $e^{G_r} \cdot e^{-G_i}$: section 6
 # shows the overflow that the split runs into.
 #
-# The article (chapter 00's *From GPT-2 to Kimi K3* worklog) writes the product as $\alpha_x \alpha_{x+1} \cdots \alpha_{x+t}$,
-# starting at the writing step $x$. The recurrence says otherwise: the gate of step $x$ acts *before*
-# $k_x v_x^\top$ is added. Compute it: write one association at $x$, read it at $x + t$.
+# The article (chapter 00's *From GPT-2 to Kimi K3* worklog, section "Gated Delta Net") writes the product as
+# $\alpha_x \alpha_{x+1} \cdots \alpha_{x+t}$, starting at the writing step $x$. The recurrence says otherwise: the
+# gate of step $x$ acts *before* $k_x v_x^\top$ is added. Compute it: write one association at $x$, read it at
+# $x + t$.
 
 # %% [markdown] tags=["notes"]
 # The decays compose as a prefix sum of log-gates. Correct the article's off-by-one on the board, then show
@@ -461,13 +490,14 @@ print(f"g = {floor} per token, one chunk of 64: G_64 = {G_strong[-1].item():.0f}
 
 # %% [markdown]
 # Over a whole sequence even gentle gates get there: with the benchmark's gates (a decay of
-# {glue:text}`ch05_gentle_decay` per token on average) $e^{-G_i}$ is infinite from token {glue:text}`ch05_first_inf` on, which is one reason $G$ is restarted at every chunk.
-# Restarting is not enough on its own: with gates as strong as K3's lower bound of $-5$ per token
-# (chapter 06), a single 64-token chunk reaches $G = -320$, and $e^{G_r} \to 0$ times $e^{-G_i} \to \infty$ gives
-# nan. The difference $G_r - G_i \le 0$ is always safe, so $\Gamma$ is formed from differences, as `decay_matrix`
-# does. (For Gated DeltaNet that costs nothing: $\Gamma$ is one $C \times C$ matrix per chunk. Chapter 06's
-# per-channel gate puts the decay *inside* the sum over key channels, which is where the split becomes tempting
-# and the field uses sub-chunk anchors instead.)
+# {glue:text}`ch05_gentle_decay` per token on average) $e^{-G_i}$ is infinite from token
+# {glue:text}`ch05_first_inf` on, which is one reason $G$ is restarted at every chunk. Restarting is not enough on
+# its own: with gates as strong as K3's lower bound of $-5$ per token (K3's published configuration; chapter 06), a
+# single 64-token chunk reaches $G = -320$, and $e^{G_r} \to 0$ times $e^{-G_i} \to \infty$ gives nan. The
+# difference $G_r - G_i \le 0$ is always safe, so $\Gamma$ is formed from differences, as `decay_matrix` does. (For
+# Gated DeltaNet that costs nothing: $\Gamma$ is one $C \times C$ matrix per chunk. Chapter 06's per-channel gate
+# puts the decay *inside* the sum over key channels, which is where the split becomes tempting and the field uses
+# sub-chunk anchors instead.)
 #
 # The chunked form for one head, `q, k [T, K]`, `v [T, V]`, `g, beta [T]`, each line one equation above:
 
@@ -680,7 +710,8 @@ expect("at initialisation the SiLU-gated layer gets at least half the gradient o
 # 1. **The learning rate is not it.** At every rate tried on every task (printed above), Gated DeltaNet never
 #    passes {glue:text}`ch05_gdn_best_any_lr` at width 64.
 # 2. **Weight decay is not it.** The optimiser already leaves `A_log` and the decay's bias undecayed, as
-#    published recipes do (printed above).
+#    published recipes do (printed above; Mamba-2's reference layer marks `A_log` and `dt_bias`
+#    `_no_weight_decay`).
 # 3. **The kernels are not it.** The same model trained on a CPU through the PyTorch reference (float32, no
 #    Triton) also stayed at chance on rebinding: {glue:text}`ch05_cpu_gdn_rebind`, while KDA in the same CPU run
 #    reached {glue:text}`ch05_cpu_kda_rebind` (one seed each, {glue:text}`ch05_cpu_minutes` minutes of CPU per run,
@@ -688,7 +719,8 @@ expect("at initialisation the SiLU-gated layer gets at least half the gradient o
 #    k3lite.bakeoff --device cpu --tasks rebind --d-models 64 --mixers gated_delta_rule,kda --lrs 3e-3 --seeds 1
 #    --steps rebind=1000`).
 # 4. **The layer is.** Gated DeltaNet's published layer differs from KDA's in two places: one decay per head
-#    instead of one per channel, and a **SiLU output gate** (fla's `FusedRMSNormGated`) instead of a sigmoid.
+#    instead of one per channel, and a **SiLU output gate** (fla's `FusedRMSNormGated`, github.com/fla-org/flash-linear-attention) instead of
+#    a sigmoid.
 #    `k3lite.bakeoff.variants.gated_delta_rule_in_kda_layer` keeps the per-head recurrence and swaps only the
 #    layer around it. It reaches {glue:text}`ch05_rebind_gdn_in_kda_layer` on rebinding; the rule:
 #    *{glue:text}`ch05_verdict_layer`*. The scalar gate stores and overwrites just fine; the output gate is what
@@ -876,3 +908,51 @@ ch05.check_gated_delta_chunk(gated_delta_chunk_solution);
 # %% [markdown] tags=["notes"]
 # Recap the formula, the prefix sum, the chunk, and the honest trained result. Bridge to chapter 06: a
 # scalar gate decays every association alike; KDA gives each key channel its own pace.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. An association is written at step $x$. Which gates multiply it by the time it is read at step $x + t$?
+# 2. What does the gated delta rule reduce to with $g_t = 0$ at every token, and with $g_t \to -\infty$ at one
+#    token?
+# 3. Restarting $G$ at each chunk keeps it from growing over the whole sequence. Why is that not enough?
+# 4. What evidence points at the layer's SiLU output gate, and not at the scalar decay, as the reason Gated DeltaNet
+#    did not learn?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. $\alpha_{x+1} \cdots \alpha_{x+t}$, $t$ factors, $= \exp(G_{x+t} - G_x)$: the gate of step $x$ acts before the
+#    write.
+# 2. DeltaNet; and a memory that is cleared at that token, then written with $\beta_t k_t v_t^\top$.
+# 3. Inside one chunk strong gates still reach a large $|G|$ (64 gates of $-5$ give $-320$), so $e^{-G_i}$ overflows
+#    and $e^{G_r}$ underflows; $\Gamma$ must be formed from the differences $G_r - G_i \le 0$.
+# 4. The same recurrence inside KDA's layer (sigmoid output gate) learns rebinding, while the learning rate, the
+#    kernels (a float32 CPU run) and weight decay were each ruled out.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Yang, Kautz and Hatamizadeh (2024), *Gated Delta Networks: Improving Mamba2 with Delta Rule*, ICLR 2025:
+#   [arXiv:2412.06464](https://arxiv.org/abs/2412.06464): the gated delta rule and the Gated DeltaNet layer;
+#   sections 3 and 7.
+# - Dao and Gu (2024), *Transformers are SSMs: Generalized Models and Efficient Algorithms Through Structured State
+#   Space Duality* (Mamba-2), ICML 2024: [arXiv:2405.21060](https://arxiv.org/abs/2405.21060): the data-dependent
+#   scalar decay $S_t = \alpha_t S_{t-1} + k_t v_t^\top$; section 2.
+# - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
+#   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): the chunked WY/UT form that section
+#   6 extends.
+# - Songlin Yang, Yu Zhang and contributors, *flash-linear-attention* (fla), the reference Triton implementation of
+#   these mixers: [github.com/fla-org/flash-linear-attention](https://github.com/fla-org/flash-linear-attention):
+#   the published layer (its SiLU-gated `FusedRMSNormGated` output) that section 7 examines.
+# - Goldberg (1991), *What Every Computer Scientist Should Know About Floating-Point Arithmetic*, ACM Computing
+#   Surveys 23(1): [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163): float32's range and overflow;
+#   section 6.
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); section "Gated Delta Net" (the product
+#   $\alpha_x\alpha_{x+1}\cdots\alpha_{x+t}$ that section 5 corrects).

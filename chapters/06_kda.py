@@ -12,8 +12,37 @@
 # refreshed often, some should last. With one scalar per head, the model must pick a single pace
 # for all of it.
 #
-# Kimi Delta Attention (KDA, from Kimi Linear) gives each **key channel** its own decay:
+# Kimi Delta Attention (KDA, from Kimi Linear: Kimi Team 2025,
+# [arXiv:2510.26692](https://arxiv.org/abs/2510.26692)) gives each **key channel** its own decay:
 # $\alpha_t \in (0, 1]^K$ and $\mathrm{Diag}(\alpha_t)$ instead of $\alpha_t$.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 3 h 30 min for a motivated student working alone: reading, running every cell, the exercises
+# and the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. explain with the two-timescale task why the best scalar gate gives up forgetting, and why a per-channel gate
+#    can never do worse and here does strictly better;
+# 2. implement one KDA step with a decay per key channel, $\mathrm{Diag}(e^{g_t})$, and check its special cases
+#    DeltaNet ($g = 0$) and Gated DeltaNet (equal channels);
+# 3. derive the chunked WY/UT form with the decay inside the key dot product, and explain why $e^{G_r - G_i}$ must
+#    be formed from differences (sub-chunk anchors, K3's gate bound of $-5$);
+# 4. compare Kimi Linear's unbounded softplus decay with K3's bounded form, and compute the retention each starts
+#    from at initialisation;
+# 5. state what the bake-off supports and what it does not support about per-channel decay, with the
+#    two-standard-error rule.
+#
+# **Prerequisites.**
+#
+# - Chapter 05 (the gated delta rule, log-space decays, the chunked form with $\Gamma$).
+# - Softplus and sigmoid; a causal depthwise convolution, as PyTorch's
+#   [`nn.Conv1d`](https://pytorch.org/docs/stable/generated/torch.nn.Conv1d.html) with `groups` equal to the
+#   channels.
+# - Optional, for section 7: multi-query associative recall (MQAR), Arora, Eyuboglu et al. (2023),
+#   [arXiv:2312.04927](https://arxiv.org/abs/2312.04927).
 
 # %% [markdown] tags=["notes"]
 # One question: what if different parts of the memory need to forget at different paces? Chapter 05's gate
@@ -416,30 +445,30 @@ for name, g_long in strong_gates.items():
         print(f"{name:<26} {method:<32} {str(finite):>6}  {kind:>10}   {agreement(out, one_head(truth, 0), 1e-4)}")
 
 # %% [markdown]
-# Where the split fails it fails completely: $e^{-G_i}$ overflows to `inf`, $e^{G_r}$ underflows to 0,
-# and $0 \cdot \infty$ is NaN, which spreads through the triangular solve to the whole chunk and, through
-# the state, to every later one. The
-# segment-sum table never exponentiates a positive number and agrees with the recurrence, at the price
-# of a $C \times C \times K$ table per chunk. Production kernels keep the matrix products instead:
-# they cut a 64-token chunk into sub-chunks of 16 and factor each pair through a sub-chunk anchor so
-# that each factor is $\le 1$, and K3 additionally bounds every gate at $-5$, which keeps a 16-token
-# factor below $e^{80}$. `k3lite.ops.kda` halves each chunk recursively down to single tokens, which
-# is the same idea with the anchor at every halving boundary. The Triton forward of `k3lite.kernels`
-# (`chunk_fwd.py`) follows the production split: in a 64-token chunk, the six $16 \times 16$ blocks below the
-# diagonal are tensor-core products through an anchor row, and each of the four blocks on the diagonal is one
-# product through an anchor row in its middle. There one factor of a pair may exceed 1, so the kernel keeps that
-# product only while every exponent stays within a fixed limit (`DIAGONAL_SPAN_LIMIT`); where the gates are
-# stronger, K3's strongest among them, it walks the block's rows with sums of gates of one sign instead
-# (chapter 11 gives the numbers). The bound matters to the backward too: the gates' gradient, as fast kernels
-# compute it, keeps only an absolute accuracy, so with gates far below $-5$ it is mostly rounding (chapter 11,
-# "The gates' gradient where the gates are strong").
+# Where the split fails it fails completely: $e^{-G_i}$ overflows to `inf`, $e^{G_r}$ underflows to 0, and
+# $0 \cdot \infty$ is NaN, which spreads through the triangular solve to the whole chunk and, through the state, to
+# every later one. The segment-sum table never exponentiates a positive number and agrees with the recurrence, at
+# the price of a $C \times C \times K$ table per chunk. Production kernels (flash-linear-attention's `fla/ops/kda`)
+# keep the matrix products instead: they cut a 64-token chunk into sub-chunks of 16 and factor each pair through a
+# sub-chunk anchor so that each factor is $\le 1$, and K3 additionally bounds every gate at $-5$, which keeps a
+# 16-token factor below $e^{80}$. `k3lite.ops.kda` halves each chunk recursively down to single tokens, which is
+# the same idea with the anchor at every halving boundary. The Triton forward of `k3lite.kernels` (`chunk_fwd.py`)
+# follows the production split: in a 64-token chunk, the six $16 \times 16$ blocks below the diagonal are
+# tensor-core products through an anchor row, and each of the four blocks on the diagonal is one product through an
+# anchor row in its middle. There one factor of a pair may exceed 1, so the kernel keeps that product only while
+# every exponent stays within a fixed limit (`DIAGONAL_SPAN_LIMIT`); where the gates are stronger, K3's strongest
+# among them, it walks the block's rows with sums of gates of one sign instead (chapter 11 gives the numbers). The
+# bound matters to the backward too: the gates' gradient, as fast kernels compute it, keeps only an absolute
+# accuracy, so with gates far below $-5$ it is mostly rounding (chapter 11, "The gates' gradient where the gates
+# are strong").
 
 
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 6. The KDA layer as built
 #
 # The recurrence is the core of a layer; around it sit projections, gates and a normalisation. In
-# Kimi Linear and K3, for an input $x_t$ and each head:
+# Kimi Linear and K3, for an input $x_t$ and each head (Kimi Linear, arXiv:2510.26692, for the layer; K3's
+# published configuration for its bounded gate and full-rank output gate):
 #
 # * $q_t, k_t = \mathrm{L2Norm}\big(\mathrm{SiLU}(\mathrm{ShortConv}(W_{q/k}\,x))_t\big)$ and
 #   $v_t = \mathrm{SiLU}(\mathrm{ShortConv}(W_v\,x))_t$, where ShortConv is a causal depthwise
@@ -497,17 +526,19 @@ print(f"K3 bound at init, A = 1 and dt_bias <= softplus^-1(0.1) = {softplus_inv(
       f"g >= -5 sigmoid({softplus_inv(0.1):.2f}) = {-5 / (1 + math.exp(-softplus_inv(0.1))):.2f}")
 
 # %% [markdown]
-# Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows
-# ($g = -791.0$ at $f = 50$ in this layer), so one step can wipe a channel completely, and the
-# chunked form must then be careful (previous section). K3's saturates at $-5$: one step keeps at
-# least $e^{-5} \approx 0.0067$ of a channel. At initialisation (the Mamba initialisation, which Kimi Linear
-# keeps: $A \in [1, 16]$ per head and $b_{dt} = \mathrm{softplus}^{-1}(dt)$ with $dt \in [10^{-3}, 10^{-1}]$, so
+# Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows ($g = -791.0$
+# at $f = 50$ in this layer), so one step can wipe a channel completely, and the chunked form must then be careful
+# (previous section). K3's saturates at $-5$: one step keeps at least $e^{-5} \approx 0.0067$ of a channel. At
+# initialisation (the Mamba initialisation of Gu and Dao 2023,
+# [arXiv:2312.00752](https://arxiv.org/abs/2312.00752), which Kimi Linear keeps: $A \in [1, 16]$ per head and
+# $b_{dt} = \mathrm{softplus}^{-1}(dt)$ with $dt \in [10^{-3}, 10^{-1}]$, so
 # $b_{dt} \le \mathrm{softplus}^{-1}(0.1) = -2.25$; 96 heads here, so 96 draws of $A$) the two forms start
-# differently. Kimi Linear's median channel keeps $\alpha = 0.910$ per step and its strongest $\alpha = 0.243$. In K3's form $A$ does not scale the rate: it sharpens the sigmoid, and since $b_{dt}$ is
-# negative, a larger $A$ pushes $\sigma(A\, b_{dt})$ towards 0, so a *smaller* $A$ forgets faster. The
-# strongest possible K3 gate at initialisation therefore sits at $A = 1$, $g \ge -5\,\sigma(-2.25) \approx -0.48$;
-# in this layer the strongest is $g = -0.34$ and the median $g = -8.6 \cdot 10^{-17}$. Most channels start
-# at $\alpha \approx 1$; the fastest keep $\approx 0.7$ per step ($\alpha = 0.713$).
+# differently. Kimi Linear's median channel keeps $\alpha = 0.910$ per step and its strongest $\alpha = 0.243$. In
+# K3's form $A$ does not scale the rate: it sharpens the sigmoid, and since $b_{dt}$ is negative, a larger $A$
+# pushes $\sigma(A\, b_{dt})$ towards 0, so a *smaller* $A$ forgets faster. The strongest possible K3 gate at
+# initialisation therefore sits at $A = 1$, $g \ge -5\,\sigma(-2.25) \approx -0.48$; in this layer the strongest is
+# $g = -0.34$ and the median $g = -8.6 \cdot 10^{-17}$. Most channels start at $\alpha \approx 1$; the fastest keep
+# $\approx 0.7$ per step ($\alpha = 0.713$).
 #
 # Now the layer by hand, from the parameters of a `k3lite.layers.kda_layer.KDALayer`, with
 # the token loop `kda_recurrent` of section 2 as the core:
@@ -551,13 +582,14 @@ for form, options in LAYER_FORMS.items():
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 7. Trained: recall, rebinding and two time scales
 #
-# Multi-query associative recall (`k3lite.data.mqar_batch`): a sequence lists key-value pairs, then
-# asks for some of the keys again; the model must produce each queried key's value. The models of
-# `k3lite.models.mixers` differ only in the token mixer: embedding, then [RMSNorm → mixer → +, RMSNorm → MLP
-# → +] per layer. Every mixer sees q, k, v after a short causal convolution (kernel 4). The published
-# KDA and Gated DeltaNet layers have one (section 6); softmax attention and MLA do not, and it is given to
-# all five here so that only the mixer differs. The recurrent ones L2-normalise q and k, use K3's bounded
-# gate and `k3lite.ops`' chunked forms.
+# Multi-query associative recall (MQAR, from Zoology: Arora, Eyuboglu et al. 2023,
+# [arXiv:2312.04927](https://arxiv.org/abs/2312.04927); `k3lite.data.mqar_batch`): a sequence lists key-value
+# pairs, then asks for some of the keys again; the model must produce each queried key's value. The models of
+# `k3lite.models.mixers` differ only in the token mixer: embedding, then [RMSNorm → mixer → +, RMSNorm → MLP → +]
+# per layer. Every mixer sees q, k, v after a short causal convolution (kernel 4). The published KDA and Gated
+# DeltaNet layers have one (section 6); softmax attention and MLA do not, and it is given to all five here so that
+# only the mixer differs. The recurrent ones L2-normalise q and k, use K3's bounded gate and `k3lite.ops`' chunked
+# forms.
 #
 # **A live demo first, not evidence**: a tiny version on this CPU (width 32, one layer, two heads of 16
 # channels, a 64-token vocabulary, 200 steps, **one seed**) with softmax attention and KDA, at 4 and 16
@@ -740,7 +772,9 @@ plt.show()
 # {glue:text}`ch06_mqar_drop_d64` of its recall between 16 and 128 pairs, while softmax attention, whose cache
 # grows with the sequence, loses nothing. At width 128 ({glue:text}`ch06_state_numbers_d128` numbers) the same
 # mixers hold at least {glue:text}`ch06_mqar128_d128_low` even at 128 pairs: the pairs no longer outgrow the state.
-# That is Zoology's picture, and the reason the step from linear attention to KDA is about *using* a fixed state
+# That is Zoology's picture (Arora, Eyuboglu et al. 2023, arXiv:2312.04927: in its MQAR experiments the recall of
+# efficient mixers falls as the pairs outgrow the state and recovers with a larger model dimension, while
+# attention's does not fall), and the reason the step from linear attention to KDA is about *using* a fixed state
 # well, not escaping its size. Gated DeltaNet's layer is the exception ({glue:text}`ch06_mqar128_d128_gdn` at 128
 # pairs and width 128; chapter 05 shows where it trains and where it stalls). {glue:text}`ch06_mqar_seeds_note`
 #
@@ -854,3 +888,51 @@ ch06.check_two_timescale_gate(per_channel_gate);
 # %% [markdown] tags=["notes"]
 # Recap: one decay per key channel, the chunked form with safe pairwise factors, the layer as built, and
 # what the trained data does and does not support. Next: the softmax layers that come back, with MLA.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. Which setting of KDA's gate gives back Gated DeltaNet, and which gives back DeltaNet?
+# 2. On the two-timescale task a scalar gate of $\alpha = 0.8$ acts at 7 switches. What fraction of a long
+#    association is left?
+# 3. Over how many tokens of K3-bounded gates is splitting $e^{G_r - G_i}$ into $e^{G_r} e^{-G_i}$ still safe in
+#    float32, and why?
+# 4. In K3's form $g = -5\,\sigma(A f)$, why does a *larger* $A$ forget *less* at initialisation?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. All channels of a head sharing one log-gate, $g_{t,d} = g_t$, gives Gated DeltaNet; $g = 0$ gives DeltaNet.
+# 2. $0.8^7 \approx 0.21$: the long facts fade although nothing overwrote them.
+# 3. 16: the largest factor is $e^{5 \cdot 16} = e^{80}$, below float32's limit $e^{88.7}$; over 64 tokens it would
+#    be $e^{320}$.
+# 4. $f$ starts near $b_{dt} < 0$, so a larger $A$ pushes $\sigma(A f)$ towards 0 and $g$ towards 0: $A$ sharpens
+#    the sigmoid instead of scaling the rate.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Kimi Team (2025), *Kimi Linear: An Expressive, Efficient Attention Architecture*:
+#   [arXiv:2510.26692](https://arxiv.org/abs/2510.26692): Kimi Delta Attention, its chunked algorithm and its layer
+#   (short convolutions, low-rank decay, gated output norm); sections 2, 5 and 6.
+# - Yang, Kautz and Hatamizadeh (2024), *Gated Delta Networks: Improving Mamba2 with Delta Rule*, ICLR 2025:
+#   [arXiv:2412.06464](https://arxiv.org/abs/2412.06464): the per-head gate that KDA refines.
+# - Gu and Dao (2023), *Mamba: Linear-Time Sequence Modeling with Selective State Spaces*:
+#   [arXiv:2312.00752](https://arxiv.org/abs/2312.00752): the initialisation of $A$ and $dt$ that Kimi Linear keeps
+#   (section 6).
+# - Arora, Eyuboglu et al. (2023), *Zoology: Measuring and Improving Recall in Efficient Language Models*:
+#   [arXiv:2312.04927](https://arxiv.org/abs/2312.04927): multi-query associative recall and recall against state
+#   size (section 7).
+# - Songlin Yang, Yu Zhang and contributors, *flash-linear-attention* (fla), the reference Triton implementation of
+#   these mixers: [github.com/fla-org/flash-linear-attention](https://github.com/fla-org/flash-linear-attention):
+#   the production KDA kernels (`fla/ops/kda`), which factor each pair through sub-chunk anchors (section 5).
+# - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
+#   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources:
+#   the bounded gate $g = -5\,\sigma(\cdot)$ and the full-rank output gate.
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); section "KDA/Kimi Linear".

@@ -14,6 +14,31 @@
 # 3. builds MLA in this notebook, checks absorbed = non-absorbed, and checks it against `k3lite.layers.mla`;
 # 4. adds K3's **output gate**.
 
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 3 h for a motivated student working alone: reading, running every cell, the exercises and
+# the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. compute the cache bytes per token of MHA, GQA, MQA and MLA for a given configuration, and the memory of a
+#    1M-token sequence at K3's sizes;
+# 2. derive the absorption trick ($W_{UK}$ moved into the query, $W_{UV}$ applied after the sum) and explain why a
+#    rotary key part must be cached separately;
+# 3. implement MLA's materialised (prefill) and absorbed (decode) paths and show that they give the same outputs;
+# 4. compute absorbed MLA's arithmetic per byte read and compare it with a GPU's balance point;
+# 5. explain what a sigmoid output gate lets an attention layer do that softmax alone cannot.
+#
+# **Prerequisites.**
+#
+# - Chapter 01 (multi-head attention and its KV cache) and chapter 06 (why the hybrid keeps a few softmax layers).
+# - Low-rank factorisation of a matrix: Strang, *Introduction to Linear Algebra*, the singular value decomposition.
+# - Rotary position embedding, for why absorption needs a separate positional part: Su et al. (2021),
+#   [arXiv:2104.09864](https://arxiv.org/abs/2104.09864).
+# - The roofline model (arithmetic per byte against a machine's balance point): Williams, Waterman and Patterson
+#   (2009), [doi:10.1145/1498765.1498785](https://doi.org/10.1145/1498765.1498785).
+
 # %% tags=["plumbing"]
 import math
 
@@ -47,8 +72,11 @@ torch.set_num_threads(1)
 # | MQA (multi-query) | $2\,d_h$ |
 # | MLA (multi-head latent) | $d_c + d_r$ |
 #
-# MLA (DeepSeek-V2) caches a latent $c$ of $d_c = 512$ numbers and a shared $d_r = 64$-number key part:
-# 576 numbers, whatever the number of heads. First the bookkeeping, for four real configurations.
+# MLA (DeepSeek-V2: DeepSeek-AI 2024, [arXiv:2405.04434](https://arxiv.org/abs/2405.04434), §2.1) caches a latent
+# $c$ of $d_c = 512$ numbers and a shared $d_r = 64$-number key part: 576 numbers, whatever the number of heads.
+# (MQA is Shazeer 2019, arXiv:1911.02150; GQA Ainslie et al. 2023, arXiv:2305.13245.) First the bookkeeping, for
+# four real configurations: GPT-2 small (chapter 01), DeepSeek-V3 (arXiv:2412.19437), Kimi Linear
+# (arXiv:2510.26692) and K3 (its published configuration).
 
 # %% [markdown] tags=["notes"]
 # Back to the failure of chapter 01, at K3's scale: a cache of every key and value for a
@@ -134,9 +162,10 @@ ax.legend(ncols=4, loc="upper left")
 plt.show()
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# Bytes per token become memory per sequence once multiplied by the context. K3 is trained for a
-# context of 1,048,576 tokens; one H200 has 141 GB (131 GiB). The 69 KDA layers add a fixed
-# state of $69 \cdot 96 \cdot 128^2 \cdot 4$ bytes (float32) per sequence, whatever its length.
+# Bytes per token become memory per sequence once multiplied by the context. K3 is trained for a context of
+# 1,048,576 tokens (its published configuration); one H200 has 141 GB (131 GiB; NVIDIA's H200 product page). The 69
+# KDA layers add a fixed state of $69 \cdot 96 \cdot 128^2 \cdot 4$ bytes (float32) per sequence, whatever its
+# length.
 
 # %%
 GIB = 2 ** 30
@@ -183,10 +212,12 @@ plt.show()
 # $$c_t = \mathrm{RMSNorm}(W_{DKV}\,x_t) \in \mathbb{R}^{d_c}, \qquad
 #   k^{\text{nope}}_{t,h} = W_{UK,h}\, c_t, \qquad v_{t,h} = W_{UV,h}\, c_t .$$
 #
-# A second, small key part $k^{\text{rope}}_t \in \mathbb{R}^{d_r}$ (shared by all heads) is projected from
-# $x_t$ too. In DeepSeek it carries rotary position information; K3 uses no positional encoding (NoPE),
-# but keeps the 64 channels. The query also goes through a low-rank bottleneck (query LoRA):
-# $[q^{\text{nope}}_h; q^{\text{rope}}_h] = W_{UQ,h}\,\mathrm{RMSNorm}(W_{DQ} x_t)$. The score of query $t$ against token $s$ is
+# A second, small key part $k^{\text{rope}}_t \in \mathbb{R}^{d_r}$ (shared by all heads) is projected from $x_t$
+# too. In DeepSeek it carries rotary position information (RoPE, Su et al. 2021, arXiv:2104.09864; DeepSeek-V2
+# §2.1.3); K3, like Kimi Linear, uses no positional encoding (NoPE), but keeps the 64 channels. The query also goes
+# through a low-rank bottleneck (query LoRA):
+# $[q^{\text{nope}}_h; q^{\text{rope}}_h] = W_{UQ,h}\,\mathrm{RMSNorm}(W_{DQ} x_t)$. The score of query $t$ against
+# token $s$ is
 #
 # $$a_{h}(t,s) = \frac{q^{\text{nope}\,\top}_{t,h}\, k^{\text{nope}}_{s,h} + q^{\text{rope}\,\top}_{t,h}\, k^{\text{rope}}_s}{\sqrt{d_{\text{nope}} + d_r}} .$$
 #
@@ -363,9 +394,10 @@ glue("ch07_h200_balance", f"{H200_BF16_DENSE_FLOPS / H200_BYTES_PER_S:.0f}", dis
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 4. The output gate
 #
-# A softmax head must put weight 1 somewhere, so it always writes a mix of values into the residual stream,
-# even when nothing in the context is relevant. Models learn work-arounds (attention sinks: a junk token
-# that soaks up the weight). K3's gated MLA lets the layer close the tap itself, channel by channel:
+# A softmax head must put weight 1 somewhere, so it always writes a mix of values into the residual stream, even
+# when nothing in the context is relevant. Models learn work-arounds (attention sinks: a junk token that soaks up
+# the weight; Xiao et al. 2023, [arXiv:2309.17453](https://arxiv.org/abs/2309.17453)). K3's gated MLA lets the
+# layer close the tap itself, channel by channel:
 #
 # $$y_t = W_O\big(\,o_t \odot \sigma(W_g\, x_t)\,\big), \qquad o_t = [o_{t,1}; \dots; o_{t,n_h}] .$$
 #
@@ -510,7 +542,8 @@ expect("averaging tokens: the gated layer's error is no worse (within 10 %)", av
 # Without the gate, the only way to output zero is to find values that average to zero for that query; the gate
 # simply closes. On this task the gated layer's error on silent tokens is a fraction of the ungated one's, and it is
 # no worse on the averaging tokens. (Gated attention has a second, well-documented benefit at scale: models no
-# longer need an "attention sink" token to park unwanted attention weight on.)
+# longer need an "attention sink" token to park unwanted attention weight on; Qiu et al. 2025,
+# [arXiv:2505.06708](https://arxiv.org/abs/2505.06708).)
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -617,3 +650,54 @@ ch07.check_absorbed_output(solution_absorbed_output);
 # Three points to leave with: cache the latent, absorb the projections at decode time, and gate
 # the output. Ask how this layer and KDA divide the work in K3 (exact retrieval in a few MLA
 # layers, a fixed state in the many KDA layers).
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. How many numbers does MLA cache per token and layer with $d_c = 512$ and $d_r = 64$, and how many would MHA
+#    with 96 heads of 128?
+# 2. Why could $W_{UK}$ not be absorbed into the query if the key's content part carried a rotary embedding?
+# 3. With $n_h = 96$ query heads and $n_g = 8$ KV groups, which group does query head 25 read?
+# 4. Why is absorption a good trade when decoding?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. $512 + 64 = 576$ against $2 \cdot 96 \cdot 128 = 24{,}576$, about 43 times more.
+# 2. The rotation $R_s$ depends on the key's position $s$ and sits between $W_{UK}$ and $c_s$:
+#    $q^\top R_s W_{UK} c_s$ has no single $\tilde q$ that serves every cached token.
+# 3. Group $25 \,//\, (96 / 8) = 25 \,//\, 12 = 2$.
+# 4. Decoding is limited by memory bandwidth: absorbed MLA reads only the 576-number latents, and the extra
+#    multiply-adds per head fill time the cores would otherwise spend waiting for memory.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - DeepSeek-AI (2024), *DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model*:
+#   [arXiv:2405.04434](https://arxiv.org/abs/2405.04434): §2.1, Multi-head Latent Attention (low-rank key-value
+#   compression, the decoupled rotary key, absorption); sections 1–3.
+# - DeepSeek-AI (2024), *DeepSeek-V3 Technical Report*: [arXiv:2412.19437](https://arxiv.org/abs/2412.19437): its
+#   MLA configuration (section 1's table) and the same attention design at larger scale.
+# - Shazeer (2019), *Fast Transformer Decoding: One Write-Head is All You Need*:
+#   [arXiv:1911.02150](https://arxiv.org/abs/1911.02150): multi-query attention (MQA).
+# - Ainslie et al. (2023), *GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints*:
+#   [arXiv:2305.13245](https://arxiv.org/abs/2305.13245): grouped-query attention (exercise 1).
+# - Su et al. (2021), *RoFormer: Enhanced Transformer with Rotary Position Embedding*:
+#   [arXiv:2104.09864](https://arxiv.org/abs/2104.09864).
+# - Kimi Team (2025), *Kimi Linear: An Expressive, Efficient Attention Architecture*:
+#   [arXiv:2510.26692](https://arxiv.org/abs/2510.26692): MLA without positional encoding (NoPE) in a 3 KDA : 1 MLA
+#   hybrid.
+# - Xiao et al. (2023), *Efficient Streaming Language Models with Attention Sinks*:
+#   [arXiv:2309.17453](https://arxiv.org/abs/2309.17453); section 4.
+# - Qiu et al. (2025), *Gated Attention for Large Language Models: Non-linearity, Sparsity, and
+#   Attention-Sink-Free*: [arXiv:2505.06708](https://arxiv.org/abs/2505.06708): a sigmoid gate after attention
+#   (sections 4 and 6).
+# - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
+#   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources: 24
+#   gated MLA layers, query LoRA, a context of 1,048,576 tokens.
+# - NVIDIA, [H200 Tensor Core GPU](https://www.nvidia.com/en-us/data-center/h200/): 141 GB of HBM3e at 4.8 TB/s and
+#   its bf16 tensor-core peak (sections 1 and 3).

@@ -4,13 +4,42 @@
 # Attention decides *where* a token reads from; the feed-forward network decides what it computes with what
 # it read, and holds most of a model's parameters. K3 replaces it (in every layer but the first) by a
 # **mixture of experts**: 896 routed experts of which each token uses 16, plus 2 shared experts every token
-# uses. Three K3 details make that work:
+# uses (K3's published configuration). Three K3 details make that work:
 #
-# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss;
+# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss (Wang et al. 2024,
+#    [arXiv:2408.15664](https://arxiv.org/abs/2408.15664); DeepSeek-V3, [arXiv:2412.19437](https://arxiv.org/abs/2412.19437), §2.1.2);
 # 2. **latent experts** that run in a space half the model width, which nearly halves their cost;
 # 3. **SiTU**, a bounded replacement for SiLU in the gated MLP, which is only cheap when fused.
 #
 # Each gets the same treatment: what goes wrong without it, the math, code, a check against `k3lite`.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 2 h 30 min for a motivated student working alone: reading, running every cell, the exercises
+# and the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. implement top-$k$ routing with sigmoid scores and a selection-only bias, and explain why the bias does not
+#    enter the mixing weights;
+# 2. simulate auxiliary-loss-free balancing and measure the experts' load before and after;
+# 3. compute the multiply-adds per token of full-width and of latent routed experts, with the down and up
+#    projections, and check the claim that latents "nearly halve" the cost;
+# 4. implement SiTU and show its bound $|h| \le \beta_1\beta_2$ and its SiLU limit as $\beta \to \infty$;
+# 5. count the memory traffic of an unfused elementwise chain, and explain why only a fused kernel makes SiTU as
+#    cheap as SiLU.
+#
+# **Prerequisites.**
+#
+# - Chapter 01 (the MLP of a transformer block and its parameter count).
+# - Gated linear units and SwiGLU: Shazeer (2020), [arXiv:2002.05202](https://arxiv.org/abs/2002.05202).
+# - Mixture of experts with top-$k$ routing: Shazeer et al. (2017),
+#   [arXiv:1701.06538](https://arxiv.org/abs/1701.06538); Fedus, Zoph and Shazeer (2021),
+#   [arXiv:2101.03961](https://arxiv.org/abs/2101.03961).
+# - Optional: why elementwise GPU kernels are limited by memory traffic, e.g. the performance guidelines of NVIDIA's
+#   [CUDA C++ Best Practices Guide](https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/); chapter 11 goes
+#   deeper.
 
 # %% tags=["plumbing"]
 import json
@@ -103,11 +132,12 @@ print(f"same experts: {torch.equal(k3_indices, indices)}, "
       f"same weights (max |Δ| < 1e-6): {(k3_weights - weights).abs().max().item() < 1e-6}")
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# **The fix: auxiliary-loss-free balancing.** After each batch, nudge the bias of every over-loaded expert down
-# and of every under-loaded one up by a fixed step, $b_e \leftarrow b_e + \gamma\,\mathrm{sign}(\bar{n} - n_e)$, where
-# $n_e$ is the number of tokens of the batch routed to expert $e$, $\bar{n}$ the mean of the $n_e$ over the
-# experts, and $\gamma$ the step (`RATE` below, $10^{-3}$). No gradient
-# flows through it and the mixing weights never see it, so the model's function is not distorted by a balancing term.
+# **The fix: auxiliary-loss-free balancing** (Wang et al. 2024). After each batch, nudge the bias of every
+# over-loaded expert down and of every under-loaded one up by a fixed step,
+# $b_e \leftarrow b_e + \gamma\,\mathrm{sign}(\bar{n} - n_e)$, where $n_e$ is the number of tokens of the batch
+# routed to expert $e$, $\bar{n}$ the mean of the $n_e$ over the experts, and $\gamma$ the step (`RATE` below,
+# $10^{-3}$). No gradient flows through it and the mixing weights never see it, so the model's function is not
+# distorted by a balancing term.
 
 # %%
 BALANCE_STEPS, BATCH_TOKENS, RATE = pick(300, 1000), 2048, 1e-3
@@ -257,10 +287,10 @@ for latent, analytic in ((None, full_width), (LATENT, latent_space)):
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. SiTU: a bounded gated activation
 #
-# The gated MLP computes $h = \mathrm{SiLU}(g) \odot u$ with $g = W_g x$, $u = W_u x$. Nothing bounds it:
-# SiLU grows like $g$ and $u$ is linear, so $h$ grows like the *product* of two activations. One token with a
-# large activation produces a quadratically larger value, which is exactly what low-precision formats (bf16,
-# FP8) and training stability dislike:
+# The gated MLP (SwiGLU, Shazeer 2020) computes $h = \mathrm{SiLU}(g) \odot u$ with $g = W_g x$, $u = W_u x$.
+# Nothing bounds it: SiLU grows like $g$ and $u$ is linear, so $h$ grows like the *product* of two activations. One
+# token with a large activation produces a quadratically larger value, which is exactly what low-precision formats
+# (bf16, FP8) and training stability dislike:
 
 # %% [markdown] tags=["notes"]
 # A gated MLP multiplies two unbounded activations, so one large input becomes a quadratically
@@ -275,7 +305,7 @@ for scale in (1, 10, 100):
           f"max |SiTU-GLU| = {situ_glu(g, u).abs().max().item():6.1f}")
 
 # %% [markdown]
-# K3's SiTU (soft-capped SiLU) puts a tanh cap on both factors:
+# K3's SiTU (soft-capped SiLU; K3's configuration) puts a tanh cap on both factors:
 #
 # $$\mathrm{SiTU}_\beta(x) = \beta \tanh(x/\beta)\,\sigma(x), \qquad
 #   h = \mathrm{SiTU}_{\beta_1}(g) \cdot \beta_2 \tanh(u / \beta_2), \qquad \beta_1 = 4,\ \beta_2 = 25 .$$
@@ -403,7 +433,8 @@ print(f"[{rows} x {cols}] float32 on the CPU: SiLU-GLU eager {silu_ms:.1f} ms, S
 #
 # `python -m benchmarks.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
 # `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
-# `benchmarks/results/bench_h200.json`. The seeds claim an unfused SiTU runs almost 3× slower than the fused SiLU path.
+# `benchmarks/results/bench_h200.json`. The worklog (section "Kimi K3") and the 机器之心 summary claim an
+# unfused SiTU runs almost 3× slower than the fused SiLU path.
 
 # %% [markdown] tags=["notes"]
 # Reading: the H200 measurements of fused and unfused SiTU from `benchmarks/results/bench_h200.json`. Quote
@@ -465,23 +496,24 @@ if situ_bench:
 
 # %% [markdown]
 # Read the GPU-time lines against the traffic count. In the forward pass eager SiTU keeps the GPU busy about
-# {glue:text}`ch08_eager_over_fused_gpu_fwd`× as long as fused SiLU, close to the {glue:text}`ch08_bytes_ratio`× ratio
-# of bytes the two move: on a GPU an elementwise chain is priced by memory traffic. The wall-clock lines are
+# {glue:text}`ch08_eager_over_fused_gpu_fwd`× as long as fused SiLU, close to the {glue:text}`ch08_bytes_ratio`×
+# ratio of bytes the two move: on a GPU an elementwise chain is priced by memory traffic. The wall-clock lines are
 # noisier, because at 8192 × 3072 a fused kernel runs for a few hundredths of a millisecond, about what it costs to
 # launch it; in this measurement the fused SiLU forward took {glue:text}`ch08_silu_fused_fwd_wall` ms of wall time
 # for {glue:text}`ch08_silu_fused_fwd_gpu` ms on the GPU, which pulls the wall-clock forward ratio down to
 # {glue:text}`ch08_eager_over_fused_wall_fwd`×. With the backward pass the wall-clock gap is about
-# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the seeds' "almost 3×" — but a fused SiTU forward+backward
-# keeps the GPU busy for about {glue:text}`ch08_situ_fused_fwdbwd_gpu` ms of the {glue:text}`ch08_situ_fused_fwdbwd_wall`
-# ms it takes; the rest is launching kernels and autograd's bookkeeping, and that fixed
-# cost flatters the slow version. Counted in GPU time, the eager SiTU is several times slower in both passes.
+# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the articles' "almost 3×" — but a fused SiTU
+# forward+backward keeps the GPU busy for about {glue:text}`ch08_situ_fused_fwdbwd_gpu` ms of the
+# {glue:text}`ch08_situ_fused_fwdbwd_wall` ms it takes; the rest is launching kernels and autograd's bookkeeping,
+# and that fixed cost flatters the slow version. Counted in GPU time, the eager SiTU is several times slower in
+# both passes.
 #
 # Fused, both are one pass over memory (3 tensors read or written in the forward) and SiTU runs level with SiLU.
 # That took one decision in the kernel: its two tanh and its sigmoid go to the GPU's special-function unit in
-# approximate form (`tanh.approx`, an approximate reciprocal), whose documented relative error, about $2^{-11}$, is below
-# the bf16 rounding of the result, and the kernel stays bound by memory traffic rather than by arithmetic (the
-# "TB/s" line above). A model component is only as cheap as the kernel that runs it: without the fused kernel,
-# K3's activation would pay the eager price.
+# approximate form (`tanh.approx`, an approximate reciprocal), whose documented relative error (NVIDIA's PTX ISA),
+# about $2^{-11}$, is below the bf16 rounding of the result, and the kernel stays bound by memory traffic rather
+# than by arithmetic (the "TB/s" line above). A model component is only as cheap as the kernel that runs it:
+# without the fused kernel, K3's activation would pay the eager price.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -577,3 +609,58 @@ ch08.check_situ(solution_situ);
 # Three ideas: balance the load with a bias that picks but does not weigh, put the routed experts
 # in a latent to halve their cost, and cap the activation, fused. Ask which of the three changes
 # the model's function and which only its cost.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. K3 routes each token to 16 of 896 experts. What share of the tokens does each routed expert see when the load
+#    is perfectly balanced?
+# 2. Per token, how many multiply-adds do K3's 16 routed experts cost at full width (7168), and in the 3584-wide
+#    latent with its two projections?
+# 3. Why does $|h| \le 100$ hold for SiTU's gated MLP with $\beta_1 = 4$, $\beta_2 = 25$?
+# 4. Why does the balancing bias not distort the function the model computes?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. $16 / 896 = 1/56$, about 1.8 %; a shared expert sees every token.
+# 2. Full width: $16 \cdot 3 \cdot 7168 \cdot 3072 \approx 1.06 \cdot 10^9$. Latent:
+#    $16 \cdot 3 \cdot 3584 \cdot 3072 + 2 \cdot 7168 \cdot 3584 \approx 5.80 \cdot 10^8$, about 0.55 of it: "nearly
+#    halves".
+# 3. $|\beta_1 \tanh(x/\beta_1)\,\sigma(x)| < \beta_1$ and $|\beta_2\tanh(u/\beta_2)| < \beta_2$, so their product
+#    is below $\beta_1\beta_2 = 100$ (equal to it only after rounding).
+# 4. It only changes *which* experts are selected; the mixing weights are the selected raw scores, renormalised, and
+#    no loss term or gradient comes from the bias.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Shazeer et al. (2017), *Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer*:
+#   [arXiv:1701.06538](https://arxiv.org/abs/1701.06538).
+# - Fedus, Zoph and Shazeer (2021), *Switch Transformers: Scaling to Trillion Parameter Models with Simple and
+#   Efficient Sparsity*: [arXiv:2101.03961](https://arxiv.org/abs/2101.03961): routing and the load-balancing
+#   auxiliary loss that section 1 does without.
+# - Wang et al. (2024), *Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts*:
+#   [arXiv:2408.15664](https://arxiv.org/abs/2408.15664): the selection-only bias and its update; section 1.
+# - DeepSeek-AI (2024), *DeepSeek-V3 Technical Report*: [arXiv:2412.19437](https://arxiv.org/abs/2412.19437):
+#   §2.1.2, sigmoid routing with auxiliary-loss-free balancing, and shared experts.
+# - Shazeer (2020), *GLU Variants Improve Transformer*: [arXiv:2002.05202](https://arxiv.org/abs/2002.05202): the
+#   gated MLP (SwiGLU) that SiTU modifies; section 3.
+# - Elfwing, Uchibe and Doya (2017), *Sigmoid-Weighted Linear Units for Neural Network Function Approximation in
+#   Reinforcement Learning*: [arXiv:1702.03118](https://arxiv.org/abs/1702.03118): SiLU.
+# - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
+#   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources:
+#   896 routed experts, top-16, 2 shared, the 3584-wide latent, SiTU with $\beta_1 = 4$, $\beta_2 = 25$.
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); section "Kimi K3" (latent experts "nearly halve" the FLOPs; an
+#   unfused SiTU is "almost 3x slower").
+# - 机器之心 (Synced), *From GPT-2 to Kimi K3: Seven Years of Architecture Upgrades That Go Far Beyond Parameter Count*
+#   (29 July 2026, published on juejin.cn), and a bilingual (Chinese and English) abstract of the worklog; no stable
+#   public address is recorded for them: the same two claims, and the definition of SiTU.
+# - NVIDIA, [PTX ISA](https://docs.nvidia.com/cuda/parallel-thread-execution/): the approximate `tanh` and
+#   reciprocal instructions and their documented error; section 4.

@@ -1,10 +1,11 @@
 # %% [markdown] slideshow={"slide_type": "slide"}
 # # 09 · Attention Residuals: retrieval across depth
 #
-# KDA reads the past through a fixed state; MLA (chapter 07) re-opens exact retrieval over *tokens*.
-# K3 adds a third kind of retrieval, over *depth*. In a standard transformer the input of every layer is
-# the plain sum of the embedding and of every earlier layer's output, all with weight one. Kimi's
-# Attention Residuals (AttnRes, 2026) replace that fixed sum by a learned softmax over the earlier layers.
+# KDA reads the past through a fixed state; MLA (chapter 07) re-opens exact retrieval over *tokens*. K3 adds a
+# third kind of retrieval, over *depth*. In a standard transformer the input of every layer is the plain sum of the
+# embedding and of every earlier layer's output, all with weight one. Kimi's Attention Residuals (AttnRes: Kimi
+# Team 2026, [arXiv:2603.15031](https://arxiv.org/abs/2603.15031)) replace that fixed sum by a learned softmax over
+# the earlier layers.
 #
 # This chapter:
 #
@@ -13,6 +14,31 @@
 # 2. writes AttnRes as math and as code, and checks the code against `k3lite.layers.attnres`;
 # 3. trains the same model with full and with block AttnRes, compares, and looks at the learned weights;
 # 4. computes what K3's blocks of 12 layers mean for a 93-layer model.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 2 h 30 min for a motivated student working alone: reading, running every cell, the exercises
+# and the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. write the pre-norm residual stream as an unweighted sum, and measure hidden-state growth and dilution in a
+#    trained model;
+# 2. implement the AttnRes read (a softmax over RMS-normalised sources with a learned pseudo-query, values left
+#    unnormalised) and check it against `k3lite.layers.attnres`;
+# 3. compute the sources a block-AttnRes reader attends over for any block size, and K3's 8 stored sources plus one
+#    partial block;
+# 4. compute the FLOPs of the AttnRes reads ($7d$ per source and token) and explain why blocks save memory traffic
+#    rather than arithmetic.
+#
+# **Prerequisites.**
+#
+# - Chapter 01 (pre-LayerNorm blocks and the residual stream); chapters 07 and 08 help to place AttnRes in K3 but
+#   are not needed.
+# - Residual networks: He, Zhang, Ren and Sun (2015), [arXiv:1512.03385](https://arxiv.org/abs/1512.03385); RMSNorm:
+#   Zhang and Sennrich (2019), [arXiv:1910.07467](https://arxiv.org/abs/1910.07467).
+# - Softmax attention as a weighted average of values (chapter 02, section 2).
 
 # %% tags=["plumbing"]
 import time
@@ -230,7 +256,8 @@ plot_depth(axes[1], [("plain residual sum", base_ratio, viz.PALETTE["black"])],
 plt.show()
 
 # %% [markdown]
-# Both effects the seeds name are there. After the first layer has lifted the tiny embedding, the stream
+# Both effects the articles name (the worklog's section "AttnRes", and the AttnRes paper's motivation) are
+# there. After the first layer has lifted the tiny embedding, the stream
 # keeps growing, and the later sub-layers write outputs that are a few percent of what they read: a later
 # layer can only nudge the sum (dilution), and to matter more it would have to learn ever larger outputs.
 
@@ -395,9 +422,9 @@ plt.show()
 # the plain sum's, and its last sub-layer writes {glue:text}`ch09_block_last_ratio` of what it reads rather
 # than {glue:text}`ch09_plain_last_ratio`.
 #
-# The validation losses differ by at most {glue:text}`ch09_loss_gap` nats, from one seed each; at this size and training length that
-# says nothing either way. The paper's gain (the same loss for about 1.25× less compute) is measured at scale,
-# and this notebook does not reproduce it.
+# The validation losses differ by at most {glue:text}`ch09_loss_gap` nats, from one seed each; at this size and
+# training length that says nothing either way. The paper's gain (the same loss for about 1.25× less compute, from
+# the scaling-law experiments of arXiv:2603.15031) is measured at scale, and this notebook does not reproduce it.
 #
 # **Who contributes to the final representation?** Write the state the head reads as $h = \sum_i c_i v_i$
 # ($c_i = 1$ for the plain sum, $c_i = \alpha_{i \to \text{final}}$ for AttnRes). The share of source $i$ is its projection
@@ -489,9 +516,9 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. K3: blocks of 12 layers over 93
 #
-# K3 applies block AttnRes with a block of 12 decoder layers (24 sub-layers). Its 93 layers cross block
-# boundaries at layers 0, 12, …, 84. The embedding is stored at the first; each later one stores the
-# finished block, so after the last layer there are the embedding and 7 full blocks, plus the running partial
+# K3 applies block AttnRes with a block of 12 decoder layers (24 sub-layers; its published configuration). Its 93
+# layers cross block boundaries at layers 0, 12, …, 84. The embedding is stored at the first; each later one stores
+# the finished block, so after the last layer there are the embedding and 7 full blocks, plus the running partial
 # block of the remaining 9 layers. We walk the real bookkeeping with a dummy 1-number state:
 
 # %% [markdown] tags=["notes"]
@@ -554,8 +581,9 @@ plt.show()
 
 # %% [markdown]
 # The arithmetic is negligible either way; what block AttnRes saves is memory and memory traffic: a handful of
-# stored vectors per token instead of 187. If the seeds' "about 2 % more inference latency" comes from anywhere, it
-# comes from that traffic and the extra kernel launches, not from the FLOPs; only a real serving stack can measure it.
+# stored vectors per token instead of 187. If the articles' "about 2 % more inference latency" (the worklog's
+# section "Kimi K3"; the AttnRes paper reports under 2 %) comes from anywhere, it comes from that traffic and the
+# extra kernel launches, not from the FLOPs; only a real serving stack can measure it.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -652,3 +680,46 @@ ch09.check_block_sources(solution_block_sources);
 # %% [markdown] tags=["notes"]
 # Leave with the picture: retrieval over tokens (MLA), through a state (KDA), and now over depth
 # (AttnRes). Chapter 10 puts the three together into K3.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. With its pseudo-query $w_l = 0$ at initialisation, what does an AttnRes reader compute?
+# 2. Why are the sources normalised as keys but not as values?
+# 3. K3 has 93 decoder layers and blocks of 12. After the last layer, how many sources are stored, and how many
+#    layers does the partial block hold?
+# 4. Why did block AttnRes still show a growing hidden state in the toy model?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. The plain mean of the earlier outputs (every weight $1/l$), which does not grow with depth.
+# 2. Normalised keys keep a source from being chosen just for being large; unnormalised values keep the scale of
+#    what is read.
+# 3. 8 stored sources (the embedding and 7 full blocks) and a partial block of 9 layers.
+# 4. Each block source is itself a plain sum of its sub-layers' outputs, so inside a block the stream is a residual
+#    sum again.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Kimi Team (2026), *Attention Residuals*: [arXiv:2603.15031](https://arxiv.org/abs/2603.15031): full and block
+#   AttnRes, zero-initialised pseudo-queries, the 1.25× compute advantage of its scaling-law experiments and the
+#   under-2 % inference overhead; sections 2–6.
+# - He, Zhang, Ren and Sun (2015), *Deep Residual Learning for Image Recognition*:
+#   [arXiv:1512.03385](https://arxiv.org/abs/1512.03385).
+# - Xiong et al. (2020), *On Layer Normalization in the Transformer Architecture*:
+#   [arXiv:2002.04745](https://arxiv.org/abs/2002.04745): pre-norm residual streams.
+# - Zhang and Sennrich (2019), *Root Mean Square Layer Normalization*:
+#   [arXiv:1910.07467](https://arxiv.org/abs/1910.07467).
+# - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
+#   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources:
+#   block AttnRes with blocks of 12 decoder layers.
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); sections "Kimi K3" ("about 2 % inference latency", "1.25x
+#   compute advantage") and "AttnRes" (residual dilution and hidden-state growth).

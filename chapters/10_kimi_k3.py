@@ -16,12 +16,38 @@
 # 3. its parameters, and the famous "22,580 GPT-2s";
 # 4. a small K3 and a small GPT-2 trained side by side, and what that can and cannot show;
 # 5. decode memory: constant state plus a slowly growing latent cache, against GPT-2's cache;
-# 6. a **claim ledger**: every quantitative claim of the three seed articles, with the cell that checks it
+# 6. a **claim ledger**: every quantitative claim of the three articles the course retells (listed under
+#    Sources), with the cell that checks it
 #    and a verdict.
+
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 4 h for a motivated student working alone: reading, running every cell, the exercises and
+# the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. derive K3's layer plan from its configuration: 23 macrocycles of 3 KDA + 1 MLA layers and a final MLA layer, 93
+#    layers in all (69 KDA, 24 MLA);
+# 2. compute K3's total and active parameters, and its ratio to GPT-2 small from exact and from rounded counts;
+# 3. compute decode memory as a function of the context for K3 (a fixed KDA state plus MLA latents) and for GPT-2,
+#    and the break-even contexts;
+# 4. check a published quantitative claim against a computation and give it one of the ledger's four verdicts, with
+#    the reason;
+# 5. read a GPU decode benchmark three ways (eager wall time, device time, CUDA-graph replay) and say what each one
+#    measures.
+#
+# **Prerequisites.**
+#
+# - Chapters 06 (KDA), 07 (MLA), 08 (latent MoE and SiTU) and 09 (AttnRes); chapter 01 for GPT-2's cache.
+# - The bake-off's two-standard-error rule (chapter 03, section 6, or chapter 06, section 7).
+# - Optional, for section 6: host-device asynchrony and CUDA graphs, in NVIDIA's [CUDA C++ Programming
+#   Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/) ("CUDA Graphs").
 
 # %% [markdown] tags=["notes"]
 # The closing lecture: assemble the parts, count them, train a toy K3 next to a toy GPT-2, and hold the
-# seed articles' claims against numbers. The trained bake-off answers two ledger rows: whether the hybrid or
+# three articles' claims against numbers. The trained bake-off answers two ledger rows: whether the hybrid or
 # Kimi Linear beats full attention here (it does not), and whether the hybrid beats pure KDA (on one task).
 
 # %%
@@ -62,7 +88,8 @@ K3_PUBLISHED = K3Config.published()
 # Kimi Linear (2025) already had the skeleton: three KDA layers for every MLA layer, MLA without
 # positional encoding, and a mixture of experts in place of the MLP. K3 keeps the skeleton and changes
 # almost every organ. The Kimi Linear numbers below are the published 48B-A3B configuration
-# (architecture notes §4); the K3 column is read from `K3Config.published()`.
+# (Kimi Linear, arXiv:2510.26692, and its released configuration); the K3 column is read from
+# `K3Config.published()`.
 
 # %% [markdown] tags=["notes"]
 # Side-by-side table: same skeleton, new organs. Point at the bounded gate, gated MLA, latent experts with
@@ -161,7 +188,7 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### 23 macrocycles, but 93 layers
 #
-# The seed articles describe "23 four-layer macrocycles", which is 92 layers. The published
+# The worklog ("Kimi K3") and the abstract [B] say "23 four-layer macrocycles": 92 layers. The published
 # configuration has one more: after the 23rd cycle comes a final MLA layer, so the stack ends in softmax
 # attention and has 24 MLA layers, not 23. Build both and count:
 
@@ -249,7 +276,7 @@ print(f"built on the meta device: total {meta['total']:,d}, active {meta['active
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### How many GPT-2s fit into K3?
 #
-# The worklog's title number is 22,580, "exactly" in one of the summaries. It is the ratio of the two
+# The worklog's title number is 22,580, "exactly" in the bilingual abstract. It is the ratio of the two
 # rounded headline numbers, 2.8T over 124M. With GPT-2 small's exact count (chapter 01) and K3's exact
 # count from above, the ratio moves:
 
@@ -564,11 +591,13 @@ print(f"then each layer reads K and V of shape [{gpt2_cache.length}, {width}]: "
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. The claim ledger
 #
-# The three seed articles make many quantitative claims. Each one is checked below by a cell of this
-# chapter or an earlier one, with one of four verdicts: **holds**, **holds with a nuance**,
-# **does not hold**, or **not checkable here** (with the reason). Sources: [A] the 机器之心 summary
-# (`seeds/000`), [B] the bilingual abstract (`seeds/002`), [C] the worklog "From GPT2.0 to Kimi3.0"
-# (`seeds/003`). First the checks that earlier sections have not done yet.
+# The three articles the course retells make many quantitative claims. Each one is checked below by a cell of
+# this chapter or an earlier one, with one of four verdicts: **holds**, **holds with a nuance**,
+# **does not hold**, or **not checkable here** (with the reason). The ledger's "seeds" column names the
+# articles that make a claim: [A] the 机器之心 (Synced) summary *From GPT-2 to Kimi K3: Seven Years of
+# Architecture Upgrades That Go Far Beyond Parameter Count*, [B] a bilingual abstract of the worklog, [C] the
+# worklog *From GPT-2 to Kimi K3, Explained* (Sources, at the end, give their details and sections). First
+# the checks that earlier sections have not done yet.
 #
 # **Latent MoE "nearly halves FLOPs".** Per token and MoE layer, count multiply-adds (MACs) of the active
 # experts with full-width experts (7168 → 3072 → 7168) and with latent ones (3584 → 3072 → 3584, plus
@@ -629,8 +658,8 @@ print(f"full AttnRes (every sub-layer a source): up to {sublayers + 1} sources p
 
 # %% [markdown]
 # So the blocks matter for memory and bandwidth (a few stored vectors per token instead of one per
-# sub-layer), and even the full variant is cheap in FLOPs; a latency of about 2 % has to come from
-# moving those vectors and from extra kernel launches, which only a real serving stack can measure.
+# sub-layer), and even the full variant is cheap in FLOPs; a latency of about 2 % (the worklog, "Kimi K3") has
+# to come from moving those vectors and from extra kernel launches, which only a real serving stack can measure.
 #
 # **Decode throughput from cache traffic.** A memory-bound decode step reads every cached byte of the
 # sequence. For K3-shaped layers, compare the bytes read per step with 24 MLA + 69 KDA layers (latents
@@ -668,7 +697,8 @@ glue("ch10_kl_break_even", f"{kl_break_even:,.0f}", display=False)
 # moves {glue:text}`ch10_traffic_ratio_1m` times fewer, and never more than {glue:text}`ch10_traffic_ratio_limit`
 # times fewer. These are K3's shapes; Kimi Linear (7 of 27 layers MLA) holds less than its all-MLA twin beyond
 # about {glue:text}`ch10_kl_break_even` tokens instead of K3's {glue:text}`ch10_break_even_all_mla`. Kimi
-# Linear's measured 6.3x at 1M context needs something besides bytes per sequence: the memory freed lets a GPU decode larger batches at once.
+# Linear's measured 6.3x at 1M context (time per output token against MLA, arXiv:2510.26692) needs something
+# besides bytes per sequence: the memory freed lets a GPU decode larger batches at once.
 
 # %% [markdown]
 # **The same question on a GPU, measured.** The benchmark times single-token decode on an H200 of two small
@@ -779,16 +809,16 @@ plt.show()
 # GPT-2's short-context step costs
 # {glue:text}`ch10_gpu_gpt2_device_short` ms. Production kernels fuse those away; ours do not.
 #
-# So the data support the seeds' direction and not their number, at these sizes. "Up to 6×" is Kimi Linear's
-# measurement at 1M tokens against an all-MLA model; here, against a full KV cache at up to
+# So the data support the articles' direction and not their number, at these sizes. "Up to 6×" is Kimi Linear's
+# measurement at 1M tokens against an all-MLA model (arXiv:2510.26692); here, against a full KV cache at up to
 # {glue:text}`ch10_gpu_long_ctx`, the hybrid is nearly level at {glue:text}`ch10_gpu_mid_ctx` and
 # {glue:text}`ch10_gpu_device_ratio_long`× faster at {glue:text}`ch10_gpu_long_ctx`. Two bugs found on the way are
-# worth knowing. GPT-2's attention at first went through SDPA's cuDNN backend, which builds a new plan for every new
-# key length, so {glue:text}`ch10_cudnn_ms` ms per step instead of {glue:text}`ch10_no_cudnn_ms`. MLA's two products
-# got slow cuBLAS kernels at the unaligned cache lengths of decoding ({glue:text}`ch10_gpu_long_ctx` plus a few
-# tokens), some without tensor cores, until the cache was read padded to a multiple of {glue:text}`ch10_mla_align`
-# rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by kernel before its ratio means
-# anything.
+# worth knowing. GPT-2's attention at first went through SDPA's cuDNN backend, which builds a new plan for every
+# new key length, so {glue:text}`ch10_cudnn_ms` ms per step instead of {glue:text}`ch10_no_cudnn_ms`. MLA's two
+# products got slow cuBLAS kernels at the unaligned cache lengths of decoding ({glue:text}`ch10_gpu_long_ctx` plus
+# a few tokens), some without tensor cores, until the cache was read padded to a multiple of
+# {glue:text}`ch10_mla_align` rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by
+# kernel before its ratio means anything.
 
 # %% [markdown]
 # **The O(N²) framing.** With GPT-2 small's FLOP count (`accounting.gpt2_forward_flops`), the cost of
@@ -836,7 +866,7 @@ for t in (1, 2, 3):
           f"prod alpha_(x..x+t) = {including:.4f}; |factor - prod alpha_(x+1..x+t)| < 1e-5: {abs(factor - after) < 1e-5}")
 
 # %% [markdown]
-# **SiTU's formula.** The summary defines SiTU as $\beta \tanh(x/\beta)\,\sigma(x)$. Compare with
+# **SiTU's formula.** The summary [A] defines SiTU as $\beta \tanh(x/\beta)\,\sigma(x)$. Compare with
 # `k3lite.ops.situ` (chapter 08), check that a large $\beta$ gives back SiLU, and that K3's gated form
 # with $\beta_1 = 4, \beta_2 = 25$ stays within $\beta_1\beta_2$ even for huge inputs:
 
@@ -854,7 +884,8 @@ print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Trained: the hybrid, pure KDA and full attention (the bake-off)
 #
-# Two claims need trained models: that Kimi Linear "beats full attention in controlled comparisons", and that
+# Two claims need trained models: that Kimi Linear "beats full attention in controlled comparisons" (the
+# worklog's section "KDA/Kimi Linear", after the Kimi Linear paper), and that
 # the hybrid's MLA layers recover what pure KDA loses. The course's bake-off (`k3lite.bakeoff`; small models
 # that differ only in their token mixer, trained on an H200 through k3lite's Triton kernels, every run with its
 # provenance in `figures/bakeoff.json`) compares softmax attention (SDPA), pure KDA and the K3 hybrid
@@ -945,8 +976,8 @@ plt.show()
 #   ({glue:text}`ch10_rebind_kda`) by the rule; against the hybrid ({glue:text}`ch10_rebind_k3_hybrid`):
 #   *{glue:text}`ch10_softmax_vs_hybrid_rebind`*. On the switch, MQAR and two-timescale tasks softmax attention is
 #   at or near 1 and no mixer's mean is above it. Nothing here supports "beats full attention"; nothing here can
-#   refute it at scale either, where the published comparisons were made with far larger models, longer
-#   training and long contexts.
+#   refute it at scale either, where the published comparisons (Kimi Linear, arXiv:2510.26692) were made with far
+#   larger models, longer training and long contexts.
 # * **Hybrid against pure KDA**: on the two-timescale task the hybrid reaches {glue:text}`ch10_twoscale_k3_hybrid`
 #   and pure KDA {glue:text}`ch10_twoscale_kda`: *{glue:text}`ch10_hybrid_vs_kda_twoscale`*. There the one MLA
 #   layer in four does what softmax attention does alone (recall the early facts exactly): the hybrid passes
@@ -1201,8 +1232,8 @@ print(f"{len(ledger)} claims: " + ", ".join(f"{kinds.count(k)} {k}"
                                            for k in ("holds", "holds with a nuance", "does not hold", "not checkable")))
 
 # %% [markdown]
-# The GPU numbers come from benchmark files that the kernel engineer writes on an H200
-# (`python -m benchmarks.bench`) and commits under `figures/`. Timings depend on the
+# The GPU numbers come from the benchmark files that `python -m benchmarks.bench` writes on an H200,
+# committed under `benchmarks/results/`. Timings depend on the
 # machine and the day, but the cell below only reads the committed files, so their output is fixed
 # by those files (when a file is re-measured, this chapter is re-executed).
 
@@ -1235,13 +1266,13 @@ else:
                   f"({row.get('tb_per_s', float('nan')):.2f} TB/s of state traffic)")
 
 # %% [markdown]
-# How to read the SiTU lines against the claim: the worklog compares an unfused SiTU with "the original
-# path", a fused SiLU-and-multiply, so the first ratio of each line is the one to set against "almost 3x";
-# the last ratio is what the fused SiTU kernel of chapter 08 buys back. A forward pass alone is the
-# harshest case, because it is pure memory traffic and the unfused version makes several trips.
+# How to read the SiTU lines against the claim: the worklog (section "Kimi K3") compares an unfused SiTU with "the
+# original path", a fused SiLU-and-multiply, so the first ratio of each line is the one to set against "almost 3x";
+# the last ratio is what the fused SiTU kernel of chapter 08 buys back. A forward pass alone is the harshest case,
+# because it is pure memory traffic and the unfused version makes several trips.
 
 # %% [markdown]
-# Reading the ledger as a whole: the architecture numbers of the seeds are right, sometimes rounded
+# Reading the ledger as a whole: the architecture numbers of the articles are right, sometimes rounded
 # (22,580, 2.8T) and once off by a layer (92 vs 93). The mechanism claims check out when read
 # carefully (halving comes from the latent, not from SiTU; the decay product has $t$ factors), except the
 # per-step O(N²) framing, which the worklog itself corrects: with a cache a step grows linearly in $N$. The
@@ -1361,3 +1392,54 @@ print(f"K3: {len(k3_reads)} reads, {sum(k3_reads):,d} sources in all; same as se
 # Close the course: a fixed-size memory needs a way to forget and a way to look things up exactly, and K3
 # combines both. Be honest about the evidence: the architecture numbers check out; the quality claims need
 # scale, and at toy scale full attention was never beaten.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. Why does K3 have 24 MLA layers and not 23?
+# 2. How many bytes does K3 cache per token, and why is it less than GPT-2 small's 36,864?
+# 3. Why can bytes per sequence alone not reproduce Kimi Linear's "6.3× at 1M tokens"?
+# 4. Why is "K3 holds roughly 22,580 GPT-2s" a claim that "holds with a nuance"?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. After its 23 macrocycles of three KDA layers and one MLA layer comes one more, final MLA layer: 93 layers, not
+#    92.
+# 2. $24 \cdot 576 \cdot 2 = 27{,}648$ bytes in bf16: only the 24 MLA layers keep a cache, and it is a 576-number
+#    latent, not a key and a value per head.
+# 3. K3-shaped byte arithmetic bounds the ratio well below that; the measured speed-up also comes from the larger
+#    batches that the freed memory allows, and from production kernels.
+# 4. 22,580 is the ratio of the rounded headline numbers (2.8T over 124M); the exact counts give about one percent
+#    less.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
+#   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources:
+#   every size in sections 1–6.
+# - Kimi Team (2025), *Kimi Linear: An Expressive, Efficient Attention Architecture*:
+#   [arXiv:2510.26692](https://arxiv.org/abs/2510.26692): the 3 KDA : 1 MLA skeleton, the 48B-A3B configuration of
+#   section 1 (also released as
+#   [moonshotai/Kimi-Linear-48B-A3B-Instruct](https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct)), up
+#   to 75 % less KV cache and 6.3× faster decoding at a 1M context; section 6.
+# - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
+#   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
+#   it (the course's bibliography page describes it); the ledger's source [C], sections "GPT-2" to "AttnRes".
+# - 机器之心 (Synced), *From GPT-2 to Kimi K3: Seven Years of Architecture Upgrades That Go Far Beyond Parameter Count*
+#   (29 July 2026, published on juejin.cn), and a bilingual (Chinese and English) abstract of the worklog; no stable
+#   public address is recorded for them; the ledger's sources [A] and [B].
+# - Kimi Team (2026), *Attention Residuals*: [arXiv:2603.15031](https://arxiv.org/abs/2603.15031): the AttnRes
+#   claims of the ledger.
+# - DeepSeek-AI (2024), *DeepSeek-V3 Technical Report*: [arXiv:2412.19437](https://arxiv.org/abs/2412.19437): the
+#   MLA and MoE design K3 inherits.
+# - Arora, Eyuboglu et al. (2023), *Zoology: Measuring and Improving Recall in Efficient Language Models*:
+#   [arXiv:2312.04927](https://arxiv.org/abs/2312.04927): MQAR, one of the bake-off's tasks.
+# - Radford, Wu, Child, Luan, Amodei and Sutskever (2019), *Language Models are Unsupervised Multitask Learners*,
+#   OpenAI: [the GPT-2 report page](https://openai.com/index/better-language-models/): GPT-2 small, the model K3 is
+#   compared with.

@@ -22,6 +22,38 @@
 # every shape here is tiny. It runs the very kernels the H200 runs. **No listing is retyped**: every kernel shown is
 # read from the `k3lite` package by `k3lite.course.listing`, so what you read is what runs.
 
+# %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
+# ## Before you start
+#
+# **Study time:** about 5 h 30 min for a motivated student working alone: reading, running every cell, the exercises
+# and the questions of "Check yourself" at the end.
+#
+# **Learning objectives.** When you have worked through this chapter you can
+#
+# 1. explain Triton's programming model (a grid of programs, blocks, masks, `tl.load`, `tl.store`, `tl.dot`) and
+#    compute how many elements an unmasked block writes past a tensor's end;
+# 2. implement the loads and stores of the KDA decode-step kernel and a fused SiTU forward kernel, checked under
+#    Triton's interpreter on a CPU;
+# 3. compute a kernel's arithmetic intensity, place it on an H200's roofline, and explain why the decode step and
+#    SiTU are limited by memory traffic;
+# 4. describe the six stages of the chunked KDA pipeline: which take all chunks at once and which walks them in
+#    order;
+# 5. implement a compensated (TwoSum) running sum of log-gates, and explain why one float32 sum loses the gentle
+#    gates after a strong one.
+#
+# **Prerequisites.**
+#
+# - Chapter 04 (the WY/UT chunk), chapter 06 (KDA's per-channel decay and why spans are formed from differences) and
+#   chapter 08 (SiTU).
+# - The GPU memory hierarchy (HBM, shared memory, registers, streaming multiprocessors): NVIDIA's [CUDA C++
+#   Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/), "Programming Model", or the
+#   FlashAttention paper, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1.
+# - Floating-point rounding: IEEE 754-2019,
+#   [doi:10.1109/IEEESTD.2019.8766229](https://doi.org/10.1109/IEEESTD.2019.8766229), or Goldberg (1991),
+#   [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163).
+# - Triton's first tutorials (vector addition, matrix multiplication):
+#   [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
+
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
 import itertools
 import json
@@ -216,7 +248,8 @@ for block_v in (64, 16):
 # Count what one step costs per head. The state is float32: it is read once and written once, $2 \cdot 4 \cdot K V$
 # bytes. The arithmetic per state entry is one multiply (decay), one multiply-add ($S^\top k$), one multiply-add (the
 # write) and one multiply-add (the read): 7 floating-point operations for 8 bytes moved. The vectors $q, k, v, g$ are
-# $O(K + V)$, negligible next to $KV$.
+# $O(K + V)$, negligible next to $KV$. The peaks the next cell uses are NVIDIA's published H200 figures
+# (dense bf16 tensor cores and HBM3e bandwidth, nvidia.com/en-us/data-center/h200).
 
 # %%
 flops_per_head, bytes_per_head = 7 * 128 * 128, 2 * 4 * 128 * 128        # K = V = 128
@@ -525,10 +558,11 @@ glue("ch11_bwd_intra_share", f"{both['_bwd_intra'] / sum(both.values()):.0%}", d
 # and chunk-parallel gradients. There too the per-channel intra-chunk work, `_bwd_intra`, is the largest kernel
 # ({glue:text}`ch11_bwd_intra_share` of forward plus backward, in the last line above).
 #
-# **Against the peaks.** A lower bound on each stage: the FLOPs of its products and the bytes it must read and write
-# at least once (inputs bf16; $G$, $A_{qk}$, $A_i$ float32 as the code allocates them; re-reads that the caches serve
-# are not counted), counted for the profiled code. The time the H200 needs at its peaks (section 2's spec numbers) is
-# the larger of FLOPs over the peak FLOP rate and bytes over the peak bandwidth:
+# **Against the peaks.** A lower bound on each stage: the FLOPs of its products and the bytes it must read and
+# write at least once (inputs bf16; $G$, $A_{qk}$, $A_i$ float32 as the code allocates them; re-reads that the
+# caches serve are not counted), counted for the profiled code. The time the H200 needs at its peaks (section 2's
+# numbers from NVIDIA's H200 page) is the larger of FLOPs over the peak FLOP rate and bytes over the peak
+# bandwidth:
 
 # %%
 def stage_costs(B, T, H, K, V, C=64, S=16, b_in=2, b_gsum=4):
@@ -620,13 +654,13 @@ for tag, mode in (("fwd", "fwd"), ("both", "fwd+bwd")):
 # sums its gates in one float32 tensor (`tl.cumsum` in `chunk_local_cumsum_vector_kernel`, `fla/ops/utils/cumsum.py`).
 #
 # Float64 would keep the digits, but it doubles every register and every exchange between threads in the scan, and
-# GPUs run it at half of float32's rate or less (NVIDIA H100 datasheet). There is a float32 way: the rounding error of
-# a sum of two float32 numbers is itself a float32 number, and a few more float32 additions recover it exactly
-# (TwoSum: Knuth,
-# *The Art of Computer Programming*, vol. 2, §4.2.2). Carried as a second part, it turns the running sum into a pair
-# `(hi, lo)` with about twice float32's bits. Stage 1 scans each tile with it (`tl.associative_scan`, `_two_sum` as
-# the combine function) and stores the parts as $G$ and $G_{lo}$; the later stages take every span part by part,
-# $(G_r - G_c) + (G_{lo,r} - G_{lo,c})$ (`_span`). The kernel's combine function:
+# GPUs run it at half of float32's rate or less (NVIDIA's H100 datasheet, nvidia.com/en-us/data-center/h100). There
+# is a float32 way: the rounding error of a sum of two float32 numbers is itself a float32 number, and a few more
+# float32 additions recover it exactly (TwoSum: Knuth, *The Art of Computer Programming*, vol. 2, §4.2.2). Carried
+# as a second part, it turns the running sum into a pair `(hi, lo)` with about twice float32's bits. Stage 1 scans
+# each tile with it (`tl.associative_scan`, `_two_sum` as the combine function) and stores the parts as $G$ and
+# $G_{lo}$; the later stages take every span part by part, $(G_r - G_c) + (G_{lo,r} - G_{lo,c})$ (`_span`). The
+# kernel's combine function:
 
 # %%
 show(chunk_fwd._two_sum)
@@ -1093,3 +1127,59 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 #   short kernel does not wait for its host.
 # * Fewer launches and fewer bytes did not always make a faster kernel: work added to the sequential state pass
 #   lengthened its chain. Count to find candidates, and let the clock decide.
+
+# %% [markdown] tags=["reading"]
+# ## Check yourself
+#
+# Answer each question in a sentence or two, then unfold the answers.
+#
+# 1. A copy kernel with `BLOCK = 16` and no masks is launched with `cdiv(40, 16)` programs on 40 elements. How many
+#    elements does it write past the end?
+# 2. The decode step does 7 FLOPs per 8 bytes of state. Against a ridge point of about 206 FLOP/byte (989 TFLOP/s
+#    over 4.8 TB/s), what sets its speed?
+# 3. Why is the state pass the only sequential stage, and what limits its parallelism?
+# 4. Why does inverting $I + L$ for a strictly lower-triangular $16 \times 16$ block take only four factors?
+#
+# <details>
+# <summary>Short answers</summary>
+#
+# 1. Three programs cover 48 lanes, so it writes 8 elements past the end.
+# 2. Memory: at under 1 FLOP/byte it sits more than two hundred times below the ridge, so its best time is the bytes
+#    moved divided by the bandwidth.
+# 3. Chunk $c + 1$ needs the state chunk $c$ ends with; it has only $B \cdot H \cdot V / BV$ programs, however long
+#    the sequence.
+# 4. $L$ is nilpotent ($L^{16} = 0$), so $(I + L)^{-1} = \sum_k (-L)^k = (I - L)(I + L^2)(I + L^4)(I + L^8)$.
+#
+# </details>
+
+# %% [markdown] tags=["reading"]
+# ## Sources
+#
+# - Tillet, Kung and Cox (2019), *Triton: An Intermediate Language and Compiler for Tiled Neural Network
+#   Computations*, MAPL 2019: [doi:10.1145/3315508.3329973](https://doi.org/10.1145/3315508.3329973): the
+#   programming model of section 1.
+# - The Triton documentation and tutorials: [triton-lang.org](https://triton-lang.org/), including the interpreter
+#   (`TRITON_INTERPRET=1`).
+# - Songlin Yang, Yu Zhang and contributors, *flash-linear-attention* (fla), the reference Triton implementation of
+#   these mixers: [github.com/fla-org/flash-linear-attention](https://github.com/fla-org/flash-linear-attention):
+#   the reference KDA kernels (`fla/ops/kda/chunk.py`) that section 5 compares with.
+# - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
+#   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): the chunked WY/UT algorithm the
+#   pipeline runs.
+# - Kimi Team (2025), *Kimi Linear: An Expressive, Efficient Attention Architecture*:
+#   [arXiv:2510.26692](https://arxiv.org/abs/2510.26692): KDA's chunked form with a decay per channel.
+# - Dao, Fu, Ermon, Rudra and Ré (2022), *FlashAttention: Fast and Memory-Efficient Exact Attention with
+#   IO-Awareness*, NeurIPS 2022: [arXiv:2205.14135](https://arxiv.org/abs/2205.14135): §2.1, the GPU memory
+#   hierarchy; fusion as the way to save memory traffic.
+# - Williams, Waterman and Patterson (2009), *Roofline: An Insightful Visual Performance Model for Multicore
+#   Architectures*, Communications of the ACM 52(4):
+#   [doi:10.1145/1498765.1498785](https://doi.org/10.1145/1498765.1498785): arithmetic intensity and the ridge
+#   point; sections 2 and 4.
+# - IEEE (2019), *IEEE Standard for Floating-Point Arithmetic* (IEEE 754-2019):
+#   [doi:10.1109/IEEESTD.2019.8766229](https://doi.org/10.1109/IEEESTD.2019.8766229); section 5.
+# - Knuth, *The Art of Computer Programming*, vol. 2, *Seminumerical Algorithms* (3rd ed., 1997), §4.2.2: the TwoSum
+#   error-free addition ([the book's page](https://www-cs-faculty.stanford.edu/~knuth/taocp.html)).
+# - NVIDIA, [H200 Tensor Core GPU](https://www.nvidia.com/en-us/data-center/h200/): 4.8 TB/s of HBM3e and the dense
+#   bf16 tensor-core peak; sections 2 and 4.
+# - NVIDIA, [H100 Tensor Core GPU](https://www.nvidia.com/en-us/data-center/h100/): its float64 and float32 rates;
+#   section 5.

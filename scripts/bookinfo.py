@@ -1,4 +1,8 @@
-"""Read book.yml for the Makefile and the tests: `python scripts/bookinfo.py notebooks|stems|sources`."""
+"""Read book.yml for the Makefile and the tests: `python scripts/bookinfo.py notebooks|stems|sources`.
+
+`study_time_text(minutes)` is how every page states a chapter's study time (`study_time_min` in book.yml):
+the front page, the chapter banner, the README's chapter table and the chapter's own "Before you start".
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,16 @@ def load_book() -> dict:
 
 def chapter_stems() -> list[str]:
     return [chapter["file"] for chapter in load_book()["chapters"]]
+
+
+def study_time_text(minutes: int) -> str:
+    """A study time as the pages write it: 45 -> "45 min", 180 -> "3 h", 150 -> "2 h 30 min"."""
+    if not isinstance(minutes, int) or isinstance(minutes, bool) or minutes <= 0:
+        raise ValueError(f"study_time_min must be a positive number of minutes, got {minutes!r}")
+    hours, rest = divmod(minutes, 60)
+    if not hours:
+        return f"{rest} min"
+    return f"{hours} h" if not rest else f"{hours} h {rest} min"
 
 
 def main(argv: list[str]) -> int:

@@ -4,8 +4,9 @@
                                  [--book-yml PATH] [--chapters-dir DIR] [--build-dir DIR]
 
 1. Generates the Sphinx source tree in _build/src from book.yml: a front page with the chapter
-   toctree in book.yml order, the "run the course locally" page, and each chapter's .ipynb with a
-   banner (notebook download, slides, CPU budget) put in front of it.
+   toctree in book.yml order and each chapter's study time, the course pages of book/ ("run the course
+   locally", "for instructors", the bibliography and the glossary), and each chapter's .ipynb with a
+   banner (notebook download, slides, study time, CPU budget) put in front of it.
 2. Runs Sphinx + myst-nb + sphinx-book-theme (configuration in book/conf.py). With --execute 1 the
    chapters are executed through myst-nb's jupyter-cache (_build/jupyter_cache), so an unchanged
    chapter is not run again; with --execute 0 the outputs stored in the notebooks are rendered.
@@ -31,6 +32,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bookinfo import study_time_text
 from build_slides import build_slides
 from fetch_assets import copy_mathjax
 from site_chapters import BUILD_DIR, ROOT, Chapter, listed_chapters, load_book, site_tags
@@ -38,6 +40,8 @@ from site_chapters import BUILD_DIR, ROOT, Chapter, listed_chapters, load_book, 
 CONF_DIR = ROOT / "book"
 NOTEBOOK_COPIES = "_notebooks"  # pristine copies offered for download; not parsed as pages
 DEFAULT_KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+# Markdown pages of book/ copied into the site as they are; the front page's toctrees link them.
+COURSE_PAGES = ("run_locally", "instructors", "glossary", "bibliography")
 
 
 def write_if_changed(path: Path, text: str) -> None:
@@ -48,13 +52,25 @@ def write_if_changed(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def study_minutes(book: dict) -> dict[str, int]:
+    """``{stem: study_time_min}`` for the chapters of book.yml that set it."""
+    return {entry["file"]: entry["study_time_min"] for entry in book["chapters"] if entry.get("study_time_min")}
+
+
 def front_page(book: dict, chapters: list[Chapter], with_slides: bool) -> str:
+    minutes = study_minutes(book)
     rows = []
     for chapter in chapters:
-        slides = f'<a href="slides/{chapter.slides_name}">slides</a>' if with_slides else ""
-        rows.append(f"| {{doc}}`{chapter.title} <chapters/{chapter.stem}>` | {chapter.budget_s} s | {slides} |")
+        slides = f' <a href="slides/{chapter.slides_name}">slides</a> |' if with_slides else ""
+        study = f"about {study_time_text(minutes[chapter.stem])}" if chapter.stem in minutes else "—"
+        rows.append(f"| {{doc}}`{chapter.title} <chapters/{chapter.stem}>` | {study} |{slides}")
+    header = "| Chapter | Study time | Slides |\n| --- | --- | --- |" if with_slides else (
+        "| Chapter | Study time |\n| --- | --- |")
+    total = sum(minutes.get(chapter.stem, 0) for chapter in chapters)
     toctree = "\n".join(f"{chapter.title} <chapters/{chapter.stem}>" for chapter in chapters)
     authors = ", ".join(book["authors"])
+    total_line = (f" Studied alone, the whole course takes a motivated student about {round(total / 60)} hours."
+                  if total else "")
     return f"""# {book['title']}
 
 **{book.get('subtitle', '')}**
@@ -66,18 +82,24 @@ chapter; each step begins with an experiment that shows the previous model faili
 notebook: the code on these pages produced the numbers and pictures under it, on an ordinary CPU, and
 the download link at the top of each chapter gives you that notebook to run and change.
 
-| Chapter | CPU budget (2 cores) | Slides |
-| --- | --- | --- |
+{header}
 {chr(10).join(rows)}
 
-Start with {{doc}}`run_locally` to set up the notebooks on your machine. The {{doc}}`cheatsheet`
-puts every mechanism's update rule and costs on one printable page.
+The study time is what a motivated student needs for a chapter: reading it, running every cell, the
+exercises and its "Check yourself" questions.{total_line} Each chapter opens with its learning objectives
+and prerequisites and ends with its sources.
+
+Start with {{doc}}`run_locally` to set up the notebooks on your machine; lecturers find a six-week plan,
+projects and grading in {{doc}}`instructors`. The {{doc}}`cheatsheet` puts every mechanism's update rule and
+costs on one printable page, the {{doc}}`glossary` defines the course's terms, and the
+{{doc}}`bibliography` lists every paper and article the chapters use.
 
 ```{{toctree}}
 :hidden:
 :caption: Start here
 
 run_locally
+instructors
 ```
 
 ```{{toctree}}
@@ -92,24 +114,28 @@ run_locally
 :caption: Reference
 
 cheatsheet
+glossary
+bibliography
 ```
 """
 
 
-def chapter_banner(chapter: Chapter, with_slides: bool) -> str:
+def chapter_banner(chapter: Chapter, with_slides: bool, study_time_min: int | None = None) -> str:
     parts = [f"{{download}}`Download the notebook <../{NOTEBOOK_COPIES}/{chapter.stem}.ipynb>`"]
     if with_slides:
         parts.append(f'<a href="../slides/{chapter.slides_name}">Lecture slides</a>')
+    if study_time_min:
+        parts.append(f"Study time: about {study_time_text(study_time_min)}")
     if chapter.budget_s:
-        parts.append(f"Runs in under {chapter.budget_s} s on a 2-core CPU")
+        parts.append(f"Executes in ≤ {chapter.budget_s} s on a 2-core CPU")
     return ":::{container} k3lite-chapter-links\n" + " · ".join(parts) + "\n:::"
 
 
-def page_notebook(chapter: Chapter, with_slides: bool) -> str:
+def page_notebook(chapter: Chapter, with_slides: bool, study_time_min: int | None = None) -> str:
     """The chapter's notebook as the site shows it: the banner first, outputs as stored."""
     notebook = nbformat.read(chapter.notebook, as_version=4)
     notebook.metadata.setdefault("kernelspec", DEFAULT_KERNELSPEC)
-    notebook.cells.insert(0, nbformat.v4.new_markdown_cell(chapter_banner(chapter, with_slides)))
+    notebook.cells.insert(0, nbformat.v4.new_markdown_cell(chapter_banner(chapter, with_slides, study_time_min)))
     for index, cell in enumerate(notebook.cells):
         cell["id"] = f"k3lite-{index}"  # stable ids keep the generated file byte-identical across builds
         tags = site_tags(cell)
@@ -232,7 +258,8 @@ the last row: the weight products of one token, without the context-dependent at
 
 def generate_sources(book: dict, chapters: list[Chapter], src_dir: Path, with_slides: bool) -> None:
     write_if_changed(src_dir / "index.md", front_page(book, chapters, with_slides))
-    write_if_changed(src_dir / "run_locally.md", (CONF_DIR / "run_locally.md").read_text(encoding="utf-8"))
+    for page in COURSE_PAGES:
+        write_if_changed(src_dir / f"{page}.md", (CONF_DIR / f"{page}.md").read_text(encoding="utf-8"))
     write_if_changed(src_dir / "cheatsheet.md", cheatsheet_page())
     wanted = {f"{chapter.stem}.ipynb" for chapter in chapters}
     for stale_dir in (src_dir / "chapters", src_dir / NOTEBOOK_COPIES):
@@ -241,7 +268,8 @@ def generate_sources(book: dict, chapters: list[Chapter], src_dir: Path, with_sl
                 if stale.name not in wanted:
                     stale.unlink()
     for chapter in chapters:
-        write_if_changed(src_dir / "chapters" / f"{chapter.stem}.ipynb", page_notebook(chapter, with_slides))
+        write_if_changed(src_dir / "chapters" / f"{chapter.stem}.ipynb",
+                         page_notebook(chapter, with_slides, study_minutes(book).get(chapter.stem)))
         write_if_changed(src_dir / NOTEBOOK_COPIES / f"{chapter.stem}.ipynb",
                          chapter.notebook.read_text(encoding="utf-8"))
     figures = ROOT / "figures"
