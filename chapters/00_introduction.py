@@ -219,7 +219,7 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(runtime.describe())
-print(f"profile in this session: {runtime.profile()}; a size chosen by pick(small, full): {runtime.pick('small', 'full')}")
+print(f"profile on this machine: {runtime.profile()}; a size chosen by pick(small, full): {runtime.pick('small', 'full')}")
 
 # %% [markdown]
 # `book.yml` at the repository root lists the chapters in reading order with the time each must
