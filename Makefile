@@ -20,7 +20,7 @@ LAB_ARGS ?=
 EXECUTE ?= 1
 NOTEBOOKS = $$($(PY) scripts/bookinfo.py notebooks)
 
-.PHONY: help install book test unit nbval lab timings execute slides bench clean
+.PHONY: help install book test unit nbval lab timings execute slides student bench clean
 
 help:
 	@echo "make book     install into .venv, execute every chapter, build the static site in _build/html"
@@ -30,6 +30,7 @@ help:
 	@echo "make execute  re-execute chapters into their .ipynb (CH='01_gpt2 02_linear_attention' for some)"
 	@echo "make timings  time every chapter against its book.yml budget"
 	@echo "make slides   one reveal.js deck per chapter in _build/slides"
+	@echo "make student  the student edition in _build/student: solutions emptied (instructors: chapters/)"
 	@echo "make bench    the kernel benchmark table (python -m benchmarks.bench)"
 
 $(STAMP): pyproject.toml
@@ -74,6 +75,11 @@ timings: $(STAMP)
 
 slides: $(STAMP)
 	$(PY) scripts/build_slides.py
+
+# The student edition: each chapter's .ipynb and .py with every exercise solution replaced by a
+# placeholder and its output removed (scripts/make_student.py); the instructor edition is chapters/.
+student: $(STAMP)
+	$(PY) scripts/make_student.py
 
 # The built site over http://localhost (search needs it: over file:// the browser refuses the index's
 # snippets). PORT=8000 by default; the slides are under /slides/.

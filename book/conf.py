@@ -45,8 +45,8 @@ mathjax3_config = {"tex": {"tags": "ams"}}
 
 html_theme = "sphinx_book_theme"
 html_title = BOOK["title"]
+# k3lite.css fits figures and tables to the column and widens it at 1200-1600 px (see its "Layout").
 html_css_files = ["k3lite.css"]
-html_js_files = ["k3lite.js"]
 html_copy_source = True
 html_last_updated_fmt = None
 html_theme_options = {
@@ -75,5 +75,17 @@ def note_widgets(app, doctree) -> None:
             raw.replace_self(nodes.raw("", WIDGET_NOTE, format="html"))
 
 
+# The "On this page" button of the article's header opens the page's contents in the theme's drawer.
+# pydata-sphinx-theme binds the drawer to the first such button only, the navbar's, which
+# sphinx-book-theme hides; forward the visible one's clicks to it. k3lite.css shows the button, and
+# folds the contents column into it, from 1200 to 1600 px, where the column would squeeze the article.
+CONTENTS_BUTTON_JS = """document.addEventListener("click", function (event) {
+  var button = event.target.closest(".bd-header-article .secondary-toggle");
+  var bound = document.querySelector(".secondary-toggle");
+  if (button && bound && bound !== button) { event.preventDefault(); bound.click(); }
+});"""
+
+
 def setup(app):
     app.connect("doctree-read", note_widgets)
+    app.add_js_file(None, body=CONTENTS_BUTTON_JS)

@@ -55,9 +55,10 @@ def listed_chapters(book: dict, chapters_dir: Path, *, only_existing: bool) -> l
 # ----- Cell roles (CONTRIBUTING, "Cell roles"): one tag per role, read by the site and the decks -----
 PLUMBING, SOLUTION, NOTES, LECTURE, READING = "plumbing", "solution", "notes", "lecture", "reading"
 ROLE_TAGS = (PLUMBING, SOLUTION, NOTES, LECTURE, READING)
-# How myst-nb shows each role on the site: plumbing and solutions behind a toggle (their outputs stay
-# visible), speaker notes not at all.
-SITE_TAGS = {PLUMBING: "hide-input", SOLUTION: "hide-input", NOTES: "remove-cell"}
+# How myst-nb shows each role on the site: plumbing behind a "Show code" toggle (its output stays
+# visible), a solution's code and its output each behind their own toggle (the result would give the
+# answer away), speaker notes not at all.
+SITE_TAGS = {PLUMBING: ("hide-input",), SOLUTION: ("hide-input", "hide-output"), NOTES: ("remove-cell",)}
 
 
 def cell_tags(cell) -> list[str]:
@@ -72,9 +73,14 @@ def is_solution(cell) -> bool:
 
 
 def site_tags(cell) -> list[str]:
-    """The cell's tags plus the myst-nb tags its roles stand for, each once, in order."""
+    """The cell's tags plus the myst-nb tags its roles stand for, each once, in order. A solution
+    found by ``is_solution`` (also one tagged only ``hide-input``) gets the solution's tags."""
     tags = cell_tags(cell)
-    for role, myst_tag in SITE_TAGS.items():
-        if role in tags and myst_tag not in tags:
-            tags.append(myst_tag)
+    roles = [role for role in SITE_TAGS if role in tags]
+    if SOLUTION not in roles and is_solution(cell):
+        roles.append(SOLUTION)
+    for role in roles:
+        for myst_tag in SITE_TAGS[role]:
+            if myst_tag not in tags:
+                tags.append(myst_tag)
     return tags

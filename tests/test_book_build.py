@@ -199,7 +199,7 @@ def test_site_tags_give_roles_their_myst_nb_tags():
     from site_chapters import site_tags
 
     assert site_tags(_code("x", tags=["plumbing"])) == ["plumbing", "hide-input"]
-    assert site_tags(_code("x", tags=["solution", "hide-input"])) == ["solution", "hide-input"]
+    assert site_tags(_code("x", tags=["solution", "hide-input"])) == ["solution", "hide-input", "hide-output"]
     assert site_tags(_markdown("n", tags=["notes"])) == ["notes", "remove-cell"]
     assert site_tags(_code("x")) == []
 

@@ -2,7 +2,8 @@
 
 Needs `make book` (or `make book EXECUTE=0`) first. Skips when the site, Chromium or playwright is
 missing, unless K3LITE_REQUIRE_BROWSER=1 (as in CI), which turns every such skip into a failure.
-Screenshots of each page, light and dark, go to _build/screenshots/.
+K3LITE_BUILD_DIR points at another build (`scripts/build_book.py --build-dir DIR`: its html/ and
+slides/). Screenshots of each page, light and dark, go to the build's screenshots/.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ PAGE_TIMEOUT_MS = 20_000
 BOOK = load_book(BOOK_YML)
 STEMS = [chapter["file"] for chapter in BOOK["chapters"]]
 TITLES = {chapter["file"]: chapter["title"] for chapter in BOOK["chapters"]}
-FRONT_PAGES = ["index", "run_locally"]
-BACK_PAGES = ["cheatsheet"]
+FRONT_PAGES = ["index", "run_locally", "instructors"]
+BACK_PAGES = ["cheatsheet", "glossary", "bibliography"]
 SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
 # The course style draws labels at 10 pt on a 100 dpi canvas (13.9 px); shown at this fraction of its
 # drawn width or more, a figure's labels stay at 10 px or more.
@@ -117,6 +118,9 @@ class Visit:
     figure_scales: list[dict] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)
     diagrams: list[str] = field(default_factory=list)
+    overflowing: list[str] = field(default_factory=list)
+    solution_outputs: int = 0
+    open_solution_outputs: list[str] = field(default_factory=list)
 
 
 def open_page(context, server: str, url: str):
@@ -185,15 +189,17 @@ def inspect_page(page, visit: Visit) -> None:
         "() => document.querySelector('.k3lite-chapter-links a.download')?.href ?? null")
     visit.clipped_equations = page.evaluate(CLIPPED_EQUATIONS)
     visit.hidden_cells, visit.open_hidden_cells = page.evaluate(HIDDEN_CELLS)
+    visit.solution_outputs, visit.open_solution_outputs = page.evaluate(SOLUTION_OUTPUTS)
+    visit.overflowing = page.evaluate(OVERFLOWING)
     visit.figure_scales = page.evaluate(
         """() => Array.from(document.querySelectorAll('.bd-content div.cell_output img'))
                  .filter(img => img.naturalWidth > 0)
                  .map(img => {
                    const box = img.closest('div.cell_output');
+                   const width = img.getBoundingClientRect().width;
                    const spills = img.getBoundingClientRect().right > box.getBoundingClientRect().right + 1;
-                   const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
-                   return {src: img.currentSrc.slice(-40), scale: img.getBoundingClientRect().width / img.naturalWidth,
-                           contained: !spills || scrolls};
+                   return {src: img.currentSrc.slice(-40), scale: width / img.naturalWidth,
+                           fills: width >= box.clientWidth - 2, contained: !spills};
                  })""")
     visit.tables = page.evaluate(
         "() => Array.from(document.querySelectorAll('.cell_output table')).map(t => t.rows[0]?.innerText ?? '')")
@@ -234,6 +240,62 @@ HIDDEN_CELLS = """() => {
     }
   });
   return [cells.length, open];
+}"""
+
+# Solution cells show their output ("correct.", the numbers the solution computed) behind a closed toggle
+# of its own: reading the result would give the answer away.
+SOLUTION_OUTPUTS = """() => {
+  const open = [];
+  let count = 0;
+  document.querySelectorAll('.cell.tag_solution, .cell.tag_hide-input:not(.tag_plumbing)').forEach(cell => {
+    const output = cell.querySelector('.cell_output');
+    if (!output) return;
+    count += 1;
+    const toggle = output.closest('details');
+    if (!toggle || !cell.contains(toggle) || toggle.open || output.checkVisibility()) {
+      open.push(cell.className);
+    }
+  });
+  return [count, open];
+}"""
+
+# Figures (img, svg) and tables that do not fit the article's column: wider than the block that holds
+# them, past the column's edge, or cut by a box between them and the article that clips or scrolls.
+# Only code and text blocks (pre) may scroll sideways; they are not checked. Elements not shown (in a
+# closed toggle) have no box and are skipped.
+OVERFLOWING = """() => {
+  const article = document.querySelector('.bd-article');
+  if (!article) return ['no .bd-article on the page'];
+  const style = getComputedStyle(article);
+  const frame = article.getBoundingClientRect();
+  const left = frame.left + parseFloat(style.paddingLeft), right = frame.right - parseFloat(style.paddingRight);
+  const describe = el => el.tagName.toLowerCase() + ' ' + (el.currentSrc || el.getAttribute('src') || '').slice(-40)
+      + (el.tagName === 'TABLE' ? (el.rows[0]?.innerText ?? '').replace(/\\s+/g, ' ').slice(0, 40) : '');
+  const block = el => {
+    let box = el.parentElement;
+    while (box !== article && ['inline', 'contents'].includes(getComputedStyle(box).display)) box = box.parentElement;
+    return box;
+  };
+  const found = [];
+  article.querySelectorAll('img, svg, table').forEach(el => {
+    if (el.closest('mjx-container')) return;  // equations have their own test
+    const rect = el.getBoundingClientRect();
+    if (rect.width === 0 || rect.height === 0) return;
+    const width = Math.max(rect.width, el.scrollWidth || 0);
+    const holder = block(el);
+    const problems = [];
+    if (width > holder.clientWidth + 1) problems.push(`${Math.round(width)} px in a ${holder.clientWidth} px box`);
+    if (rect.left < left - 1 || rect.right > right + 1) problems.push(`past the ${Math.round(right - left)} px column`);
+    for (let box = el.parentElement; box && box !== article; box = box.parentElement) {
+      const clip = box.getBoundingClientRect();
+      if (getComputedStyle(box).overflowX !== 'visible' && (rect.left < clip.left - 1 || rect.right > clip.right + 1)) {
+        problems.push(`cut by ${box.tagName.toLowerCase()}.${String(box.className).split(' ')[0]}`);
+        break;
+      }
+    }
+    if (problems.length) found.push(`${describe(el)}: ${problems.join(', ')}`);
+  });
+  return found;
 }"""
 
 
@@ -393,12 +455,35 @@ def test_some_chapter_hides_a_cell(visits):
 
 @pytest.mark.parametrize("name", STEMS)
 def test_figures_keep_labels_of_10_px(visits, name):
+    """A figure is shown at MIN_FIGURE_SCALE of its drawn width or more, unless it is drawn wider than
+    the column allows: then it fills the column (fitting beats scrolling; test_nothing_is_clipped)."""
     visit = visited(visits, name)
     small = [f"{figure['src']} at {figure['scale']:.2f}" for figure in visit.figure_scales
-             if figure["scale"] < MIN_FIGURE_SCALE]
+             if figure["scale"] < MIN_FIGURE_SCALE and not figure["fills"]]
     assert small == [], f"{name}: figures shrunk below {MIN_FIGURE_SCALE:.2f} of their drawn width: {small}"
     spilling = [figure["src"] for figure in visit.figure_scales if not figure["contained"]]
-    assert spilling == [], f"{name}: figures wider than the column outside a scroll box: {spilling}"
+    assert spilling == [], f"{name}: figures wider than their output box: {spilling}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_nothing_is_clipped_at_1280(visits, name):
+    """At 1280 x 900 no figure, diagram or table is wider than the article's column or cut by a box
+    that scrolls: only code and text outputs may scroll sideways."""
+    for scheme in ("light", "dark"):
+        visit = visited(visits, name, scheme)
+        assert visit.overflowing == [], f"{name} ({scheme}): wider than the column: {visit.overflowing}"
+
+
+@pytest.mark.parametrize("name", STEMS)
+def test_solution_outputs_are_folded(visits, name):
+    import nbformat
+
+    notebook = nbformat.read(ROOT / "chapters" / f"{name}.ipynb", as_version=4)
+    with_output = sum(1 for cell in notebook.cells if is_solution(cell) and cell.get("outputs"))
+    visit = visited(visits, name)
+    assert visit.open_solution_outputs == [], f"{name}: solution outputs shown open: {visit.open_solution_outputs}"
+    assert visit.solution_outputs == with_output, (
+        f"{name}: {visit.solution_outputs} folded solution outputs on the page, {with_output} in the notebook")
 
 
 def test_claim_ledger_is_a_table(visits):
@@ -499,9 +584,9 @@ def test_no_solution_code_on_slides(decks, stem):
 
     code = deck(decks, stem)["code"]
     notebook = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
-    # A solution's own lines: long enough to be distinctive, and not shared with the exercise's stub,
-    # its checker call or any other cell the slides may show.
-    elsewhere = {line.strip() for cell in notebook.cells if not is_solution(cell) for line in cell.source.splitlines()}
+    # A solution's own lines: long enough to be distinctive, and not in the exercise's stub (which may
+    # give some lines as hints), its checker call or any other cell the slides may show.
+    elsewhere = "\n".join(cell.source for cell in notebook.cells if not is_solution(cell))
     shown = []
     for cell in notebook.cells:
         if not is_solution(cell):
