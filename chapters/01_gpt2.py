@@ -229,7 +229,7 @@ print(f"{'size':<8}{'analytic':>16}{'counted on meta':>18}")
 for size in ("small", "medium", "large", "xl"):
     config = getattr(GPT2Config, size)()
     analytic = accounting.gpt2_parameter_count(config)
-    counted = accounting.meta_param_count(lambda: GPT2(config))
+    counted = accounting.meta_param_count(lambda config=config: GPT2(config))
     print(f"{size:<8}{analytic:>16,}{counted:>18,}")
 print(f"XL's weights in float32 would take {4 * accounting.gpt2_parameter_count(GPT2Config.xl()) / 1e9:.1f} GB")
 

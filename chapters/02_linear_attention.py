@@ -449,7 +449,7 @@ print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
 # students here if they want to see `[B, T, H, K]` in practice.
 
 # %%
-from k3lite.ops import linear_attention as la  # noqa: E402
+from k3lite.ops import linear_attention as la
 
 B, T_lib, H, K_lib, V_lib = 2, 37, 3, 8, 5
 q_lib = torch.randn(B, T_lib, H, K_lib, generator=generator).float()
@@ -496,7 +496,7 @@ print(f"state: {tuple(state_after.shape)} {state_after.dtype}")
 # the preparation for chapter 04: assign it as homework.
 
 # %%
-from k3lite.exercises import ch02  # noqa: E402
+from k3lite.exercises import ch02
 
 
 def kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element):

@@ -252,7 +252,7 @@ def delta_rule_recurrent(q, k, v, beta, scale=None):
     return torch.stack(outputs, dim=1).to(q.dtype), state
 
 
-from k3lite.ops import delta_rule  # noqa: E402
+from k3lite.ops import delta_rule
 
 B, T, H, K, V = 2, 33, 3, 16, 8
 q_lib = torch.randn(B, T, H, K, generator=generator).float()
@@ -400,13 +400,13 @@ for name, errors in position_error.items():
 # accumulate fails, overwrite works, and softmax attention still keeps an edge.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import store  # noqa: E402
-from k3lite.bakeoff.plots import (  # noqa: E402
+from k3lite.bakeoff import store
+from k3lite.bakeoff.plots import (
     LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup,
 )
-from k3lite.course.checks import expect  # noqa: E402
-from functools import partial  # noqa: E402
+from k3lite.course.checks import expect
+from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
@@ -465,7 +465,7 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from k3lite.bakeoff.plots import live_chance, live_demo  # noqa: E402
+from k3lite.bakeoff.plots import live_chance, live_demo
 
 live = live_demo("rebind4", ("linear_attention", "delta_rule"), d_model=32, num_layers=1, steps=300, seeds=(0, 1, 2))
 glue("ch03_live_chance", f"{live_chance():.3f}", display=False)
@@ -493,7 +493,7 @@ expect("live: every DeltaNet seed is above 0.9 and every linear-attention seed b
 # stays below 2), and the fast-weight gradient. Give five minutes for the first; the other two are homework.
 
 # %%
-from k3lite.exercises import ch03  # noqa: E402
+from k3lite.exercises import ch03
 
 
 def delta_write_exercise(state, k, v, beta):

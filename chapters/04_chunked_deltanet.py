@@ -357,7 +357,7 @@ print(f"C = L = {T}: it needs a {T}×{T} score matrix and a {T}×{T} solve; C = 
 # point without a live kernel.
 
 # %%
-from k3lite.course import flops  # noqa: E402
+from k3lite.course import flops
 
 L, d = 4096, 128
 print(f"{'C':>5} {'state (GFLOP)':>14} {'intra (GFLOP)':>14} {'intra share':>12}")
@@ -374,7 +374,7 @@ print(f"the two parts are equal at C = d = {d}")
 # add about $2LCd$ more (below). Count what `k3lite.ops.delta_rule.chunked` multiplies:
 
 # %%
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode
 
 L_count, d_count = 256, 32
 q_count = torch.randn(1, L_count, 1, d_count, generator=generator).float()
@@ -639,7 +639,7 @@ for mode in ("fwd", "fwd+bwd"):
 # forward substitution. Exercises 2 (one full chunk) and 3 (the FLOP split) are homework.
 
 # %%
-from k3lite.exercises import ch04  # noqa: E402
+from k3lite.exercises import ch04
 
 
 def ut_transform(k, beta):

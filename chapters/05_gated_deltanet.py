@@ -574,14 +574,14 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
 # culprit is its layer's SiLU output gate.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import (  # noqa: E402
+from k3lite.bakeoff import store, summarize
+from k3lite.bakeoff.plots import (
     GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup,
 )
-from k3lite.bakeoff.runs import NO_DECAY_NAMES  # noqa: E402
-from k3lite.course.checks import expect  # noqa: E402
-from functools import partial  # noqa: E402
+from k3lite.bakeoff.runs import NO_DECAY_NAMES
+from k3lite.course.checks import expect
+from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_runs = store.load(BAKEOFF)
@@ -669,8 +669,8 @@ plt.show()
 
 # %% tags=["plumbing"]
 # NBVAL_IGNORE_OUTPUT
-from k3lite.bakeoff.models import build_model  # noqa: E402
-from k3lite.bakeoff.tasks import make_task  # noqa: E402
+from k3lite.bakeoff.models import build_model
+from k3lite.bakeoff.tasks import make_task
 
 CPU_CHECK = viz.FIGURES_DIR / "bakeoff_cpu_reference.json"
 cpu_runs = store.load(CPU_CHECK)
@@ -732,7 +732,7 @@ expect("at initialisation the SiLU-gated layer gets at least half the gradient o
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from k3lite.bakeoff.plots import live_demo  # noqa: E402
+from k3lite.bakeoff.plots import live_demo
 
 live = live_demo("rebind4", ("gated_delta_rule", GDN_IN_KDA_LAYER), d_model=32, num_layers=1, steps=300,
                  seeds=(0, 1, 2))

@@ -663,12 +663,12 @@ plt.show()
 # own layer, so that only the gate's shape differs.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import store  # noqa: E402
-from k3lite.bakeoff.plots import (  # noqa: E402
+from k3lite.bakeoff import store
+from k3lite.bakeoff.plots import (
     GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup,
 )
-from functools import partial  # noqa: E402
+from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
@@ -736,7 +736,7 @@ plt.show()
 # holds H · (d/H)² numbers (two heads here), so doubling the width quadruples it.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import summarize  # noqa: E402
+from k3lite.bakeoff import summarize
 
 PAIRS, RECURRENT = (16, 32, 64, 128), ("linear_attention", "delta_rule", "kda", "k3_hybrid")
 state_numbers = {d: 2 * (d // 2) ** 2 for d in (64, 128)}

@@ -45,7 +45,6 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-import torch.nn.functional as F
 from myst_nb import glue
 
 from k3lite.course import viz

@@ -143,7 +143,7 @@ print(f"same experts: {torch.equal(k3_indices, indices)}, "
 BALANCE_STEPS, BATCH_TOKENS, RATE = pick(300, 1000), 2048, 1e-3
 batches = torch.Generator().manual_seed(2)
 imbalance = []
-for step in range(BALANCE_STEPS):
+for _ in range(BALANCE_STEPS):
     batch = torch.randint(0, len(hidden), (BATCH_TOKENS,), generator=batches)
     _, batch_indices = route(scores[batch], bias, TOP_K)
     batch_load = expert_load(batch_indices, EXPERTS).float()

@@ -895,12 +895,12 @@ print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x 
 # claims; what they can test is whether the claims show up at toy scale.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import beats, store, summarize  # noqa: E402
-from k3lite.bakeoff.plots import (  # noqa: E402
+from k3lite.bakeoff import beats, store, summarize
+from k3lite.bakeoff.plots import (
     LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup,
 )
-from functools import partial  # noqa: E402
+from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
@@ -1022,8 +1022,8 @@ expect("the withdrawn LM runs fit their training text far better than held-out t
 # difference is larger than two standard errors of that mean.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff.plots import paired_verdict  # noqa: E402
-from k3lite.bakeoff.tasks import PROBE_ALPHABET  # noqa: E402
+from k3lite.bakeoff.plots import paired_verdict
+from k3lite.bakeoff.tasks import PROBE_ALPHABET
 
 LM_MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 print(run_setup(bakeoff_cells["lm", 128, "kda"][0]))
