@@ -717,7 +717,7 @@ expect("at initialisation the SiLU-gated layer gets at least half the gradient o
 #    reached {glue:text}`ch05_cpu_kda_rebind` (one seed each, {glue:text}`ch05_cpu_minutes` minutes of CPU per run,
 #    stored in `figures/bakeoff_cpu_reference.json`; `python -m
 #    k3lite.bakeoff --device cpu --tasks rebind --d-models 64 --mixers gated_delta_rule,kda --lrs 3e-3 --seeds 1
-#    --steps rebind=1000`).
+#    --steps rebind=1000 --out figures/bakeoff_cpu_reference.json`).
 # 4. **The layer is.** Gated DeltaNet's published layer differs from KDA's in two places: one decay per head
 #    instead of one per channel, and a **SiLU output gate** (fla's `FusedRMSNormGated`, github.com/fla-org/flash-linear-attention) instead of
 #    a sigmoid.

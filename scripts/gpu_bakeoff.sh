@@ -2,8 +2,9 @@
 # The mixer bake-off on the device (1 to 8 H200s): (a) a quick --measure (seconds per step of every mixer at
 # every shape of the grid, all workers busy, and an estimate of the whole grid; then the MQAR learnability
 # runs, which the sweep reuses), (b) the sweep (learning rates, then seeds) within a wall-clock limit.
-# Runs are stored in $OUT/bakeoff.json as each finishes (resumes from figures/bakeoff.json, which travels
-# with the working tree), copied to figures/bakeoff.json, and plotted into $OUT/figures/.
+# Runs are stored in $OUT/bakeoff.json as each finishes (it starts as a merge of figures/bakeoff.json, which
+# travels with the working tree, so stored runs are not redone), merged into figures/bakeoff.json (added to it:
+# no stored run is dropped), and plotted into $OUT/figures/.
 #
 # Usage (repository root): bash scripts/gpu_bakeoff.sh LIMIT_S [MODE] [extra k3lite.bakeoff flags...]
 #   LIMIT_S  wall-clock seconds for this whole call (e.g. 540 for a 9-minute device call)
@@ -29,7 +30,10 @@ margin=${MARGIN_S:-120}
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpu_info.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu_info.txt"
 cat "$OUT/gpu_info.txt"
-[ -f figures/bakeoff.json ] && [ ! -f "$OUT/bakeoff.json" ] && cp figures/bakeoff.json "$OUT/bakeoff.json"
+# Refuses (exit 2, one line) a damaged store rather than training on top of it.
+if [ -f figures/bakeoff.json ]; then
+  python3 -m k3lite.bakeoff --merge figures/bakeoff.json --out "$OUT/bakeoff.json" || exit
+fi
 common=(--gpus "$gpus" --workers-per-gpu "$wpg" --out "$OUT/bakeoff.json")
 left() { echo $(( limit_s - ($(date +%s) - start) )); }
 
@@ -44,7 +48,7 @@ if [ "$mode" = both ] || [ "$mode" = sweep ]; then
   timeout -k 10 "$hard" python3 -m k3lite.bakeoff --deadline-s "$deadline" "${common[@]}" "$@" 2>&1 \
     | grep -v -i warn | tee "$OUT/sweep.log" | tail -n 120
 fi
-[ -f "$OUT/bakeoff.json" ] && cp "$OUT/bakeoff.json" figures/bakeoff.json
+[ -f "$OUT/bakeoff.json" ] && python3 -m k3lite.bakeoff --merge "$OUT/bakeoff.json" --out figures/bakeoff.json
 timeout 60 python3 scripts/plot_bakeoff.py --json "$OUT/bakeoff.json" --out-dir "$OUT/figures" 2>&1 | tail -n 5
 python3 -m k3lite.bakeoff --table --out "$OUT/bakeoff.json" "$@" 2>&1 | tail -n 80
 echo "[gpu_bakeoff] done in $(( $(date +%s) - start ))s"

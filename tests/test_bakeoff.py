@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -207,10 +208,13 @@ def test_sweep_then_seeds_resume_and_merge(tmp_path, monkeypatch):
                                         ("--tasks", "copying"), ("--mixers", "mamba"), ("--d-models", "15"),
                                         ("--lrs", "-1"), ("--steps", "mqar=0"), ("--device", "tpu"),
                                         ("--gpus", "-1"), ("--lm-seq-len", "64"), ("--vocab", "5")])
-def test_bad_arguments_raise_value_error_naming_them(flag, value, tmp_path):
+def test_bad_arguments_exit_2_naming_them(flag, value, tmp_path, capsys):
     argv = TOY_ARGS + ["--tasks", "mqar4,lm", "--out", str(tmp_path / "x.json"), "--dry-run", flag, value]
-    with pytest.raises(ValueError, match=flag.lstrip("-").replace("-", "[-_]") + "|" + value):
+    with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert re.search(flag.lstrip("-").replace("-", "[-_]") + "|" + re.escape(value), err)
 
 
 def test_bad_model_and_task_arguments():

@@ -1,21 +1,31 @@
 """``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge.
 
-Grid: every task of ``--tasks`` x every mixer of ``--mixers``; MQAR tasks at every ``--d-models`` width, the
-others at the largest or at ``--width-of``. Phases (``--phase all`` runs the three, each run starting as soon as it
+Grid: every task of --tasks x every mixer of --mixers; MQAR tasks at every --d-models width, the
+others at the largest or at --width-of. Phases (--phase all runs the three, each run starting as soon as it
 can):
 
-* ``lr``: seed 0 at every learning rate of ``--lrs`` (``--lm-lrs`` for lm) on the cells that set a learning
-  rate: each task for itself, every MQAR task from ``--mqar-lr-task``;
-* ``seeds``: seeds 0 .. ``--seeds``-1 at each cell's best learning rate (seed 0 reuses the sweep's run);
-* ``close``: seeds up to ``--close-seeds`` for both cells of a story pair (``STORY_PAIRS``) the rule of
-  ``k3lite.bakeoff.stats.beats`` cannot call with ``--seeds``.
+  lr      seed 0 at every learning rate of --lrs (--lm-lrs for lm) on the cells that set a learning rate:
+          each task for itself, every MQAR task from --mqar-lr-task;
+  seeds   seeds 0 .. --seeds - 1 at each cell's best learning rate (seed 0 reuses the sweep's run; a diverged
+          run counts as the worst);
+  close   seeds up to --close-seeds for both cells of a story pair (STORY_PAIRS) that the rule of
+          k3lite.bakeoff.stats.beats cannot call with --seeds.
+
+Runs are stored in --out as each finishes (default runs/bakeoff.json, git-ignored scratch); a stored run is never
+redone. A run whose loss or weights turn non-finite is stored as diverged (a result: the worst of its sweep); one
+whose worker was lost (on CUDA a device-side assert kills the worker's context) is stored as failed, with the
+reason, and --retry-failed runs it again. Saving locks the store, re-reads it and adds to it, so several
+processes may share one --out. Every flag is checked first: a user error is one line on stderr, exit 2.
+The course's evidence, figures/bakeoff.json, is written only when named (--out figures/bakeoff.json, or --merge
+into it); --table reads it by default.
 
 Examples:
-    python -m k3lite.bakeoff --measure --gpus 1 --workers-per-gpu 3        # seconds per step, grid estimate
-    python -m k3lite.bakeoff --gpus 8 --workers-per-gpu 3 --deadline-s 400  # the sweep, resumable
-    python -m k3lite.bakeoff --tasks mqar32,mqar64 --d-models 128 --mixers kda,my_pkg.my_mixer:chunked
-    python -m k3lite.bakeoff --table                                        # results and story pairs
-    python -m k3lite.bakeoff --merge a.json b.json --out figures/bakeoff.json
+  python -m k3lite.bakeoff --device cpu --tasks rebind4 --mixers delta_rule,kda --d-models 32 --steps 50
+  python -m k3lite.bakeoff --measure --gpus 1 --workers-per-gpu 3        # seconds per step, grid estimate
+  python -m k3lite.bakeoff --gpus 8 --workers-per-gpu 3 --deadline-s 400  # the sweep, resumable
+  python -m k3lite.bakeoff --tasks mqar32,mqar64 --d-models 128 --mixers kda,my_pkg.my_mixer:chunked
+  python -m k3lite.bakeoff --table                                        # the course's results, story pairs
+  python -m k3lite.bakeoff --merge runs/bakeoff.json --out figures/bakeoff.json   # add runs to the evidence
 """
 
 from __future__ import annotations
@@ -27,15 +37,17 @@ import os
 import queue
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import replace
+from pathlib import Path
 
 from k3lite.bakeoff import store
-from k3lite.bakeoff.models import BUILTIN, check_mixer
-from k3lite.bakeoff.runs import RunSpec, TritonPathError, run
+from k3lite.bakeoff.models import BUILTIN, HYBRID_PERIOD, check_mixer
+from k3lite.bakeoff.runs import RunSpec, TritonPathError, failed_record, run
 from k3lite.bakeoff.stats import BEATS_Z, beats, summarize
-from k3lite.bakeoff.tasks import family, make_task
+from k3lite.bakeoff.tasks import TASK_FAMILIES, family, make_task
 
 DEFAULT_TASKS = "mqar16,mqar32,mqar64,mqar128,rebind,switch,twoscale,lm"
 DEFAULT_STEPS = "mqar=2000,rebind=2000,switch=2000,twoscale=2000,lm=1000"
@@ -45,17 +57,26 @@ SWEEP_TIE = 1e-3   # sweep metrics closer than this are a tie: the smaller learn
 # The steps of the story: each pair is (the earlier mechanism, the one meant to fix its failure).
 STORY_PAIRS = (("linear_attention", "delta_rule"), ("delta_rule", "gated_delta_rule"), ("gated_delta_rule", "kda"),
                ("kda", "k3_hybrid"), ("softmax", "k3_hybrid"))
+WATCHDOG_S = 1.0   # how often a worker looks whether its parent is still alive
 
 
 def per_family(text: str, name: str) -> dict[str, int]:
-    """``"2000"`` (every task) or ``"mqar=2000,lm=800"`` -> ``{family: int}``."""
+    """``"2000"`` (every task) or ``"mqar=2000,lm=800"`` -> ``{family: int}``, every value >= 1."""
     try:
         if "=" not in text:
-            return {f: int(text) for f in ("mqar", "rebind", "switch", "twoscale", "lm")}
-        pairs = dict(item.split("=") for item in text.split(","))
-        values = {family_name.strip(): int(v) for family_name, v in pairs.items()}
+            values = {f: int(text) for f in TASK_FAMILIES}
+        else:
+            values = {}
+            for item in text.split(","):
+                family_name, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError
+                values[family_name.strip()] = int(value)
     except ValueError as err:
         raise ValueError(f"{name} must be an integer or family=integer pairs, got {text!r}") from err
+    unknown = sorted(set(values) - set(TASK_FAMILIES))
+    if unknown:
+        raise ValueError(f"{name} names unknown task families {unknown}; known: {', '.join(TASK_FAMILIES)}")
     if any(v < 1 for v in values.values()):
         raise ValueError(f"{name} values must be >= 1, got {text!r}")
     return values
@@ -63,88 +84,139 @@ def per_family(text: str, name: str) -> dict[str, int]:
 
 def _floats(text: str, name: str) -> list[float]:
     try:
-        values = [float(x) for x in text.split(",") if x]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError as err:
         raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from err
-    if not values or any(not v > 0 for v in values):
-        raise ValueError(f"{name} must be positive numbers, got {text!r}")
+    if not values or any(not (math.isfinite(v) and v > 0) for v in values):
+        raise ValueError(f"{name} must be finite positive numbers, got {text!r}")
     return values
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description's examples keep their lines; every option's help ends with its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if "default" in text or unset or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """A user error: one line on stderr, exit status 2 (argparse's convention), no usage block or traceback."""
+        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m k3lite.bakeoff", description=__doc__)
-    p.add_argument("--tasks", default=DEFAULT_TASKS)
-    p.add_argument("--mixers", default=",".join(BUILTIN), help="built-in names or module:function")
+    p = _Parser(prog="python -m k3lite.bakeoff", description=__doc__, formatter_class=_HelpFormatter)
+    p.add_argument("--tasks", default=DEFAULT_TASKS,
+                   help="comma-separated: mqar<pairs>, rebind[<keys>], switch, twoscale, lm")
+    p.add_argument("--mixers", default=",".join(BUILTIN),
+                   help="comma-separated built-in names, or module:function: a learner's recurrence, which "
+                        "IMPORTS that module (running its top-level code) and calls the function as the op")
     p.add_argument("--d-models", default="64,128", help="MQAR widths; the other tasks use the largest")
     p.add_argument("--width-of", default="",
                    help="the width of a non-MQAR family, e.g. rebind=64,lm=128 (default: the largest of --d-models)")
     p.add_argument("--lrs", default="1e-3,3e-3,1e-2", help="learning rates of the sweep (seed 0)")
-    p.add_argument("--lm-lrs", default="1e-3,3e-3,6e-3")
+    p.add_argument("--lm-lrs", default="1e-3,3e-3,6e-3", help="learning rates of the lm sweep")
     p.add_argument("--mqar-lr-task", default=None,
                    help="the MQAR task whose sweep sets every MQAR lr (default mqar64 if listed, else the largest)")
     p.add_argument("--lr-task", default=None,
                    help="take every non-lm cell's learning rate from this task's sweep at the same width "
                         "(default: each task its own sweep; MQAR tasks from --mqar-lr-task)")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=3, help="seeds per cell at its best learning rate")
     p.add_argument("--close-seeds", type=int, default=5,
                    help="seeds for both cells of a story pair the beats rule cannot call with --seeds "
                         "(<= --seeds: off)")
-    p.add_argument("--steps", default=DEFAULT_STEPS)
-    p.add_argument("--batch-size", default=DEFAULT_BATCH)
-    p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lm-seq-len", type=int, default=2048)
-    p.add_argument("--num-layers", type=int, default=4)
-    p.add_argument("--num-heads", type=int, default=2)
-    p.add_argument("--eval-batch", type=int, default=256)
+    p.add_argument("--steps", default=DEFAULT_STEPS, help="training steps: N for every task, or family=N pairs")
+    p.add_argument("--batch-size", default=DEFAULT_BATCH, help="sequences per step: N, or family=N pairs")
+    p.add_argument("--vocab", type=int, default=512, help="vocabulary of the synthetic tasks")
+    p.add_argument("--seq-len", type=int, default=256, help="sequence length of the synthetic tasks")
+    p.add_argument("--lm-seq-len", type=int, default=2048, help="sequence length of lm")
+    p.add_argument("--num-layers", type=int, default=4,
+                   help=f"layers of every model (k3_hybrid: a multiple of {HYBRID_PERIOD})")
+    p.add_argument("--num-heads", type=int, default=2, help="heads of every mixer")
+    p.add_argument("--eval-batch", type=int, default=256, help="sequences per evaluation batch")
     p.add_argument("--phase", default="all",
                    help=f"one of {PHASES}: sweep, seeds at the best lr, extra seeds for close pairs, or all three")
-    p.add_argument("--out", default="figures/bakeoff.json")
+    p.add_argument("--out", default=None,
+                   help=f"the JSON store runs are added to (default: {store.SCRATCH}, git-ignored scratch; with "
+                        f"--table: {store.COMMITTED}, the course's evidence, which is written only when named)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
                    help="launch every CUDA training step from Python (default: capture the step once, replay it)")
-    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=1, help="GPUs to use (CUDA)")
     p.add_argument("--workers-per-gpu", type=int, default=3,
                    help="worker processes per GPU (on the CPU: processes in all; 1 runs in this process)")
     p.add_argument("--deadline-s", type=float, default=0.0, help="start no run after this many seconds (0: none)")
     p.add_argument("--measure", action="store_true", help="time a short run per mixer and task, size the grid")
-    p.add_argument("--measure-steps", type=int, default=40)
+    p.add_argument("--measure-steps", type=int, default=40, help="steps of each --measure run")
     p.add_argument("--no-measure-learn", dest="measure_learn", action="store_false",
-                   help="measure timings only (skip the MQAR learnability runs)")
-    p.add_argument("--merge", nargs="+", metavar="JSON", help="merge stores into --out and exit")
+                   help="measure timings only (default: also train the MQAR learnability runs)")
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="add the runs of these stores to --out (its own runs are kept) and exit")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run again the runs stored as failed (a lost worker); a stored diverged run is a result "
+                        "and is never redone")
     p.add_argument("--table", action="store_true", help="print the stored results and exit")
     p.add_argument("--dry-run", action="store_true", help="list the runs that would start and exit")
     return p
 
 
 def check_args(args) -> None:
+    """Every flag checked before anything runs; a ``ValueError`` names the flag (``main`` turns it into exit 2)."""
     for name in ("seeds", "vocab", "seq_len", "lm_seq_len", "num_layers", "num_heads", "eval_batch",
                  "workers_per_gpu", "measure_steps"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.gpus < 0:
-        raise ValueError(f"--gpus must be >= 0, got {args.gpus}")
+    if args.gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {args.gpus}")
+    if args.close_seeds < 0:
+        raise ValueError(f"--close-seeds must be >= 0, got {args.close_seeds}")
+    if not (math.isfinite(args.deadline_s) and args.deadline_s >= 0):
+        raise ValueError(f"--deadline-s must be a finite number >= 0 (0: no deadline), got {args.deadline_s}")
     if args.phase not in PHASES:
         raise ValueError(f"--phase must be one of {PHASES}, got {args.phase!r}")
     if args.device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"--device must be cpu, cuda or auto, got {args.device!r}")
-    args.task_list = [t for t in args.tasks.split(",") if t]
+    args.task_list = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not args.task_list:
         raise ValueError("--tasks must name at least one task")
-    mqar = [t for t in args.task_list if family(t) == "mqar"]
+    def family_of(task, flag):
+        try:
+            return family(task)
+        except ValueError as err:
+            raise ValueError(f"{flag}: {err}") from err
+
+    mqar = [t for t in args.task_list if family_of(t, "--tasks") == "mqar"]
     if args.mqar_lr_task is None:
         args.mqar_lr_task = "mqar64" if "mqar64" in mqar else max(mqar, key=lambda t: int(t[4:]), default="mqar64")
-    if args.lr_task is not None and family(args.lr_task) == "lm":
+    elif family_of(args.mqar_lr_task, "--mqar-lr-task") != "mqar":
+        raise ValueError(f"--mqar-lr-task must be an MQAR task (mqar<pairs>), got {args.mqar_lr_task!r}")
+    if args.lr_task is not None and family_of(args.lr_task, "--lr-task") == "lm":
         raise ValueError(f"--lr-task must be a synthetic task (lm has --lm-lrs), got {args.lr_task!r}")
-    for task in args.task_list + ([args.mqar_lr_task] if mqar else []) + [t for t in [args.lr_task] if t]:
-        make_task(task, vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
-    args.mixer_list = [m for m in args.mixers.split(",") if m]
+    named = [(t, "--tasks") for t in args.task_list] + ([(args.mqar_lr_task, "--mqar-lr-task")] if mqar else []) \
+        + ([(args.lr_task, "--lr-task")] if args.lr_task else [])
+    for task, flag in named:
+        try:
+            make_task(task, vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
+        except ValueError as err:
+            raise ValueError(f"{flag}: {err}") from err
+    args.mixer_list = [m.strip() for m in args.mixers.split(",") if m.strip()]
     if not args.mixer_list:
         raise ValueError("--mixers must name at least one mixer")
     for mixer in args.mixer_list:
-        check_mixer(mixer)
+        try:
+            check_mixer(mixer)
+        except ValueError as err:
+            raise ValueError(f"--mixers: {err}") from err
+    if "k3_hybrid" in args.mixer_list and args.num_layers % HYBRID_PERIOD:
+        raise ValueError(f"--num-layers must be a multiple of {HYBRID_PERIOD} for k3_hybrid (every "
+                         f"{HYBRID_PERIOD}th layer is MLA), got {args.num_layers}")
     try:
-        args.d_list = [int(d) for d in args.d_models.split(",") if d]
+        args.d_list = [int(d) for d in args.d_models.split(",") if d.strip()]
     except ValueError as err:
         raise ValueError(f"--d-models must be comma-separated integers, got {args.d_models!r}") from err
     if not args.d_list or any(d < 1 or d % args.num_heads for d in args.d_list):
@@ -161,6 +233,15 @@ def check_args(args) -> None:
         for table, name in ((args.steps_of, "--steps"), (args.batch_of, "--batch-size")):
             if family(task) not in table:
                 raise ValueError(f"{name} gives no value for task family {family(task)!r}")
+
+
+def resolve_out(args) -> None:
+    """``--out``: the scratch store unless named (``--table`` reads the course's evidence); checked readable."""
+    if args.out is None:
+        args.out = store.COMMITTED if args.table and not args.merge else store.SCRATCH
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out!r} is a directory; name a .json file")
+    store.check(args.out)
 
 
 def cell_specs(args, lr: float, seed: int, phase: str) -> list[RunSpec]:
@@ -201,21 +282,24 @@ def sweep_specs(args) -> list[RunSpec]:
 
 
 def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
-    """The sweep's best learning rate for ``spec``'s cell; None when the sweep is missing.
+    """The sweep's best learning rate for ``spec``'s cell; None while a sweep run is not stored.
 
-    Best metric wins (NaN loses). Metrics within 1e-3 of each other are a tie (a saturated MQAR sweep gives
-    1.000 at several rates), and a tie goes to the smaller rate: the larger one is nearer divergence on the
-    tasks that borrow it (softmax at 1e-2 learns mqar128 at d 64 and fails it at d 128).
+    Best metric wins; a diverged or failed run (no finite metric) is the worst. Metrics within 1e-3 of each
+    other are a tie (a saturated MQAR sweep gives 1.000 at several rates), and a tie goes to the smaller rate:
+    the larger one is nearer divergence on the tasks that borrow it (softmax at 1e-2 learns mqar128 at d 64 and
+    fails it at d 128). When every rate diverged, the smallest is chosen and its seeds are run (and stored).
     """
     scored = []
     for source in sweep_specs_for(args, spec):
         record = runs.get(source.key())
         if record is None:
             return None
-        value = record["metric"]
-        if value is None or math.isnan(value):
-            value = -math.inf if record["higher_is_better"] else math.inf
-        scored.append((value if record["higher_is_better"] else -value, source.lr))
+        value = store.finite_metric(record)
+        if value is None:
+            value = -math.inf
+        elif not record.get("higher_is_better", True):
+            value = -value
+        scored.append((value, source.lr))
     best = max(value for value, _ in scored)
     return min(lr for value, lr in scored if value >= best - SWEEP_TIE)
 
@@ -249,6 +333,11 @@ def cell_records(args, runs: dict, spec: RunSpec) -> list[dict] | None:
     return [r for r in found if r is not None]
 
 
+def _metrics(records: list[dict]) -> list[float]:
+    """The finite metrics of ``records`` (a diverged or failed run has none)."""
+    return [m for m in map(store.finite_metric, records) if m is not None]
+
+
 def close_specs(args, runs: dict) -> list[RunSpec]:
     """Seeds ``--seeds`` .. ``--close-seeds``-1 for both cells of a story pair that the rule cannot call yet."""
     specs = []
@@ -260,8 +349,10 @@ def close_specs(args, runs: dict) -> list[RunSpec]:
             records = [cell_records(args, runs, spec) for spec in pair]
             if any(r is None or len(r) < args.seeds for r in records) or len(records[0]) >= args.close_seeds:
                 continue
-            higher = records[0][0]["higher_is_better"]
-            a, b = ([r["metric"] for r in recs] for recs in records)
+            a, b = (_metrics(recs) for recs in records)
+            if min(len(a), len(b)) < 2:   # diverged seeds: nothing more seeds at this rate could call
+                continue
+            higher = records[0][0].get("higher_is_better", True)
             if beats(a, b, higher_is_better=higher) or beats(b, a, higher_is_better=higher):
                 continue
             for spec in pair:
@@ -273,7 +364,27 @@ def close_specs(args, runs: dict) -> list[RunSpec]:
 # ---------------------------------------------------------------- execution
 
 
+def _exit_with_parent() -> None:
+    """A worker exits when the process that started it dies (killed, crashed): a daemon thread waits on the
+    parent's sentinel and watches ``os.getppid()``, so no worker is left blocked on its job queue."""
+    parent, ppid = mp.parent_process(), os.getppid()
+
+    def watch():
+        while True:
+            if parent is not None:
+                from multiprocessing.connection import wait
+                if wait([parent.sentinel], timeout=WATCHDOG_S):
+                    os._exit(3)
+            else:
+                time.sleep(WATCHDOG_S)
+            if os.getppid() != ppid:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="bakeoff-parent-watchdog", daemon=True).start()
+
+
 def _worker(device: str, jobs, results) -> None:
+    _exit_with_parent()
     import torch
 
     torch.set_num_threads(1)   # workers share the cores: one each (on CUDA a worker's CPU work is launching)
@@ -284,15 +395,24 @@ def _worker(device: str, jobs, results) -> None:
         if item is None:
             return
         spec, timing_only = item
+        results.put(("start", spec.key(), os.getpid()))
         try:
             results.put(("ok", spec.key(), run(spec, device, timing_only=timing_only)))
         except TritonPathError as err:
             results.put(("fatal", spec.key(), str(err)))
-        except Exception:
-            results.put(("error", spec.key(), traceback.format_exc()))
+        except Exception as err:
             if device.startswith("cuda") and not _cuda_usable():
+                # A device-side assert (the ops' value check of g and beta on CUDA, which a diverged run trips)
+                # leaves the process's CUDA context unusable: the run is stored as failed, a new worker takes over.
+                first = (str(err).strip().splitlines() or [""])[0]
+                cause = ("a device-side assert (in the bake-off's models, the ops' check that g <= 0 and beta in "
+                         "[0, 2], which fails once the weights are NaN: most likely the run diverged)"
+                         if "device-side assert" in str(err) else "a CUDA error")
+                reason = f"the worker's CUDA context was lost to {cause}: {type(err).__name__}: {first[:300]}"
+                results.put(("failed", spec.key(), reason))
                 results.put(("dead", device, os.getpid()))
                 return
+            results.put(("error", spec.key(), traceback.format_exc()))
 
 
 def _cuda_usable() -> bool:
@@ -312,6 +432,8 @@ class Executor:
 
     def __init__(self, device: str, gpus: int, workers_per_gpu: int):
         self.device, self.processes = device, []
+        self.running: dict[int, str] = {}   # worker pid -> key of the run it is training
+        self.backlog: list[tuple] = []      # results read early, while looking which run a dead worker held
         slots = [f"cuda:{gpu}" for gpu in range(gpus) for _ in range(workers_per_gpu)] if device == "cuda" \
             else ["cpu"] * workers_per_gpu if workers_per_gpu > 1 else []
         if slots:
@@ -327,12 +449,28 @@ class Executor:
         process.slot = slot
         self.processes.append(process)
 
-    def _replace_crashed(self) -> int:
-        """Workers that died without a word (a segfault) took their run with them: start new ones."""
+    def _replace_crashed(self, on_result) -> int:
+        """Workers that died without a word (a segfault, a killed process): the run each was training is stored
+        as failed (with the exit code), and a new worker takes the slot. Returns the runs they took along."""
         crashed = [p for p in self.processes if p.exitcode not in (None, 0) and not getattr(p, "replaced", False)]
+        if crashed:   # a dead worker's last words ("start") may still sit in the queue: read what is there
+            while True:
+                try:
+                    message = self.results.get_nowait()
+                except queue.Empty:
+                    break
+                if message[0] == "start":
+                    self.running[message[2]] = message[1]
+                else:
+                    self.backlog.append(message)
         for process in crashed:
-            print(f"[bakeoff] worker on {process.slot} exited with code {process.exitcode}; its run is lost "
-                  "(not stored, so a later call redoes it); starting a new worker", flush=True)
+            key = self.running.pop(process.pid, None)
+            print(f"[bakeoff] worker on {process.slot} exited with code {process.exitcode} during "
+                  f"{key or 'a run'}; starting a new worker", file=sys.stderr, flush=True)
+            if key is not None:
+                on_result("failed", key, f"the worker process exited with code {process.exitcode} during the run")
+            else:
+                on_result("error", "(unknown run)", f"worker exited with code {process.exitcode}; its run is lost")
             process.replaced = True
             self._start(process.slot)
         return len(crashed)
@@ -341,41 +479,66 @@ class Executor:
     def width(self) -> int:
         return max(1, sum(not getattr(p, "replaced", False) for p in self.processes))
 
-    def map(self, specs, on_result, *, timing_only=False, deadline=None, refill=None):
-        """Run ``specs``; ``on_result(status, key, payload)`` as each finishes, then ``refill()`` may add runs
-        that became possible (the seeds of a cell whose sweep just finished). No run starts after ``deadline``."""
+    def map(self, specs, on_result, *, timing_only=False, deadline=None, refill=None, skip=None):
+        """Run ``specs``; ``on_result(status, key, payload)`` as each finishes (status ``ok``, ``failed`` or
+        ``error``), then ``refill()`` may add runs that became possible (the seeds of a cell whose sweep just
+        finished). A run for which ``skip(key)`` holds when its turn comes (stored meanwhile) is not started;
+        no run starts after ``deadline``."""
         pending, in_flight = list(specs), 0
-        if not self.processes:
-            while pending and not (deadline and time.time() > deadline):
+
+        def next_spec():
+            while pending:
                 spec = pending.pop(0)
-                on_result("ok", spec.key(), run(spec, "cpu", timing_only=timing_only))
+                if skip is None or not skip(spec.key()):
+                    return spec
+            return None
+
+        if not self.processes:
+            while not (deadline and time.time() > deadline) and (spec := next_spec()) is not None:
+                try:
+                    record = run(spec, "cpu", timing_only=timing_only)
+                except TritonPathError:
+                    raise
+                except Exception:
+                    on_result("error", spec.key(), traceback.format_exc())
+                else:
+                    on_result("ok", spec.key(), record)
                 pending.extend(refill() if refill else [])
             return
         while pending or in_flight:
-            while pending and in_flight < self.width and not (deadline and time.time() > deadline):
-                self.jobs.put((pending.pop(0), timing_only))
+            while in_flight < self.width and not (deadline and time.time() > deadline):
+                spec = next_spec()
+                if spec is None:
+                    break
+                self.jobs.put((spec, timing_only))
                 in_flight += 1
             if not in_flight:
                 break
             try:
-                status, key, payload = self.results.get(timeout=20)
+                status, key, payload = self.backlog.pop(0) if self.backlog else self.results.get(timeout=2)
             except queue.Empty:
-                in_flight -= self._replace_crashed()
+                in_flight -= self._replace_crashed(on_result)
+                pending.extend(refill() if refill else [])
+                continue
+            if status == "start":
+                self.running[payload] = key
                 continue
             if status == "dead":
                 print(f"[bakeoff] worker {payload} on {key}: its CUDA context is broken; a new worker replaces it",
-                      flush=True)
+                      file=sys.stderr, flush=True)
                 for process in self.processes:
-                    if process.pid == payload:
+                    if process.pid == payload and not getattr(process, "replaced", False):
                         process.replaced = True
                         process.join(timeout=30)
-                self._start(key)
+                        self._start(key)
                 continue
             in_flight -= 1
+            self.running = {pid: k for pid, k in self.running.items() if k != key}
             if status == "fatal":
-                self.close()
+                self.close(now=True)
                 raise TritonPathError(payload)
             on_result(status, key, payload)
+            in_flight -= self._replace_crashed(on_result)
             pending.extend(refill() if refill else [])
 
     def close(self, *, now: bool = False):
@@ -393,56 +556,71 @@ class Executor:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
-    if args.merge:
-        runs = store.merge(args.merge, args.out)
-        print(f"[bakeoff] merged {len(args.merge)} stores: {len(runs)} runs -> {args.out}")
-        return 0
-    check_args(args)
-    if args.table:
-        print_table(store.load(args.out))
-        print_contrasts(args, store.load(args.out))
-        return 0
-    device = resolve_device(args.device)
-    runs = store.load(args.out)
-    if args.dry_run:
-        todo = sweep_specs(args) if args.phase != "seeds" else seed_specs(args, runs)
-        for spec in todo:
-            print(("stored  " if spec.key() in runs else "todo    ") + spec.key())
-        return 0
-    if device == "cuda":
-        import torch
+    """Exit status: 0, 1 when some run raised (printed, not stored: a later call retries it), 2 for a user
+    error (one line on stderr)."""
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        if args.merge:
+            if args.out is None:
+                args.out = store.SCRATCH
+            runs = store.merge(args.merge, args.out)
+            print(f"[bakeoff] merged {len(args.merge)} stores into {args.out}: {len(runs)} runs")
+            return 0
+        check_args(args)
+        resolve_out(args)
+        runs = store.load(args.out)
+        if args.table:
+            print_table(runs)
+            print_contrasts(args, runs)
+            return 0
+        device = resolve_device(args.device)
+        if device == "cuda":
+            import torch
 
-        if args.gpus > torch.cuda.device_count():
-            raise ValueError(f"--gpus must be <= {torch.cuda.device_count()} (GPUs visible), got {args.gpus}")
+            if args.gpus > torch.cuda.device_count():
+                raise ValueError(f"--gpus must be <= {torch.cuda.device_count()} (GPUs visible), got {args.gpus}")
+    except ValueError as err:   # StoreError included: refused before anything trains
+        p.error(str(err))
+    view = _view(args)
+    if args.dry_run:
+        todo = sweep_specs(args) if args.phase != "seeds" else seed_specs(args, view(runs))
+        for spec in todo:
+            print(("stored  " if spec.key() in view(runs) else "todo    ") + spec.key())
+        return 0
     executor = Executor(device, args.gpus, args.workers_per_gpu)
     deadline = time.time() + args.deadline_s if args.deadline_s else None
     # `timeout` sends SIGTERM: turn it into an exception, so the workers are stopped rather than orphaned.
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+    errors = 0
     try:
-        prov = store.provenance(device)
+        prov = store.provenance(device, argv)
         if args.measure:
-            measure(args, executor, device, runs, prov)
-            executor.close()
-            return 0
-        if args.phase == "all":   # seeds of a cell start as soon as its sweep is stored: no barrier
-            execute(sweep_specs(args), runs, executor, args.out, prov, deadline,
-                    more=lambda stored: seed_specs(args, stored, quiet=True) + close_specs(args, stored))
+            errors = measure(args, executor, device, runs, prov)
+        elif args.phase == "all":   # seeds of a cell start as soon as its sweep is stored: no barrier
+            errors = execute(sweep_specs(args), runs, executor, args.out, prov, deadline, view,
+                             more=lambda stored: seed_specs(args, stored, quiet=True) + close_specs(args, stored))
         elif args.phase == "lr":
-            execute(sweep_specs(args), runs, executor, args.out, prov, deadline)
+            errors = execute(sweep_specs(args), runs, executor, args.out, prov, deadline, view)
         elif args.phase == "seeds":
-            execute(seed_specs(args, runs), runs, executor, args.out, prov, deadline,
-                    more=lambda stored: close_specs(args, stored))
+            errors = execute(seed_specs(args, view(runs)), runs, executor, args.out, prov, deadline, view,
+                             more=lambda stored: close_specs(args, stored))
         else:
-            execute(close_specs(args, runs), runs, executor, args.out, prov, deadline)
+            errors = execute(close_specs(args, view(runs)), runs, executor, args.out, prov, deadline, view)
     except BaseException:
         executor.close(now=True)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
     executor.close()
-    print_table(runs)
-    print_contrasts(args, runs)
+    if not args.measure:
+        print_table(runs)
+        print_contrasts(args, runs)
+    if errors:
+        print(f"[bakeoff] {errors} runs raised and were not stored (tracebacks above); a later call retries them",
+              file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -454,10 +632,12 @@ def print_contrasts(args, runs: dict) -> None:
             if base.mixer != first or second not in args.mixer_list:
                 continue
             records = [cell_records(args, runs, spec) for spec in (base, replace(base, mixer=second))]
-            if any(not r or len(r) < 2 for r in records):
+            if any(not r for r in records):
                 continue
-            higher = records[0][0]["higher_is_better"]
-            a, b = ([r["metric"] for r in recs] for recs in records)
+            a, b = (_metrics(recs) for recs in records)
+            if min(len(a), len(b)) < 2:
+                continue
+            higher = records[0][0].get("higher_is_better", True)
             verdict = (f"{second} beats {first}" if beats(b, a, higher_is_better=higher) else
                        f"{first} beats {second}" if beats(a, b, higher_is_better=higher) else "no call")
             sa, sb = summarize(a), summarize(b)
@@ -479,37 +659,65 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def execute(specs, runs, executor, out, prov, deadline, more=None) -> None:
-    """Run the ``specs`` not stored yet, storing each as it finishes; ``more(runs)`` names runs that the
-    stored ones made possible, started as they appear."""
-    todo = list({s.key(): s for s in specs if s.key() not in runs}.values())
+def _view(args):
+    """What counts as stored when scheduling: every run, or with --retry-failed all but the failed ones."""
+    if not args.retry_failed:
+        return lambda runs: runs
+    return lambda runs: {key: r for key, r in runs.items() if store.status(r) != "failed"}
+
+
+def _describe(record: dict) -> str:
+    kind = store.status(record)
+    if kind == "diverged":
+        return f"DIVERGED at step {record['diverged_step']}"
+    if kind == "failed":
+        return "FAILED (stored): " + record["reason"][:200]
+    return (f"{record['metric_name']}={record['metric']:.4f}  {record['tokens_per_s']:.0f} tok/s "
+            f"{record['wall_s']:.1f}s")
+
+
+def execute(specs, runs, executor, out, prov, deadline, view=None, more=None) -> int:
+    """Run the ``specs`` not stored yet, storing each as it finishes (trained, diverged, or failed with its
+    reason); ``more(runs)`` names runs that the stored ones made possible, started as they appear. ``runs`` is
+    kept equal to the store, runs that other processes add to it included. Returns how many runs raised (not
+    stored: a later call retries them)."""
+    view = view or (lambda stored: stored)
+
+    def done(key):
+        return key in view(runs)
+
+    todo = list({s.key(): s for s in specs if not done(s.key())}.values())
     queued = {s.key() for s in todo}
+    by_key = {s.key(): s for s in specs}
     print(f"[bakeoff] {len(todo)} runs to do ({len(specs) - len(todo)} stored) on {executor.width} workers",
           flush=True)
-    started = time.time()
+    started, errors = time.time(), 0
 
     def on_result(status, key, payload):
-        if status != "ok":
-            print(f"[bakeoff] FAILED {key}\n{payload}", flush=True)
+        nonlocal errors
+        if status == "error":
+            errors += 1
+            print(f"[bakeoff] ERROR {key} (not stored)\n{payload}", file=sys.stderr, flush=True)
             return
-        payload["provenance"] = prov
-        runs[key] = payload
-        store.save(out, runs)
-        print(f"[bakeoff] {len(runs):4d} stored  {time.time() - started:7.1f}s  {key}  "
-              f"{payload['metric_name']}={payload['metric']:.4f}  {payload['tokens_per_s']:.0f} tok/s "
-              f"{payload['wall_s']:.1f}s", flush=True)
+        record = failed_record(by_key[key], payload) if status == "failed" else payload
+        record["provenance"] = prov
+        runs.update(store.save(out, {key: record}))
+        print(f"[bakeoff] {len(runs):4d} stored  {time.time() - started:7.1f}s  {key}  {_describe(record)}",
+              flush=True)
 
     def refill():
         if more is None:
             return []
         new = []
-        for spec in more(runs):
-            if spec.key() not in runs and spec.key() not in queued:
+        for spec in more(view(runs)):
+            by_key.setdefault(spec.key(), spec)
+            if not done(spec.key()) and spec.key() not in queued:
                 queued.add(spec.key())
                 new.append(spec)
         return new
 
-    executor.map(todo + refill(), on_result, deadline=deadline, refill=refill)
+    executor.map(todo + refill(), on_result, deadline=deadline, refill=refill, skip=done)
+    return errors
 
 
 def _shape(spec: RunSpec) -> tuple[int, int]:
@@ -518,10 +726,11 @@ def _shape(spec: RunSpec) -> tuple[int, int]:
                                                                  seq_len=spec.seq_len).seq_len, spec.batch_size
 
 
-def measure(args, executor, device, runs, prov) -> None:
+def measure(args, executor, device, runs, prov) -> int:
     """Time ``--measure-steps`` steps of every mixer at each shape of the grid, with every worker busy (so the
     sharing of a GPU is in the numbers); then, unless --no-measure-learn, train the sweep's middle learning
-    rate on the MQAR task that sets the MQAR learning rates (stored: the sweep reuses them) and print recall."""
+    rate on the MQAR task that sets the MQAR learning rates (stored: the sweep reuses them) and print recall.
+    Returns how many runs raised."""
     grid = sweep_specs(args)
     samples = {}
     for spec in grid:
@@ -529,10 +738,14 @@ def measure(args, executor, device, runs, prov) -> None:
     specs = [replace(spec, mixer=mixer, d_model=max(args.d_list), seed=copy, steps=args.measure_steps, phase="measure")
              for copy in range(executor.width) for spec in samples.values() for mixer in args.mixer_list]
     timings: dict[tuple, list[dict]] = {}
+    errors = 0
 
     def on_result(status, key, payload):
-        if status != "ok":
-            print(f"[bakeoff] measure FAILED {key}\n{payload}", flush=True)
+        nonlocal errors
+        if status != "ok" or store.status(payload) != "ok":
+            errors += status == "error"
+            reason = payload if isinstance(payload, str) else payload.get("reason")
+            print(f"[bakeoff] measure {status.upper()} {key} (not timed)\n{reason}", file=sys.stderr, flush=True)
             return
         spec = RunSpec(**{k: payload[k] for k in RunSpec.__dataclass_fields__})
         timings.setdefault((payload["mixer"],) + _shape(spec), []).append(payload)
@@ -556,7 +769,8 @@ def measure(args, executor, device, runs, prov) -> None:
         learn = [s for s in sweep_specs(args) if s.task == args.mqar_lr_task and s.lr == middle]
         print(f"[bakeoff] learnability: {args.mqar_lr_task} at lr {middle:g}, {args.steps_of['mqar']} steps "
               f"(stored as sweep runs)", flush=True)
-        execute(learn, runs, executor, args.out, prov, None)
+        errors += execute(learn, runs, executor, args.out, prov, None, _view(args))
+    return errors
 
 
 def estimate_grid(args, step_seconds, width) -> None:
@@ -575,7 +789,7 @@ def estimate_grid(args, step_seconds, width) -> None:
 
 def print_table(runs: dict) -> None:
     """Mean ± std over seeds of each (task, d_model, mixer) cell at its chosen learning rate, and its training
-    tokens/s against the SDPA model's on the same task and width."""
+    tokens/s against the SDPA model's on the same task and width; then every diverged or failed run."""
     from k3lite.bakeoff.plots import final_cells
 
     cells = final_cells(runs)
@@ -588,6 +802,11 @@ def print_table(runs: dict) -> None:
         print(f"{task:10s} {d:4d} {mixer:18s} {records[0]['lr']:8.0e} {s.n:2d} {records[0]['metric_name']:>10s} "
               f"{s.mean:8.4f} {s.std:7.4f} {records[0]['parameters']:8d} {speed[(task, d, mixer)]:9.0f} "
               f"{speed[(task, d, mixer)] / sdpa:7.2f}")
+    unfinished = sorted((store.status(r), r["key"]) for r in runs.values() if store.status(r) != "ok")
+    for kind, key in unfinished:
+        record = runs[key]
+        print(f"{kind:10s} {key}" + (f"  at step {record['diverged_step']}" if kind == "diverged" else "")
+              + f"  {' '.join(str(record.get('reason', '')).split())[:120]}")
 
 
 if __name__ == "__main__":

@@ -30,10 +30,11 @@ TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
 
 def final_cells(runs: dict) -> dict[tuple, list[dict]]:
     """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate: the one with the most seeds
-    (the seeds phase runs at the sweep's best), and among equals the one with the best mean metric."""
+    (the seeds phase runs at the sweep's best), and among equals the one with the best mean metric. Diverged
+    and failed runs have no metric and are left out (``python -m k3lite.bakeoff --table`` lists them)."""
     by_lr: dict[tuple, dict[float, list[dict]]] = {}
     for record in runs.values():
-        if record.get("phase") == "measure" or "metric" not in record:
+        if record.get("phase") == "measure" or store.finite_metric(record) is None:
             continue
         by_lr.setdefault((record["task"], record["d_model"], record["mixer"]), {}).setdefault(
             record["lr"], []).append(record)
@@ -235,7 +236,8 @@ def plot_lr_sweep(runs: dict, task: str, d_model: int, ax):
     sweep = [r for r in runs.values() if r["task"] == task and r["d_model"] == d_model and r["seed"] == 0
              and r.get("phase") in ("lr", "seeds")]
     for mixer in _order({r["mixer"] for r in sweep}):
-        points = sorted((r["lr"], r["metric"]) for r in sweep if r["mixer"] == mixer)
+        points = sorted((r["lr"], store.finite_metric(r)) for r in sweep
+                        if r["mixer"] == mixer and store.finite_metric(r) is not None)
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=COLORS.get(mixer),
                 label=LABELS.get(mixer, mixer))
     ax.set_xscale("log")

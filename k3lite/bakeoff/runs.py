@@ -11,9 +11,11 @@ kernels the eager step ran; if capture fails the run goes on eagerly and records
 from __future__ import annotations
 
 import math
+import re
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -177,8 +179,40 @@ def decay_summary(model, inputs, autocast) -> dict:
             "retention_above_0.99": [(r > 0.99).float().mean().item() for r in retention]}
 
 
+class Diverged(NamedTuple):
+    """Where and how a run's loss or weights turned non-finite: the run stops and is stored as diverged."""
+
+    step: int
+    reason: str
+
+
+_NON_FINITE_WORDS = re.compile(r"\b(nan|-?inf)\b", re.IGNORECASE)
+
+
+def _is_divergence(err: ValueError, model) -> bool:
+    """Whether a ``ValueError`` raised while training is the ops' value check meeting a non-finite beta or g
+    (``k3lite._validate.check_beta_values``/``check_gate_values`` raise ValueError on the CPU; on CUDA the same
+    check is a device-side assert): the message names a NaN/inf, or the weights are no longer finite."""
+    return bool(_NON_FINITE_WORDS.search(str(err))) or not _weights_finite(model)
+
+
+@torch.no_grad()
+def _weights_finite(model) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def failed_record(spec: RunSpec, reason: str) -> dict:
+    """The stored record of a run that could not finish (its worker's CUDA context died, or the worker
+    itself): the spec, ``status: "failed"``, the reason; no metric. A later result for its key replaces it."""
+    return {"key": spec.key(), **asdict(spec), "status": "failed", "reason": reason[-2000:], "metric": None}
+
+
 def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool = True, timing_only=False) -> dict:
-    """Train one model as ``spec`` says and return its record (without provenance)."""
+    """Train one model as ``spec`` says and return its record (without provenance).
+
+    A run whose loss or weights turn non-finite returns a record with ``status: "diverged"``,
+    ``diverged_step`` and ``reason``, and no metric (on the CPU it stops at once; on CUDA, where no step
+    synchronises, the losses are checked at the end)."""
     device = torch.device(device)
     cuda = device.type == "cuda"
     task = make_task(spec.task, vocab_size=spec.vocab_size, seq_len=spec.seq_len, lm_seq_len=spec.lm_seq_len)
@@ -200,6 +234,7 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
     triton_calls = None
     step_fn, graph_error, graphed_steps = None, None, 0
     side = torch.cuda.Stream(device) if graphed else None
+    diverged, steps_done = None, spec.steps
     for step in range(spec.steps):
         _set_learning_rate(optimizer, learning_rate(step, spec.steps, spec.lr, warmup))
         if step == timed_from:
@@ -217,27 +252,43 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
         # stream too: a batch drawn on the default stream and read on another would race its own writes.
         if side is not None:
             side.wait_stream(torch.cuda.current_stream(device))
-        with _maybe_stream(side):
-            batch = task.sample(spec.batch_size, generator, device)
-            if step == 0 and cuda and check_triton:
-                with count_triton_calls() as counts:
+        try:
+            with _maybe_stream(side):
+                batch = task.sample(spec.batch_size, generator, device)
+                if step == 0 and cuda and check_triton:
+                    with count_triton_calls() as counts:
+                        losses[step] = _train_step(model, optimizer, batch, cuda)
+                    triton_calls = _check_triton_path(model, counts, spec.mixer)
+                else:
                     losses[step] = _train_step(model, optimizer, batch, cuda)
-                triton_calls = _check_triton_path(model, counts, spec.mixer)
-            else:
-                losses[step] = _train_step(model, optimizer, batch, cuda)
+        except ValueError as err:
+            if cuda or not _is_divergence(err, model):
+                raise
+            diverged, steps_done = Diverged(step, f"{type(err).__name__}: {err}"), step
+            break
         if side is not None:
             torch.cuda.current_stream(device).wait_stream(side)
+        if not cuda and not math.isfinite(losses[step].item()):   # on the CPU a step costs more than this read
+            diverged, steps_done = Diverged(step, f"the training loss is {losses[step].item()}"), step + 1
+            break
     if cuda:
         torch.cuda.synchronize(device)
     end = time.perf_counter()
-    timed_steps = spec.steps - timed_from
-    loss_list = losses.tolist()
+    loss_list = losses[:steps_done].tolist()
+    if diverged is None:
+        bad = next((i for i, value in enumerate(loss_list) if not math.isfinite(value)), None)
+        if bad is not None:
+            diverged = Diverged(bad, f"the training loss is {loss_list[bad]}")
+        elif not _weights_finite(model):
+            diverged = Diverged(spec.steps - 1, "the weights are not finite after the last update")
+    timed_steps = max(0, steps_done - timed_from)
     every = max(1, spec.steps // CURVE_POINTS)
+    tail = loss_list[-10:] or [float("nan")]
     record = {"key": spec.key(), **asdict(spec), "seq_len_used": task.seq_len,
               "parameters": num_parameters(model), "mlp_hidden": model.blocks[0].mlp[0].out_features,
               "metric_name": task.metric, "higher_is_better": task.higher_is_better,
-              "curve": {"step": list(range(0, spec.steps, every)), "loss": loss_list[::every]},
-              "final_loss": sum(loss_list[-10:]) / len(loss_list[-10:]),
+              "curve": {"step": list(range(0, steps_done, every)), "loss": loss_list[::every]},
+              "final_loss": sum(tail) / len(tail),
               "seconds_per_step": (end - timed_start) / max(1, timed_steps),
               "first_steps_s": timed_start - start,
               "tokens_per_s": timed_steps * spec.batch_size * task.seq_len / max(1e-9, end - timed_start),
@@ -245,12 +296,23 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
               "device": str(device), "graphed_steps": graphed_steps}
     if graph_error:
         record["cuda_graph_error"] = graph_error
+    if diverged is None and not timing_only:
+        try:
+            metrics = evaluate(model, task, torch.Generator(device=device).manual_seed(spec.seed + 10_000), device,
+                               cuda, spec.eval_batch)
+        except ValueError as err:
+            if cuda or not _is_divergence(err, model):
+                raise
+            diverged = Diverged(spec.steps, f"evaluation: {type(err).__name__}: {err}")
+        else:
+            if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
+                diverged = Diverged(spec.steps, f"the evaluation metrics are not finite: {metrics}")
+    if diverged is not None:
+        record.update(status="diverged", diverged_step=diverged.step, reason=diverged.reason[:1000], metrics={},
+                      metric=None, wall_s=time.perf_counter() - start)
+        return record
     if timing_only:
         return record
-    metrics = evaluate(model, task, torch.Generator(device=device).manual_seed(spec.seed + 10_000), device, cuda,
-                       spec.eval_batch)
-    if not math.isfinite(record["final_loss"]):
-        metrics = {name: (float("nan")) for name in metrics}
     record.update(metrics=metrics, metric=metrics[task.metric], wall_s=time.perf_counter() - start)
     if task.name == "lm":
         record["corpus"] = corpus_fingerprint(device)
