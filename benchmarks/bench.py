@@ -21,7 +21,10 @@ L tokens (4096, 32768, 131072 on a GPU), tokens/s and the K3/GPT-2 ratio per L, 
 sequence; on a GPU also each model's device time per step, measured twice, as the profiler's sum of its kernels
 and as the replay of one step captured in a CUDA graph (see ``bench_model_decode``).
 
-Results are printed as a table and written as JSON (with the command, date, device and versions).
+Results are printed as a table and written as JSON (with the command, date, device and versions), atomically, never
+as an empty table and never over a file with more rows unless ``--overwrite`` is given (:class:`ResultsFile`). Every
+option is checked before anything is measured: an unknown section or kind, a count below its least value, or a flag
+that no chosen section uses exits with status 2 and one error line.
 """
 
 from __future__ import annotations
@@ -915,24 +918,156 @@ def plot(results, path):
     plt.close(fig)
 
 
-def merge(paths, out, plot_path):
-    """One results file from several runs: rows concatenated (each row's ratios come from its own run),
-    sections taken from the run that has them, each run's command kept."""
-    runs = [json.loads(p.read_text()) for p in paths]
-    merged = {"meta": dict(runs[0]["meta"]), "chunked": [], "decode": [], "situ": {}}
-    merged["meta"]["runs"] = [{key: run["meta"].get(key) for key in ("command", "date_utc")} for run in runs]
-    for run in runs:
-        merged["chunked"] += run.get("chunked", [])
-        merged["decode"] += run.get("decode", [])
-        for key, value in run.items():
-            if key not in ("meta", "chunked", "decode") and value:
-                merged[key] = value
+# A row's identity, for --merge: two rows with the same key measured the same thing.
+ROW_KEYS = {"chunked": ("kind", "B", "T", "H", "D", "mode"), "decode": ("kind", "B", "H", "K", "V")}
+# What differs between two copies of one measurement without making them different measurements.
+VOLATILE = ("elapsed_s",)
+
+
+def count_rows(results: dict) -> int:
+    """The measurements a results dict holds: its chunked, decode and model_decode rows, one for a SiTU section and
+    one per profiled mode. What the file guard (:class:`ResultsFile`) compares."""
+    return (len(results.get("chunked") or []) + len(results.get("decode") or [])
+            + len((results.get("model_decode") or {}).get("rows") or []) + (1 if results.get("situ") else 0)
+            + len(results.get("kda_profile_2x8192x16") or {}))
+
+
+def existing_rows(path: Path) -> int | None:
+    """:func:`count_rows` of the results file at ``path``: 0 when there is none (or it is empty), None when it is
+    not a results file this runner can read (then only ``--overwrite`` replaces it)."""
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return 0
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return count_rows(data) if isinstance(data, dict) else None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then move it over ``path`` (os.replace): a reader, or a run
+    killed halfway, sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class ResultsFile:
+    """Where a run's results go. Every save is atomic (:func:`write_atomic`) and none writes an empty table. An
+    existing file is replaced only by results with at least as many rows (:func:`count_rows`), or with
+    ``overwrite``; until then the results go to ``<name>.new.json`` beside it, which a save that may replace the file
+    removes again. So a run killed halfway, a run of fewer sections, or a typo never costs a file its rows."""
+
+    def __init__(self, path: Path, overwrite: bool = False):
+        self.path, self.overwrite = path, overwrite
+        self.existing = existing_rows(path)
+        self.aside = path.with_name(f"{path.stem}.new{path.suffix or '.json'}")
+        self.target: Path | None = None   # where the last save went
+
+    def may_replace(self, rows: int) -> bool:
+        return self.overwrite or self.existing == 0 or (self.existing is not None and rows >= self.existing)
+
+    def save(self, results: dict) -> Path | None:
+        rows = count_rows(results)
+        if rows == 0:
+            return None
+        target = self.path if self.may_replace(rows) else self.aside
+        write_atomic(target, json.dumps(results, indent=1))
+        if target == self.path and self.target == self.aside:
+            self.aside.unlink(missing_ok=True)
+        self.target = target
+        return target
+
+    def report(self, results: dict) -> int:
+        """The closing line of a run (or a merge) and its exit status: 0 when the results are in the file named."""
+        rows = count_rows(results)
+        if self.target == self.path:
+            print(f"wrote {self.path} ({rows} rows)")
+            return 0
+        if self.target is None:
+            print(f"measured nothing: no file written ({self.path} left as it was)", file=sys.stderr)
+            return 1
+        held = "rows it cannot count" if self.existing is None else f"{self.existing} rows"
+        print(f"kept {self.path} ({held}): this run has {rows}, so its results are in {self.aside}; pass --overwrite "
+              f"to replace the file", file=sys.stderr)
+        return 1
+
+
+def load_run(path: Path) -> dict:
+    """One run's JSON for --merge; a ValueError naming the file when it is missing or not a results file."""
+    try:
+        run = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"--merge: cannot read {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise ValueError(f"--merge: {path} is not JSON ({err})") from None
+    if not isinstance(run, dict) or not isinstance(run.get("meta"), dict):
+        raise ValueError(f"--merge: {path} is not a benchmark results file (no meta)")
+    return run
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    strip = lambda row: {key: value for key, value in row.items() if key not in VOLATILE}  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def _describe(section: str, key: tuple) -> str:
+    return f"{section} " + " ".join(f"{name}={value}" for name, value in zip(ROW_KEYS[section], key))
+
+
+def merge(paths, out, plot_path, overwrite=False):
+    """One results file from several runs: rows joined (each row's ratios come from its own run), each measurement
+    once. Rows with one key (:data:`ROW_KEYS`: kind, B, T, H, D, mode for chunked rows; kind, B, H, K, V for
+    decode rows) are one measurement: an identical copy (the same file twice) is dropped, a different one is a
+    conflict, reported, and the first file's row kept. Sections (situ, model_decode, the profile) come from the
+    first run that has them, a different one in a later run again a conflict. Each run's command is kept once.
+    Returns the exit status (see :class:`ResultsFile`)."""
+    runs = [(path, load_run(path)) for path in paths]
+    merged = {"meta": dict(runs[0][1]["meta"]), "chunked": [], "decode": [], "situ": {}}
+    merged["meta"]["runs"] = []
+    kept, conflicts, duplicates = {}, [], 0
+    sources = {}
+    for path, run in runs:
+        entry = {key: run["meta"].get(key) for key in ("command", "date_utc")}
+        if entry not in merged["meta"]["runs"]:
+            merged["meta"]["runs"].append(entry)
+        for section, fields in ROW_KEYS.items():
+            for row in run.get(section) or []:
+                key = (section, tuple(row.get(name) for name in fields))
+                if key not in kept:
+                    kept[key] = (path, row)
+                    merged[section].append(row)
+                elif _same_row(kept[key][1], row):
+                    duplicates += 1
+                else:
+                    conflicts.append({"what": _describe(*key), "kept": str(kept[key][0]), "dropped": str(path)})
+        for name, value in run.items():
+            if name in ("meta", *ROW_KEYS) or not value:
+                continue
+            if not merged.get(name):
+                merged[name], sources[name] = value, path
+            elif merged[name] == value:
+                duplicates += 1
+            else:
+                conflicts.append({"what": f"section {name}", "kept": str(sources[name]), "dropped": str(path)})
     order = {kind: i for i, kind in enumerate(KINDS)}
-    merged["chunked"].sort(key=lambda r: (order[r["kind"]], r["T"], r["mode"]))
-    out.write_text(json.dumps(merged, indent=1))
-    if plot_path:
+    merged["chunked"].sort(key=lambda r: (order.get(r.get("kind"), len(order)), r.get("T") or 0, r.get("mode") or ""))
+    if conflicts:
+        merged["meta"]["merge_conflicts"] = conflicts
+    for conflict in conflicts:
+        print(f"merge conflict: {conflict['what']} differs between {conflict['kept']} and {conflict['dropped']}; "
+              f"kept {conflict['kept']}'s", file=sys.stderr)
+    print(f"merged {len(runs)} files: {count_rows(merged)} rows, {duplicates} duplicates dropped, "
+          f"{len(conflicts)} conflicts")
+    results_file = ResultsFile(out, overwrite)
+    results_file.save(merged)
+    if plot_path and results_file.target == out:
         plot(merged, plot_path)
-    print(f"wrote {out} from {len(runs)} runs")
+    return results_file.report(merged)
 
 
 def versions(fla):
@@ -948,29 +1083,104 @@ def versions(fla):
     return info
 
 
+SECTIONS = ("situ", "decode", "profile", "fwd", "fwd+bwd", "model_decode")
+DEFAULT_SECTIONS = ("situ", "decode", "profile", "fwd", "fwd+bwd")
+GPU_ONLY_SECTIONS = ("profile",)
+EXAMPLES = """examples:
+  python -m benchmarks.bench
+  python -m benchmarks.bench --quick --out runs/quick.json
+  python -m benchmarks.bench --kinds kda,delta_rule --sections fwd,fwd+bwd --out runs/mine.json
+  python -m benchmarks.bench --sections fwd --shapes 8x2048,2x8192 --out runs/fwd.json
+  python -m benchmarks.bench --sections model_decode --decode-contexts 4096,32768 --decode-batch 8 --decode-steps 32
+  python -m benchmarks.bench --merge runs/a.json runs/b.json --out runs/merged.json --plot runs/merged.png
+
+Results are written atomically, never as an empty table, and never over a file that holds more rows
+unless --overwrite is given (they then go to <out>.new.json beside it, and the exit status is 1)."""
+
+
+def _int_at_least(least: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {value}")
+        return value
+    return parse
+
+
+def _names(parser, flag: str, text: str, allowed) -> list[str]:
+    """A comma-separated list of names from ``allowed``, each once; parser.error naming the unknown ones."""
+    names = [name.strip() for name in text.split(",")]
+    if unknown := [name or "''" for name in names if name not in allowed]:
+        parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
+    return list(dict.fromkeys(names))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Benchmark of the k3lite kernels (benchmarks/bench.py's docstring says what each section times).")
+    add = parser.add_argument
+    add("--out", type=Path, metavar="PATH",
+        help="JSON path (default: runs/bench_<device>.json, runs/ being git-ignored scratch: bench_gpu.json, "
+             "bench_h200.json or bench_cpu.json)")
+    add("--overwrite", action="store_true",
+        help="replace --out even when it holds more rows than this run (default: off)")
+    add("--plot", type=Path, metavar="PATH",
+        help="PNG path for the ratio plot of the chunked rows against fla (default: no plot; GPU runs with fla only)")
+    add("--quick", action="store_true", help="one shape per section (default: off)")
+    add("--sections", metavar="LIST",
+        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)}; "
+             "model_decode, a K3-shaped against a GPT-2-shaped model, only when named; profile on a GPU only)")
+    add("--kinds", metavar="LIST", help=f"comma-separated mechanisms for fwd, fwd+bwd (default: {','.join(KINDS)})")
+    add("--shapes", metavar="LIST",
+        help="fwd, fwd+bwd on a GPU: comma-separated BxT (H = 16), e.g. 8x2048,2x8192 "
+             "(default: 2x8192,1x32768,8x2048; --quick: 2x8192)")
+    add("--decode-contexts", metavar="LIST",
+        help="model_decode: comma-separated context lengths >= 1 "
+             "(default: 4096,32768,131072 on a GPU, 64,256,1024 on a CPU; --quick: 4096 / 64,256)")
+    add("--decode-batch", type=_int_at_least(1), metavar="N",
+        help="model_decode: sequences per step, >= 1 (default: 8 on a GPU, 2 on a CPU)")
+    add("--decode-steps", type=_int_at_least(1), metavar="N",
+        help="model_decode: timed steps, >= 1 (default: 32 on a GPU, 4 on a CPU)")
+    add("--decode-prefill-max", type=_int_at_least(0), metavar="L",
+        help="model_decode: longest context filled by a prefill, longer ones with random keys/values "
+             "(default: 4096 on a GPU, every context on a CPU)")
+    add("--merge", type=Path, nargs="+", metavar="JSON",
+        help="join the JSON files of runs that split the work (e.g. one per GPU of a machine) into --out, each row "
+             "once, and plot with --plot; measures nothing (default: off)")
+    return parser
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, help="JSON path (default figures/bench_<device>.json)")
-    parser.add_argument("--plot", type=Path, help="PNG path for the ratio plot (GPU runs)")
-    parser.add_argument("--quick", action="store_true", help="one shape per section")
-    parser.add_argument("--sections", default="situ,decode,profile,fwd,fwd+bwd",
-                        help="comma-separated subset of situ, decode, profile, fwd, fwd+bwd, model_decode "
-                             "(model_decode, a K3-shaped against a GPT-2-shaped model, only when named)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated mechanisms for fwd, fwd+bwd")
-    parser.add_argument("--shapes", help="fwd, fwd+bwd on a GPU: comma-separated BxT (H = 16), e.g. 8x2048,2x8192 "
-                        "(default 2x8192,1x32768,8x2048)")
-    parser.add_argument("--decode-contexts", help="model_decode: comma-separated context lengths (default "
-                        "4096,32768,131072 on a GPU, 64,256,1024 on a CPU; --quick: 4096 / 64,256)")
-    parser.add_argument("--decode-batch", type=int, help="model_decode: sequences per step (default 8 GPU, 2 CPU)")
-    parser.add_argument("--decode-steps", type=int, help="model_decode: timed steps (default 32 GPU, 4 CPU)")
-    parser.add_argument("--decode-prefill-max", type=int, help="model_decode: longest context filled by a "
-                        "prefill, longer ones with random keys/values (default 4096 GPU, every context on a CPU)")
-    parser.add_argument("--merge", type=Path, nargs="+", help="join the JSON files of runs that split the work "
-                        "(e.g. one per GPU of a machine) into --out, and plot; measures nothing")
+    parser = build_parser()
     args = parser.parse_args(argv)
-    kinds = args.kinds.split(",")
-    if unknown := [kind for kind in kinds if kind not in KINDS]:
-        parser.error(f"--kinds: unknown {', '.join(unknown)}; choose from {', '.join(KINDS)}")
+    gpu = torch.cuda.is_available()
+    measuring = {"--sections": args.sections, "--kinds": args.kinds, "--shapes": args.shapes,
+                 "--decode-contexts": args.decode_contexts, "--decode-batch": args.decode_batch,
+                 "--decode-steps": args.decode_steps, "--decode-prefill-max": args.decode_prefill_max,
+                 "--quick": args.quick or None}
+    if args.merge:
+        if given := [flag for flag, value in measuring.items() if value is not None]:
+            parser.error(f"--merge measures nothing: drop {', '.join(given)}")
+        if args.out is None:
+            parser.error("--merge needs --out, the file to write")
+        try:
+            return merge(args.merge, args.out, args.plot, args.overwrite)
+        except ValueError as err:
+            parser.error(str(err))
+    sections = _names(parser, "--sections", args.sections, SECTIONS) if args.sections is not None \
+        else list(DEFAULT_SECTIONS)
+    kinds = _names(parser, "--kinds", args.kinds, KINDS) if args.kinds is not None else list(KINDS)
+    modes = [m for m in ("fwd", "fwd+bwd") if m in sections]
+    if args.kinds is not None and not modes:
+        parser.error("--kinds: applies to the fwd and fwd+bwd sections, and --sections names neither")
+    runnable = [name for name in sections if gpu or name not in GPU_ONLY_SECTIONS]
+    if not runnable:
+        parser.error(f"--sections: {', '.join(sections)} {'runs' if len(sections) == 1 else 'run'} on a GPU only; "
+                     "this machine has none, so nothing would be measured")
     chosen_shapes = None
     if args.shapes:
         try:
@@ -980,13 +1190,24 @@ def main(argv=None):
         if not chosen_shapes or min(min(b, t) for b, t, _ in chosen_shapes) < 1:
             parser.error(f"--shapes: expected comma-separated BxT with B, T ≥ 1 (e.g. 8x2048,2x8192), "
                          f"got {args.shapes!r}")
-        if not torch.cuda.is_available():
+        if not modes:
+            parser.error("--shapes: applies to the fwd and fwd+bwd sections, and --sections names neither")
+        if not gpu:
             parser.error("--shapes: GPU runs only (on a CPU the table runs at one toy shape through the interpreter)")
-    if args.merge:
-        if args.out is None:
-            parser.error("--merge needs --out, the file to write")
-        return merge(args.merge, args.out, args.plot)
-    gpu = torch.cuda.is_available()
+    contexts = None
+    if args.decode_contexts is not None:
+        try:
+            contexts = [int(c) for c in args.decode_contexts.split(",")]
+        except ValueError:
+            contexts = []
+        if not contexts or min(contexts) < 1:
+            parser.error(f"--decode-contexts: expected comma-separated context lengths >= 1 (e.g. 4096,32768), "
+                         f"got {args.decode_contexts!r}")
+    decode_flags = [flag for flag in ("--decode-contexts", "--decode-batch", "--decode-steps", "--decode-prefill-max")
+                    if measuring[flag] is not None]
+    if decode_flags and "model_decode" not in sections:
+        parser.error(f"{', '.join(decode_flags)}: {'applies' if len(decode_flags) == 1 else 'apply'} to the "
+                     "model_decode section, which --sections does not name")
     device = "cuda" if gpu else "cpu"
     name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
     default = "bench_h200.json" if "H200" in name else ("bench_cpu.json" if not gpu else "bench_gpu.json")
@@ -1017,12 +1238,11 @@ def main(argv=None):
                                 "k3lite_default_ms = kernels.run_step alone; on a GPU the host times and the paired "
                                 "ratio as above, with run_step as the kernels"},
                "chunked": [], "decode": [], "situ": {}}
-    out.parent.mkdir(parents=True, exist_ok=True)
+    results_file = ResultsFile(out, args.overwrite)
 
     def save():
-        out.write_text(json.dumps(results, indent=1))
+        results_file.save(results)
 
-    sections = set(args.sections.split(","))
     if gpu:
         shapes = [(2, 8192, 16)] if args.quick else [(2, 8192, 16), (1, 32768, 16), (8, 2048, 16)]
         shapes = chosen_shapes or shapes
@@ -1034,7 +1254,6 @@ def main(argv=None):
         bench_situ(*situ_shape, device, measure, results, save)
     if "decode" in sections:
         bench_decode(batches[-1:] if args.quick else batches, 16 if gpu else 2, D, device, measure, fla, results, save)
-    modes = [m for m in ("fwd", "fwd+bwd") if m in sections]
     if modes:
         bench_chunked(shapes, D, dtype, device, measure, fla, modes, results, save, kinds)
     if gpu and "profile" in sections:
@@ -1043,18 +1262,18 @@ def main(argv=None):
         except Exception as err:  # the profiler is optional
             print(f"profile skipped: {err!r}")
     if "model_decode" in sections:   # last: on a shared GPU run it must not take time from the kernel rows
-        if args.decode_contexts:
-            contexts = [int(c) for c in args.decode_contexts.split(",")]
-        elif gpu:
-            contexts = [4096] if args.quick else [4096, 32768, 131072]
-        else:
-            contexts = [64, 256] if args.quick else [64, 256, 1024]
+        if contexts is None:
+            if gpu:
+                contexts = [4096] if args.quick else [4096, 32768, 131072]
+            else:
+                contexts = [64, 256] if args.quick else [64, 256, 1024]
         prefill_max = args.decode_prefill_max
         if prefill_max is None:
             prefill_max = 4096 if gpu else max(contexts)
         try:
-            bench_model_decode(contexts, args.decode_batch or (8 if gpu else 2),
-                               args.decode_steps or (32 if gpu else 4), prefill_max, device, results, save)
+            batch = args.decode_batch if args.decode_batch is not None else (8 if gpu else 2)
+            steps = args.decode_steps if args.decode_steps is not None else (32 if gpu else 4)
+            bench_model_decode(contexts, batch, steps, prefill_max, device, results, save)
         except Exception as err:  # e.g. out of memory at the longest context: keep the rows measured so far
             results.setdefault("model_decode", {})["error"] = repr(err)[:300]
             print(f"model_decode stopped: {err!r}", flush=True)
@@ -1063,8 +1282,8 @@ def main(argv=None):
     save()
     if args.plot:
         plot(results, args.plot)
-    print(f"wrote {out}")
+    return results_file.report(results)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

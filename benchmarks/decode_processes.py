@@ -1,7 +1,7 @@
 """The decode rows of the public-API target under the rule the sixteenth run wrote down before the next measurement.
 
-    python benchmarks/decode_processes.py [--processes 4] [--out-dir DIR] [--summary FILE.json]
-    python benchmarks/decode_processes.py --summarize DIR [--summary FILE.json]
+    python -m benchmarks.decode_processes [--processes 4] [--out-dir DIR] [--summary FILE.json]
+    python -m benchmarks.decode_processes --summarize DIR [--summary FILE.json]
 
 A decode step at B = 64 runs for about 0.04 ms on an H200, about as long as the host takes to issue it, so one
 process on a briefly slowed host can set its API ratio (benchmarks/README.md, sixteenth run). This runs
@@ -10,7 +10,7 @@ process on a briefly slowed host can set its API ratio (benchmarks/README.md, si
 Each process gives ops / kernels as the median of its four back-to-back pairs; a row's figure is the median over
 the processes of one launch mode, printed with the smallest and largest. The target is met when every cached
 figure is within 5 %. ``--summarize DIR`` reads JSON files a run already wrote. A GPU run only: on a CPU the
-benchmark times no pairs.
+benchmark times no pairs. The files go to runs/decode_processes/ unless --out-dir names another folder.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from benchmarks.bench import LAUNCHES
 
 MODES = tuple(LAUNCHES)
 BOUND = 1.05
+# Scratch, as the benchmark's own default output: runs/ is git-ignored, so a run stays out of the repository until
+# its files are named with --out-dir.
+DEFAULT_OUT_DIR = Path(__file__).resolve().parents[1] / "runs" / "decode_processes"
 
 
 def mode_order(processes: int) -> list[str]:
@@ -90,11 +93,20 @@ def run_processes(processes: int, out_dir: Path) -> list[Path]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--processes", type=int, default=4, help="processes per launch mode (default 4)")
-    parser.add_argument("--out-dir", type=Path, default=Path("decode_processes"), help="where each process's JSON goes")
-    parser.add_argument("--summarize", type=Path, metavar="DIR", help="only read the JSON files already in DIR")
-    parser.add_argument("--summary", type=Path, help="write the summary as JSON here")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.decode_processes", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  python -m benchmarks.decode_processes\n"
+               "  python -m benchmarks.decode_processes --processes 2 --out-dir runs/decode --summary runs/d.json\n"
+               "  python -m benchmarks.decode_processes --summarize runs/decode")
+    parser.add_argument("--processes", type=int, default=4, metavar="N", help="processes per launch mode (default: 4)")
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, metavar="DIR",
+                        help="where each process's JSON goes (default: runs/decode_processes, git-ignored)")
+    parser.add_argument("--summarize", type=Path, metavar="DIR",
+                        help="only read the JSON files already in DIR (default: off, run the processes)")
+    parser.add_argument("--summary", type=Path, metavar="PATH",
+                        help="write the summary as JSON here (default: printed only)")
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes must be at least 1, got {args.processes}")

@@ -103,6 +103,20 @@ def _assert_on_device(condition: torch.Tensor, message: str) -> bool:
     return True
 
 
+def token_id_tensor(idx) -> torch.Tensor:
+    """``idx`` as the models take it: a ``[B, T]`` tensor (T >= 1) of any integer dtype, returned as torch.long (the
+    same tensor when it is long already). GPT-2 and K3 both check their input here, so both accept the same dtypes and
+    refuse the others (floats, booleans, complex) with the same ValueError naming ``idx``."""
+    if not isinstance(idx, torch.Tensor):
+        raise ValueError(f"idx must be a torch.Tensor of token ids [B, T], got {type(idx).__name__}")
+    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        raise ValueError(f"idx must hold integer token ids (any integer dtype, used as torch.long), got dtype "
+                         f"{idx.dtype}")
+    if idx.dim() != 2 or idx.shape[1] == 0:
+        raise ValueError(f"idx must be [B, T] with T >= 1, got shape {tuple(idx.shape)}")
+    return idx.long()
+
+
 def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
     """Token ids must lie in ``[0, vocab_size)``: an immediate ValueError on CPU, an asynchronous
     device-side assert on CUDA (no host synchronisation in a generate loop or a training step)."""

@@ -10,9 +10,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from numbers import Integral
 
 import torch
 import torch.nn.functional as F
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss or the gradient norm of a step was not finite (NaN or infinity): training stopped before that step's
+    update, so the model keeps the parameters of the step before. ``step`` is the step, ``history`` what was recorded
+    up to it."""
+
+    def __init__(self, message: str, step: int, history: "TrainHistory"):
+        super().__init__(message)
+        self.step, self.history = step, history
 
 
 @dataclass
@@ -44,9 +55,16 @@ def train(model: torch.nn.Module, next_batch, *, steps: int, lr: float = 3e-3, w
 
     ``next_batch(step)`` returns ``(inputs, targets)``. If ``eval_batch`` (a fixed
     ``(inputs, targets)`` pair) and ``eval_every`` are given, the validation loss is recorded too.
+    The training loss is recorded every ``log_every`` steps and at the last one.
+
+    A step whose loss or gradient norm is not finite (the run diverged) stops the loop before its update, with a
+    :class:`TrainingDiverged` error naming the step (a ``FloatingPointError``): the parameters keep the values they had
+    before that step, never NaN. Lower ``lr`` or raise ``warmup`` and train again.
     """
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    for name, value, least in (("steps", steps, 1), ("log_every", log_every, 1), ("eval_every", eval_every, 0),
+                               ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     history = TrainHistory()
     start = time.perf_counter()
@@ -58,7 +76,17 @@ def train(model: torch.nn.Module, next_batch, *, steps: int, lr: float = 3e-3, w
         loss = lm_loss(model(inputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        # One number read back per step (as the history's loss is at log_every=1): a NaN or infinite loss or gradient
+        # would turn every parameter into NaN at the update (clipping scales an infinite gradient by 0, giving NaN),
+        # and the run would go on silently.
+        if not torch.isfinite(loss.detach() + norm.to(loss.dtype)).item():
+            history.seconds = time.perf_counter() - start
+            raise TrainingDiverged(
+                f"training diverged at step {step} (of {steps}): loss {loss.item():.4g}, gradient norm "
+                f"{norm.item():.4g}; stopped before that step's update, so the parameters are "
+                f"{f'those after step {step - 1}' if step else 'the initial ones'}. Lower lr (now {lr:g}) or raise "
+                f"warmup (now {warmup})", step, history)
         optimizer.step()
         if step % log_every == 0 or step == steps - 1:
             history.steps.append(step)

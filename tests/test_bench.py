@@ -25,7 +25,7 @@ def test_merge_keeps_every_row_and_each_run(tmp_path):
     b = run_file(tmp_path / "b.json", "bench --kinds delta_rule",
                  [row("delta_rule", 8192, "fwd+bwd", 1.3), row("delta_rule", 8192, "fwd", None)])
     out, png = tmp_path / "merged.json", tmp_path / "merged.png"
-    bench.main(["--merge", str(a), str(b), "--out", str(out), "--plot", str(png)])
+    assert bench.main(["--merge", str(a), str(b), "--out", str(out), "--plot", str(png)]) == 0
     merged = json.loads(out.read_text())
     assert [(r["kind"], r["T"], r["mode"]) for r in merged["chunked"]] == [
         ("kda", 2048, "fwd"), ("kda", 8192, "fwd"), ("delta_rule", 8192, "fwd"), ("delta_rule", 8192, "fwd+bwd")]
@@ -52,7 +52,7 @@ def test_bad_options_are_refused(tmp_path, capsys):
 def test_cpu_run_times_the_ops_api_and_the_kernels_alone(tmp_path):
     # On a CPU the table runs at toy sizes through the interpreter: it shows the rows are filled, not speed.
     out = tmp_path / "cpu.json"
-    bench.main(["--sections", "fwd,fwd+bwd,decode", "--kinds", "gated_delta_rule", "--out", str(out)])
+    assert bench.main(["--sections", "fwd,fwd+bwd,decode", "--kinds", "gated_delta_rule", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert [r["mode"] for r in data["chunked"]] == ["fwd", "fwd+bwd"]
     for r in data["chunked"]:

@@ -16,14 +16,16 @@ Both entry points check their arguments as ``k3lite.ops`` does (one set of check
 ``run_chunked`` / ``run_step`` skip them for the ops, which checked already. When no input requires grad (or grad
 is off), ``chunked`` runs the forward without an autograd node and keeps no intermediates for a backward.
 
-Gradients of ``chunked``: every stage of the backward is a Triton kernel (``chunk_bwd_triton.py``: the
-reverse state pass plus the chunk-parallel gradients through the intra-chunk products, the triangular
-solve, the WY factors and the decays). ``step`` has no backward (see its docstring). The gates' gradient is
-each vector the gates scale times its gradient (q dq and k dk, signed by the direction of the decay; in the state
-stage dG = Q dQ - K dK), summed in reverse over each chunk: terms of order one that cancel, so its error is
-absolute, a few float32 steps of |q dq| + |k dk|. Where the gates are so strong that dg itself falls below that
-(about -20 per step: dg near 1e-8), its relative error is large; the PyTorch backward (``backend="torch"``)
-differentiates the decays themselves and keeps it relative (tests/test_kernels_cpu.py measures both).
+Gradients of ``chunked``: every stage of the backward is a Triton kernel (``chunk_bwd_triton.py``: the reverse state
+pass plus the chunk-parallel gradients through the intra-chunk products, the triangular solve, the WY factors and
+the decays). ``step`` has no backward (see its docstring). First derivatives only: every autograd Function here is
+once-differentiable (:func:`first_derivatives_only`), so a second backward through the Triton path raises, naming
+it, instead of returning wrong numbers; ``backend="torch"`` differentiates twice. The gates' gradient is each vector
+the gates scale times its gradient (q dq and k dk, signed by the direction of the decay; in the state stage
+dG = Q dQ - K dK), summed in reverse over each chunk: terms of order one that cancel, so its error is absolute, a
+few float32 steps of |q dq| + |k dk|. Where the gates are so strong that dg itself falls below that (about -20 per
+step: dg near 1e-8), its relative error is large; the PyTorch backward (``backend="torch"``) differentiates the
+decays themselves and keeps it relative (tests/test_kernels_cpu.py measures both).
 
 Launches: on a GPU every kernel these entry points launch is wrapped by ``_launch.cached_launch``, so that
 (unless ``K3LITE_TRITON_DISPATCH=1`` switches it off) a call like an earlier one (same dtypes,
@@ -36,6 +38,7 @@ inputs are float32 (Hopper would otherwise use TF32 for float32 products) and "t
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -180,6 +183,45 @@ def _forward(kind, scale, q, k, v, g, beta, initial_state, keep_intermediates):
     return result
 
 
+def double_backward_message(path: str) -> str:
+    """What a second derivative through a Triton autograd Function says (see :func:`first_derivatives_only`)."""
+    return (f"k3lite: {path} runs Triton kernels whose backward gives first derivatives only, so a second "
+            "derivative through it (torch.autograd.grad(..., create_graph=True), then another backward) cannot be "
+            "computed; use backend='torch' for double backward")
+
+
+def first_derivatives_only(path):
+    """``torch.autograd.function.once_differentiable`` for the Triton Functions, with an error that names the path.
+
+    The Triton backward computes its gradients in kernels that autograd cannot see into: with ``create_graph=True``
+    a plain backward would hand out gradients whose graph misses every path through the kernels, and a second
+    backward would return silently wrong numbers. As ``once_differentiable`` does, the backward runs without grad and,
+    when autograd is recording (``create_graph=True``), its gradients are tied to a node that raises on a second
+    backward; unlike it, this happens whenever recording is on, also when the incoming gradients do not require
+    grad (``once_differentiable`` would then return gradients with no graph at all, and a later backward would
+    ignore the kernels' part or fail with an unrelated message). ``path(ctx)`` names the public path in the error.
+    The first derivatives themselves are unchanged.
+    """
+    from torch._C import _functions
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grad_outputs):
+            with torch.no_grad():
+                grads = backward(ctx, *grad_outputs)
+            if not torch.is_grad_enabled():
+                return grads
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            error = _functions.DelayedError(double_backward_message(path(ctx)), len(grads))
+            tied = error(*[x.detach().requires_grad_() if isinstance(x, torch.Tensor) else x for x in grads])
+            return tuple(tied)
+
+        wrapper.first_derivatives_only = True
+        return wrapper
+
+    return decorate
+
+
 class _Chunked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kind, scale, q, k, v, g, beta, initial_state):
@@ -190,6 +232,7 @@ class _Chunked(torch.autograd.Function):
         return o, final_state
 
     @staticmethod
+    @first_derivatives_only(lambda ctx: f"k3lite.ops.{ctx.kind}.chunked(backend='triton')")
     def backward(ctx, d_o, d_state):
         from .chunk_bwd_triton import chunk_backward
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _ensure_backend
+from . import _ensure_backend, first_derivatives_only
 
 _ensure_backend()  # on CPU Triton's interpreter must be on before triton is imported (see k3lite.kernels)
 import triton  # noqa: E402
@@ -136,28 +136,30 @@ class _FusedGLU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gate, up, kernels, tail):
+    def forward(ctx, gate, up, kernels, tail, path):
         gate, up = gate.contiguous(), up.contiguous()
         out = torch.empty_like(gate)
         n = gate.numel()
         kernels[0][_grid(n, BLOCK)](gate, up, out, n, *tail, num_warps=WARPS)
         ctx.save_for_backward(gate, up)
-        ctx.kernels, ctx.tail = kernels, tail
+        ctx.kernels, ctx.tail, ctx.path = kernels, tail, path
         return out
 
     @staticmethod
+    @first_derivatives_only(lambda ctx: ctx.path)
     def backward(ctx, dh):
         gate, up = ctx.saved_tensors
         dh = dh.contiguous()
         dgate, dup = torch.empty_like(gate), torch.empty_like(up)
         n = gate.numel()
         ctx.kernels[1][_grid(n, BLOCK)](gate, up, dh, dgate, dup, n, *ctx.tail, num_warps=WARPS)
-        return dgate, dup, None, None
+        return dgate, dup, None, None, None
 
 
 def situ_glu(gate, up, beta1=4.0, beta2=25.0):
-    return _FusedGLU.apply(gate, up, (_situ_glu_fwd, _situ_glu_bwd), (float(beta1), float(beta2), BLOCK, _fast(gate)))
+    return _FusedGLU.apply(gate, up, (_situ_glu_fwd, _situ_glu_bwd), (float(beta1), float(beta2), BLOCK, _fast(gate)),
+                           "k3lite.ops.situ.situ_glu(backend='triton')")
 
 
 def silu_and_mul(gate, up):
-    return _FusedGLU.apply(gate, up, (_silu_mul_fwd, _silu_mul_bwd), (BLOCK,))
+    return _FusedGLU.apply(gate, up, (_silu_mul_fwd, _silu_mul_bwd), (BLOCK,), "k3lite.kernels.silu_and_mul")

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from k3lite._validate import check_token_ids
+from k3lite._validate import check_token_ids, token_id_tensor
 from k3lite.models import sampling
 
 
@@ -296,13 +296,9 @@ class GPT2(nn.Module):
         ``capacity`` tokens reserved (it grows past that when needed)."""
         return KVCache(self.config.n_layer, capacity=capacity)
 
-    def _check_input(self, idx: torch.Tensor, cache: KVCache | None) -> None:
-        if not isinstance(idx, torch.Tensor):
-            raise ValueError(f"idx must be a torch.Tensor of token ids [B, T], got {type(idx).__name__}")
-        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-            raise ValueError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
-        if idx.dim() != 2 or idx.shape[1] == 0:
-            raise ValueError(f"idx must be [B, T] with T >= 1, got shape {tuple(idx.shape)}")
+    def _check_input(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """``idx`` checked (any integer dtype, see ``_validate.token_id_tensor``) and returned as torch.long."""
+        idx = token_id_tensor(idx)
         vocab = self.config.vocab_size
         check_token_ids(idx, vocab)
         past = 0
@@ -314,6 +310,7 @@ class GPT2(nn.Module):
                 raise ValueError(f"cache holds batch size {cache.batch_size}, idx has {idx.shape[0]}")
         if past + idx.shape[1] > self.config.n_ctx:
             raise ValueError(f"idx: {past} cached + {idx.shape[1]} new tokens exceed n_ctx={self.config.n_ctx}")
+        return idx
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None):
         """Logits ``[B, T, vocab]`` for token ids ``idx [B, T]``.
@@ -321,7 +318,7 @@ class GPT2(nn.Module):
         With ``cache`` (from :meth:`new_cache`), ``idx`` continues the cached sequence, the cache
         is extended in place, and ``(logits, cache)`` is returned.
         """
-        self._check_input(idx, cache)
+        idx = self._check_input(idx, cache)
         past = 0 if cache is None else cache.length
         positions = torch.arange(past, past + idx.shape[1], device=idx.device)
         x = self.wte(idx) + self.wpe(positions)
@@ -341,7 +338,7 @@ class GPT2(nn.Module):
         ``use_cache=False`` recomputes the whole sequence at every step (same tokens, more work).
         """
         sampling.check_options(max_new_tokens, temperature, top_k, self.config.vocab_size)
-        self._check_input(idx, None)
+        idx = self._check_input(idx, None)
         if idx.shape[1] + max_new_tokens > self.config.n_ctx:
             raise ValueError(f"max_new_tokens: {idx.shape[1]} prompt + {max_new_tokens} new tokens "
                              f"exceed n_ctx={self.config.n_ctx}")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from k3lite._validate import check_token_ids
+from k3lite._validate import check_token_ids, token_id_tensor
 from k3lite.layers.kda_layer import GATE_FORMS, KDACache, KDALayer
 from k3lite.layers.mla import MLA, MLACache
 from k3lite.layers.moe import ACTIVATIONS, GatedMLP, MoE, RoutedExperts, SigmoidRouter
@@ -315,10 +315,10 @@ class K3(nn.Module):
 
     def run(self, idx: torch.Tensor, cache: K3Cache | None = None, *, collect: bool = False) -> K3Output:
         """The forward pass over ``idx [B, T]``, continuing ``cache`` when given."""
-        self._check_idx(idx)
+        idx = self._check_idx(idx)
         check_token_ids(idx, self.config.vocab_size)
-        if cache is not None and len(cache.layers) != len(self.layers):
-            raise ValueError(f"cache must hold {len(self.layers)} layer caches, got {len(cache.layers)}")
+        if cache is not None:
+            self._check_cache(cache)
         if cache is not None and cache.batch_size not in (None, idx.shape[0]):
             raise ValueError(f"cache holds batch size {cache.batch_size}, idx has {idx.shape[0]}")
         layer_caches = [None] * len(self.layers) if cache is None else cache.layers
@@ -346,12 +346,23 @@ class K3(nn.Module):
         return output
 
     @staticmethod
-    def _check_idx(idx) -> None:
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
-            shape, dtype = (tuple(idx.shape), idx.dtype) if isinstance(idx, torch.Tensor) else ((), type(idx).__name__)
-            raise ValueError(f"idx must be a [B, T] tensor of token ids (torch.long), got {shape} {dtype}")
-        if idx.shape[1] == 0:
-            raise ValueError(f"idx must be [B, T] with T >= 1, got shape {tuple(idx.shape)}")
+    def _check_idx(idx) -> torch.Tensor:
+        """``idx`` checked (any integer dtype, as GPT-2 takes it: ``_validate.token_id_tensor``) and returned as
+        torch.long."""
+        return token_id_tensor(idx)
+
+    def _check_cache(self, cache) -> None:
+        """A K3Cache of this model's layout: one layer cache per layer, each of its layer's kind (or None)."""
+        if not isinstance(cache, K3Cache):
+            raise ValueError(f"cache must be a K3Cache (the .cache of an earlier K3.run) or None, got "
+                             f"{type(cache).__name__}")
+        if len(cache.layers) != len(self.layers):
+            raise ValueError(f"cache must hold {len(self.layers)} layer caches, got {len(cache.layers)}")
+        for index, (layer, layer_cache) in enumerate(zip(self.layers, cache.layers)):
+            expected = KDACache if layer.kind == "kda" else MLACache
+            if layer_cache is not None and not isinstance(layer_cache, expected):
+                raise ValueError(f"cache.layers[{index}] must be a {expected.__name__} or None for this model's "
+                                 f"{layer.kind} layer {index}, got {type(layer_cache).__name__}")
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, T, vocab]``."""
@@ -369,7 +380,8 @@ class K3(nn.Module):
         latents); without it the whole sequence is recomputed for each token. Both give the same tokens.
         """
         sampling.check_options(max_new_tokens, temperature, top_k, self.config.vocab_size)
-        self._check_idx(idx)
+        idx = self._check_idx(idx)
+        check_token_ids(idx, self.config.vocab_size)   # also when no token is generated (the prompt is returned)
         was_training = self.training
         self.eval()
         # The loop owns its caches, so each KDA step may overwrite the cached state: no state allocation

@@ -71,6 +71,11 @@ def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, 
         return triton_call("chunked", KIND, q, k, v, g, beta, scale=scale,
                            initial_state=initial_state, chunk_size=chunk_size)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
+    # A sequence shorter than a chunk is one chunk of its own length: padded to chunk_size it would only gain zero
+    # tokens, and the [P, P] intermediates would grow with chunk_size^2 (T = 8 at chunk_size = 64: 64 x 64 instead
+    # of 8 x 8). The same numbers up to float32 rounding (the products sum over fewer zeros); T >= chunk_size keeps
+    # chunk_size, bit for bit.
+    chunk_size = min(chunk_size, dims.T)
     q, k, v, g = (_into_chunks(x.to(dtype), chunk_size) for x in (q, k, v, g))
     beta = _into_chunks(beta.to(dtype)[..., None], chunk_size)[..., 0]
     S = start_state(initial_state, dims, dtype, q.device)
