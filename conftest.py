@@ -13,6 +13,14 @@ ROOT = Path(__file__).resolve().parent
 # K3LITE_NO_TRITON=1 pretends Triton is missing, to check that skip on Linux.
 TRITON_MISSING = importlib.util.find_spec("triton") is None or os.environ.get("K3LITE_NO_TRITON") == "1"
 
+if not TRITON_MISSING:
+    # Triton fixes at import time whether @triton.jit compiles or interprets. Test modules that define kernels
+    # (tests/test_exercises_ch11.py) must see the interpreter on a CPU, whatever another module imported first
+    # (torch.utils.flop_counter imports triton): set it up once here, before any test module is collected.
+    from k3lite import kernels as _kernels
+
+    _kernels._ensure_backend()
+
 
 def _execute_cells_as_jupyter_does():
     """nbval sends each cell with ``store_history=False``; IPython then cannot see a cell's trailing ``;``
