@@ -3,19 +3,12 @@
 #
 # Chapters 01–10 told the architecture story, from GPT-2 to Kimi K3. Every mixer there ran as PyTorch operations, and
 # whenever a GPU was present, `k3lite.ops` quietly handed the work to Triton kernels (chapter 04 called them, the
-# benchmark timed them). This chapter opens those kernels. It is the engineering track that runs alongside the story,
-# so it comes last: it needs chapters 04 (the chunked WY/UT form), 06 (KDA's per-channel decay) and 08 (SiTU).
-#
-# We go from the smallest kernel to the largest:
-#
-# 1. Triton's model — programs, blocks, masks, `tl.load` / `tl.store`, `tl.dot` — run on this CPU.
-# 2. The fused decode step: one token of KDA, and why its speed is set by memory, not arithmetic.
-# 3. The fused SiTU activation: elementwise fusion, forward and backward.
-# 4. The chunked KDA pipeline: six kernels, which parts run in parallel and which in sequence, and where
-#    the time goes on an H200.
-# 5. What made it fast: five lessons, measured against the reference library.
-# 6. Exercises: write the decode kernel and the fused SiTU forward, predict what breaks without masks, keep the
-#    digits of a sum.
+# benchmark timed them). This chapter opens those kernels, from the smallest to the largest: (1) Triton's model —
+# programs, blocks, masks, `tl.load` / `tl.store`, `tl.dot`; (2) the fused decode step, whose speed is set by memory,
+# not arithmetic; (3) the fused SiTU activation, forward and backward; (4) the chunked KDA pipeline: six kernels, which
+# parts run in parallel and which in sequence, and where the time goes on an H200; (5) what made it fast: five
+# lessons, measured against the reference library; (6) exercises: write the decode kernel and the fused SiTU forward,
+# predict what breaks without masks, keep the digits of a sum.
 #
 # **No GPU needed.** Importing `k3lite.kernels` on a machine without CUDA switches on Triton's *interpreter*, which
 # runs each `@triton.jit` function as NumPy code on CPU tensors: float32 only, one program after another, slowly — so
@@ -30,29 +23,19 @@
 #
 # **Learning objectives.** When you have worked through this chapter you can
 #
-# 1. explain Triton's programming model (a grid of programs, blocks, masks, `tl.load`, `tl.store`, `tl.dot`) and
-#    compute how many elements an unmasked block writes past a tensor's end;
-# 2. implement the loads and stores of the KDA decode-step kernel and a fused SiTU forward kernel, checked under
-#    Triton's interpreter on a CPU;
-# 3. compute a kernel's arithmetic intensity, place it on an H200's roofline, and explain why the decode step and
-#    SiTU are limited by memory traffic;
-# 4. describe the six stages of the chunked KDA pipeline: which take all chunks at once and which walks them in
-#    order;
-# 5. implement a compensated (TwoSum) running sum of log-gates, and explain why one float32 sum loses the gentle
-#    gates after a strong one.
+# 1. explain Triton's model (programs, blocks, masks, `tl.load`/`tl.store`/`tl.dot`) and count what an unmasked
+#    block writes past a tensor's end;
+# 2. implement the KDA decode-step kernel and a fused SiTU forward, checked under the interpreter on a CPU;
+# 3. compute a kernel's arithmetic intensity, place it on the H200's roofline, and say what limits it;
+# 4. describe the six stages of the chunked KDA pipeline: which take all chunks at once, which walks them in order;
+# 5. implement a compensated (TwoSum) running sum of log-gates and explain what one float32 sum loses.
 #
-# **Prerequisites.**
-#
-# - Chapter 04 (the WY/UT chunk), chapter 06 (KDA's per-channel decay and why spans are formed from differences) and
-#   chapter 08 (SiTU).
-# - The GPU memory hierarchy (HBM, shared memory, registers, streaming multiprocessors): NVIDIA's [CUDA C++
-#   Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/), "Programming Model", or the
-#   FlashAttention paper, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1.
-# - Floating-point rounding: IEEE 754-2019,
-#   [doi:10.1109/IEEESTD.2019.8766229](https://doi.org/10.1109/IEEESTD.2019.8766229), or Goldberg (1991),
-#   [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163).
-# - Triton's first tutorials (vector addition, matrix multiplication):
-#   [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
+# **Prerequisites.** Chapter 04 (the WY/UT chunk), chapter 06 (KDA's per-channel decay, spans as differences) and
+# chapter 08 (SiTU). The GPU memory hierarchy (HBM, shared memory, registers, streaming multiprocessors): NVIDIA's
+# [CUDA C++ Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/), "Programming Model", or
+# FlashAttention, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1. Floating-point rounding: Goldberg
+# (1991), [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163). Triton's first tutorials (vector
+# addition, matrix multiplication): [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
 
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
 import itertools
@@ -557,63 +540,6 @@ glue("ch11_bwd_intra_share", f"{both['_bwd_intra'] / sum(both.values()):.0%}", d
 # (`k3lite.kernels.chunk_bwd_triton`) is six more kernels in the same style: a reverse state pass, sequential again,
 # and chunk-parallel gradients. There too the per-channel intra-chunk work, `_bwd_intra`, is the largest kernel
 # ({glue:text}`ch11_bwd_intra_share` of forward plus backward, in the last line above).
-#
-# **Against the peaks.** A lower bound on each stage: the FLOPs of its products and the bytes it must read and
-# write at least once (inputs bf16; $G$, $A_{qk}$, $A_i$ float32 as the code allocates them; re-reads that the
-# caches serve are not counted), counted for the profiled code. The time the H200 needs at its peaks (section 2's
-# numbers from NVIDIA's H200 page) is the larger of FLOPs over the peak FLOP rate and bytes over the peak
-# bandwidth:
-
-# %%
-def stage_costs(B, T, H, K, V, C=64, S=16, b_in=2, b_gsum=4):
-    """FLOPs (2 per multiply-add) and minimal bytes of each KDA forward kernel; b_in, b_gsum: bytes per element."""
-    heads, chunks, tokens = B * H, B * H * T // C, B * H * T
-    return {
-        "_chunk_cumsum": (tokens * K, tokens * K * (b_in + b_gsum)),
-        "_diagonal_rows": (tokens * (S + 1) / 2 * 4 * K, tokens * (K * (2 * b_in + b_gsum) + 2 * S * 4)),
-        "_offdiagonal_solve": (chunks * (6 * 2 * 2 * S * S * K + 40 * 2 * S ** 3),
-                               tokens * K * (2 * b_in + b_gsum)
-                               + chunks * (4 * S * S * 4 + 6 * S * S * 4 + C * C * 4)),
-        "_wy_factors": (chunks * 2 * C * C * (K + V), tokens * (K * (b_in + b_gsum + 2 * b_in) + 2 * V * b_in)
-                        + chunks * C * C * 4),
-        "_state_pass": (chunks * 4 * C * K * V, tokens * (2 * K + 2 * V) * b_in + chunks * K * V * b_in
-                        + heads * K * V * 4),
-        "_chunk_output": (chunks * (2 * C * K * V + 2 * C * C * V),
-                          tokens * (K * (b_in + 4) + 2 * V * b_in) + chunks * (K * V * b_in + C * C * 4)),
-    }
-
-
-costs = stage_costs(2, 8192, 16, 128, 128)
-floors = {n: max(f / (PEAK_TFLOPS * 1e12), b / (PEAK_TBS * 1e12)) * 1e3 for n, (f, b) in costs.items()}
-stage_points = [(n, f / b, f / (fwd_ms[n] * 1e-3) / 1e12) for n, (f, b) in costs.items()]
-print(f"{'kernel':<20} {'GFLOP':>7} {'MB':>7} {'FLOP/B':>7} {'floor ms':>9} {'H200 ms':>8} {'TFLOP/s':>8} {'TB/s':>6}")
-for name, (flops, nbytes) in costs.items():
-    ms = fwd_ms[name]
-    print(f"{name:<20} {flops / 1e9:>7.2f} {nbytes / 1e6:>7.1f} {flops / nbytes:>7.1f} {floors[name]:>9.3f} "
-          f"{ms:>8.3f} {flops / (ms * 1e-3) / 1e12:>8.1f} {nbytes / (ms * 1e-3) / 1e12:>6.2f}")
-farthest = sorted(floors, key=lambda name: fwd_ms[name] / floors[name], reverse=True)[:3]
-print(f"sum of floors {sum(floors.values()):.3f} ms against {total_fwd:.3f} ms measured; furthest from their floor: "
-      + ", ".join(f"{n} ({fwd_ms[n] / floors[n]:.1f}x)" for n in farthest))
-glue("ch11_floor_ratio", f"{total_fwd / sum(floors.values()):.1f}", display=False)
-glue("ch11_farthest", ", ".join(f"`{n}`" for n in farthest), display=False)
-expect("every stage is below the ridge point (memory-bound by this count), and none beats its floor",
-       all(f / b < ridge for f, b in costs.values()) and all(fwd_ms[n] >= floors[n] for n in floors))
-expect("the other stages move their bytes at > 70 % of the measured copy bandwidth",
-       all(costs[n][1] / (fwd_ms[n] * 1e-3) / 1e12 > 0.7 * ANCHOR_TBS for n in costs if n not in farthest))
-
-# %% tags=["plumbing"]
-fig, ax = plt.subplots(figsize=(7.5, 4.8))
-roofline(ax, stage_points + decode_points[-1:], "KDA forward stages (and decode) on the H200 roofline")
-plt.show()
-
-# %% [markdown]
-# Every stage sits left of the ridge: with $C = 64$ and $K = V = 128$ the products are small and the float32
-# intermediates large, so even the "matrix" stages are bound by memory, and the measured pipeline is
-# {glue:text}`ch11_floor_ratio`× its bytes-and-FLOPs floor. The count also says where to look next: the stages
-# furthest from their floor are {glue:text}`ch11_farthest` — the per-channel intra-chunk work (section 5, lesson c, is
-# what became of the diagonal rows) and the sequential pass, which has only $B \cdot H \cdot V / BV$ programs however
-# long the sequence. The others already move their bytes at most of the copy bandwidth; for them, only moving fewer
-# bytes between stages would help.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 5. What made it fast
@@ -1117,16 +1043,14 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 # * A Triton kernel is a grid of programs working on blocks; masks make blocks safe at any shape, and the interpreter
 #   runs the same kernels on a CPU. The fused decode step and the fused SiTU move each byte once: memory-bound, they
 #   are as fast as their traffic, and the decode step moved state at close to copy speed on the H200.
-# * The chunked KDA forward is six kernels: five take all chunks at once, the state pass walks them in order. By a
-#   count of FLOPs and bytes every stage is memory-bound at $D = 128$.
+# * The chunked KDA forward is six kernels: five take all chunks at once, the state pass walks them in order.
 # * Against the reference library, in one process on an H100, KDA takes {glue:text}`ch11_fla_kda_fwd`× its time
 #   forward and {glue:text}`ch11_fla_kda_both`× forward plus backward. What made it so: gate sums kept exact in
 #   float32 pairs (TwoSum) instead of float64; their second part written, and its code compiled in, only where bf16
 #   can see it; diagonal blocks as tensor-core products through an anchor in the middle, with a walk where the factors
-#   would leave float32's range; value checks inside the kernels and a launch that skips Triton's dispatch, so that a
-#   short kernel does not wait for its host.
-# * Fewer launches and fewer bytes did not always make a faster kernel: work added to the sequential state pass
-#   lengthened its chain. Count to find candidates, and let the clock decide.
+#   would leave float32's range; value checks in the kernels and a launch that skips Triton's dispatch.
+# * Fewer launches and bytes did not always make a faster kernel: work added to the sequential state pass lengthened
+#   its chain. Count to find candidates, and let the clock decide.
 
 # %% [markdown] tags=["reading"]
 # ## Check yourself
@@ -1156,30 +1080,18 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 # ## Sources
 #
 # - Tillet, Kung and Cox (2019), *Triton: An Intermediate Language and Compiler for Tiled Neural Network
-#   Computations*, MAPL 2019: [doi:10.1145/3315508.3329973](https://doi.org/10.1145/3315508.3329973): the
-#   programming model of section 1.
-# - The Triton documentation and tutorials: [triton-lang.org](https://triton-lang.org/), including the interpreter
-#   (`TRITON_INTERPRET=1`).
-# - Songlin Yang, Yu Zhang and contributors, *flash-linear-attention* (fla), the reference Triton implementation of
-#   these mixers: [github.com/fla-org/flash-linear-attention](https://github.com/fla-org/flash-linear-attention):
+#   Computations*, MAPL 2019, [doi:10.1145/3315508.3329973](https://doi.org/10.1145/3315508.3329973) (section 1);
+#   the documentation and interpreter: [triton-lang.org](https://triton-lang.org/).
+# - *flash-linear-attention* (fla), [github.com/fla-org/flash-linear-attention](https://github.com/fla-org/flash-linear-attention):
 #   the reference KDA kernels (`fla/ops/kda/chunk.py`) that section 5 compares with.
-# - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
-#   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): the chunked WY/UT algorithm the
-#   pipeline runs.
-# - Kimi Team (2025), *Kimi Linear: An Expressive, Efficient Attention Architecture*:
-#   [arXiv:2510.26692](https://arxiv.org/abs/2510.26692): KDA's chunked form with a decay per channel.
-# - Dao, Fu, Ermon, Rudra and Ré (2022), *FlashAttention: Fast and Memory-Efficient Exact Attention with
-#   IO-Awareness*, NeurIPS 2022: [arXiv:2205.14135](https://arxiv.org/abs/2205.14135): §2.1, the GPU memory
-#   hierarchy; fusion as the way to save memory traffic.
-# - Williams, Waterman and Patterson (2009), *Roofline: An Insightful Visual Performance Model for Multicore
-#   Architectures*, Communications of the ACM 52(4):
-#   [doi:10.1145/1498765.1498785](https://doi.org/10.1145/1498765.1498785): arithmetic intensity and the ridge
-#   point; sections 2 and 4.
-# - IEEE (2019), *IEEE Standard for Floating-Point Arithmetic* (IEEE 754-2019):
-#   [doi:10.1109/IEEESTD.2019.8766229](https://doi.org/10.1109/IEEESTD.2019.8766229); section 5.
-# - Knuth, *The Art of Computer Programming*, vol. 2, *Seminumerical Algorithms* (3rd ed., 1997), §4.2.2: the TwoSum
-#   error-free addition ([the book's page](https://www-cs-faculty.stanford.edu/~knuth/taocp.html)).
-# - NVIDIA, [H200 Tensor Core GPU](https://www.nvidia.com/en-us/data-center/h200/): 4.8 TB/s of HBM3e and the dense
-#   bf16 tensor-core peak; sections 2 and 4.
-# - NVIDIA, [H100 Tensor Core GPU](https://www.nvidia.com/en-us/data-center/h100/): its float64 and float32 rates;
-#   section 5.
+# - Yang et al. (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence Length*,
+#   [arXiv:2406.06484](https://arxiv.org/abs/2406.06484) (the chunked WY/UT algorithm); Kimi Team (2025), *Kimi
+#   Linear*, [arXiv:2510.26692](https://arxiv.org/abs/2510.26692) (KDA's chunked form).
+# - Dao et al. (2022), *FlashAttention*, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1 (memory hierarchy,
+#   fusion); Williams, Waterman and Patterson (2009), *Roofline*, CACM 52(4),
+#   [doi:10.1145/1498765.1498785](https://doi.org/10.1145/1498765.1498785) (sections 2 and 4).
+# - IEEE 754-2019, [doi:10.1109/IEEESTD.2019.8766229](https://doi.org/10.1109/IEEESTD.2019.8766229), and Knuth, *The
+#   Art of Computer Programming*, vol. 2 (3rd ed., 1997), §4.2.2, TwoSum
+#   ([the book's page](https://www-cs-faculty.stanford.edu/~knuth/taocp.html)) (section 5).
+# - NVIDIA, [H200](https://www.nvidia.com/en-us/data-center/h200/) (4.8 TB/s HBM3e, the bf16 tensor-core peak;
+#   sections 2 and 4) and [H100](https://www.nvidia.com/en-us/data-center/h100/) (float64 and float32 rates; section 5).
