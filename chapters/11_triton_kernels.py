@@ -30,12 +30,13 @@
 # 4. describe the six stages of the chunked KDA pipeline: which take all chunks at once, which walks them in order;
 # 5. implement a compensated (TwoSum) running sum of log-gates and explain what one float32 sum loses.
 #
-# **Prerequisites.** Chapter 04 (the WY/UT chunk), chapter 06 (KDA's per-channel decay, spans as differences) and
-# chapter 08 (SiTU). The GPU memory hierarchy (HBM, shared memory, registers, streaming multiprocessors): NVIDIA's
-# [CUDA C++ Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/), "Programming Model", or
-# FlashAttention, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1. Floating-point rounding: Goldberg
-# (1991), [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163). Triton's first tutorials (vector
-# addition, matrix multiplication): [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
+# **Prerequisites.**
+#
+# - Chapters 04 (the WY/UT chunk), 06 (KDA's per-channel decay, spans as differences) and 08 (SiTU).
+# - The GPU memory hierarchy: NVIDIA's [CUDA C++ Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/)
+#   or FlashAttention, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1.
+# - Floating-point rounding: Goldberg (1991), [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163).
+# - Triton's first tutorials: [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
 
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
 import itertools
