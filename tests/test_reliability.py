@@ -177,6 +177,10 @@ def test_decode_processes_writes_under_the_ignored_runs_folder(capsys):
 
 # ----- autograd through the Triton path -----------------------------------------------------------------------------
 
+# The Triton path runs on the GPU where there is one, and under the interpreter on CPU tensors otherwise.
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _mixer_inputs(kind, T=2, D=16, seed=0):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(1, T, 1, D, generator=gen)
@@ -189,7 +193,7 @@ def _mixer_inputs(kind, T=2, D=16, seed=0):
         args.append(-torch.rand(1, T, 1, D, generator=gen))
     if kind != "linear_attention":
         args.append(torch.rand(1, T, 1, generator=gen))
-    return [x.requires_grad_() for x in args]
+    return [x.to(TRITON_DEVICE).requires_grad_() for x in args]
 
 
 OPS = {"kda": kda, "gated_delta_rule": gated_delta_rule, "delta_rule": delta_rule,
@@ -229,7 +233,7 @@ def test_double_backward_through_the_torch_path_still_works():
 ])
 def test_double_backward_through_the_fused_glu_raises_naming_it(fused, path):
     gen = torch.Generator().manual_seed(0)
-    gate, up = (torch.randn(3, 8, generator=gen).requires_grad_() for _ in range(2))
+    gate, up = (torch.randn(3, 8, generator=gen).to(TRITON_DEVICE).requires_grad_() for _ in range(2))
     h = fused(gate, up)
     dgate, dup = torch.autograd.grad(h.pow(2).sum(), (gate, up), create_graph=True)
     plain = torch.autograd.grad(fused(gate, up).pow(2).sum(), (gate, up))
