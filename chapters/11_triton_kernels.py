@@ -36,7 +36,8 @@
 # - The GPU memory hierarchy: NVIDIA's [CUDA C++ Programming Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/)
 #   or FlashAttention, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §2.1.
 # - Floating-point rounding: Goldberg (1991), [doi:10.1145/103162.103163](https://doi.org/10.1145/103162.103163).
-# - Triton's first tutorials: [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
+# - Chapter 11a (seven Triton puzzles, each a piece of this chapter's kernels), or Triton's first tutorials:
+#   [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
 
 # %% slideshow={"slide_type": "skip"} tags=["plumbing"]
 import itertools
