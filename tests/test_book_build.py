@@ -148,12 +148,13 @@ def test_lecture_deck_applies_roles_glue_and_notes():
     assert "never_on_a_slide" not in everything
     plumbing = next(cell for cell in deck.cells if cell.source.startswith("print_table()"))
     assert plumbing.metadata["transient"] == {"remove_source": True} and plumbing.outputs  # the table, not the code
-    assert "return 42" not in everything and "raise NotImplementedError" in everything
-    long_cell = next(cell for cell in deck.cells if cell.source.startswith("x0 = 0"))
-    assert long_cell.metadata["transient"] == {"remove_source": True}
+    shown = "\n".join(cell.source for cell in deck.cells if cell.metadata["slideshow"]["slide_type"] != "notes")
+    assert "return 42" not in shown and "raise NotImplementedError" in shown  # the solution is not on a slide
+    long_parts = [cell.source for cell in deck.cells if cell.source.startswith(("x0 = 0", "x12 = 12"))]
+    assert "\n".join(long_parts) == "\n".join(f"x{i} = {i}" for i in range(25))  # split, not hidden
     notes = [cell.source for cell in deck.cells if cell.metadata["slideshow"]["slide_type"] == "notes"]
-    assert notes == ["**Title.** The loss fell to 2.35 nats. ![d](figures/diagram_k3_stack.svg)",
-                     "**Section one.** First paragraph of one.", "Say it slowly."]
+    assert all(" min of 50" in note for note in notes)  # a timing cue on every slide
+    assert "Say it slowly." in notes[-1] and "return 42" in notes[-1]  # the expected answer, for the speaker
     slide_starts = [cell.source.splitlines()[0] for cell in deck.cells
                     if cell.metadata["slideshow"]["slide_type"] == "slide"]
     assert slide_starts == ["# Title", "## Section one", "## Exercise"]

@@ -508,7 +508,7 @@ def test_chapter_shows_a_diagram(visits, name):
     assert visited(visits, name).diagrams, f"{name}: no diagram from figures/diagram_*.svg on the page"
 
 
-# ----- the decks: every slide fits, every section has notes, no solutions, no empty widgets -----
+# ----- the decks: every slide fits 1280 x 720 with code at 20 px, has notes, no solutions, no empty widgets -----
 
 MEASURE_DECK = """async () => {
   if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
@@ -523,39 +523,87 @@ MEASURE_DECK = """async () => {
     for (let v = 0; v < list.length; v++) {
       Reveal.slide(h, v);
       await new Promise(done => requestAnimationFrame(done));
+      const own = Array.from(list[v].querySelectorAll('aside.notes'));
+      const code = Array.from(list[v].querySelectorAll('pre')).filter(pre => !pre.closest('aside.notes'));
+      const images = Array.from(list[v].querySelectorAll('img, .jp-OutputArea-output svg'))
+          .filter(img => !img.closest('aside.notes'));
       slides.push({h: h, v: v, height: list[v].scrollHeight,
-                   text: (list[v].innerText || '').slice(0, 60).replace(/\\s+/g, ' ')});
+                   text: (list[v].innerText || '').slice(0, 60).replace(/\\s+/g, ' '),
+                   fullText: list[v].innerText || '',
+                   notes: own.map(n => n.textContent.trim()).filter(t => t.length > 0),
+                   codeSizes: code.map(pre => parseFloat(getComputedStyle(pre).fontSize)),
+                   imageWidths: images.map(img => img.getBoundingClientRect().width / Reveal.getScale())});
     }
   }
   const emptyOutputs = Array.from(document.querySelectorAll('.jp-OutputArea-output'))
       .filter(o => o.children.length === 0 && o.textContent.trim() === '').length;
   return {width: config.width, height: config.height, slides: slides, sections: sections,
-          emptyOutputs: emptyOutputs, code: Array.from(document.querySelectorAll('.jp-InputArea pre, .highlight pre'))
-                                            .map(pre => pre.textContent).join('\\n')};
+          emptyOutputs: emptyOutputs,
+          code: Array.from(document.querySelectorAll('.jp-InputArea pre, .highlight pre'))
+                    .filter(pre => !pre.closest('aside.notes')).map(pre => pre.textContent).join('\\n')};
 }"""
+MIN_CODE_PX = 20
+MAX_DECK_SLIDES = 40
+PLACEHOLDER = re.compile(r"is in the notebook|code of this step", re.I)
+
+
+def deck_files(stem: str) -> list[Path]:
+    """The decks of a chapter: its own, then its parts when it is cut into several lectures."""
+    first = SLIDES_DIR / f"{stem}.slides.html"
+    if not first.exists():
+        return []
+    return [first] + sorted(SLIDES_DIR.glob(f"{stem}.part*.slides.html"),
+                            key=lambda path: int(re.search(r"part(\d+)", path.name).group(1)))
 
 
 def built_decks() -> list[str]:
-    return [stem for stem in STEMS if (SLIDES_DIR / f"{stem}.slides.html").exists()]
+    return [stem for stem in STEMS if deck_files(stem)]
 
 
 @pytest.fixture(scope="module")
-def decks(browser, server) -> dict[str, dict]:
-    """Every deck opened at 1280 x 720, every slide visited and measured."""
+def deck_server():
+    """The build directory served over HTTP: the decks need no site, only `make slides`."""
     if not built_decks():
         unavailable(f"no slide deck in {SLIDES_DIR}: run `make slides`")
-    context = browser.new_context(viewport={"width": SLIDE_WIDTH, "height": SLIDE_HEIGHT})
+    handler = functools.partial(QuietHandler, directory=str(BUILD_DIR))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def deck_browser(deck_server):
+    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
+        unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("the playwright package is not installed (pip install -e '.[test]')")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def decks(deck_browser, deck_server) -> dict[str, list[dict]]:
+    """Every deck of every chapter opened at 1280 x 720, every slide visited and measured."""
+    context = deck_browser.new_context(viewport={"width": SLIDE_WIDTH, "height": SLIDE_HEIGHT})
     results = {}
     for stem in built_decks():
-        page, problems = open_page(context, server, f"{server}/slides/{stem}.slides.html")
-        page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=PAGE_TIMEOUT_MS)
-        results[stem] = dict(page.evaluate(MEASURE_DECK), problems=problems)
-        page.close()
+        for path in deck_files(stem):
+            page, problems = open_page(context, deck_server, f"{deck_server}/slides/{path.name}")
+            page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=PAGE_TIMEOUT_MS)
+            results.setdefault(stem, []).append(dict(page.evaluate(MEASURE_DECK), problems=problems, file=path.name))
+            page.close()
     context.close()
     return results
 
 
-def deck(decks, stem: str) -> dict:
+def deck(decks, stem: str) -> list[dict]:
     if stem not in decks:
         unavailable(f"{stem}: no deck in {SLIDES_DIR}")
     return decks[stem]
@@ -563,29 +611,56 @@ def deck(decks, stem: str) -> dict:
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_slide_fits_1280_by_720(decks, stem):
-    measured = deck(decks, stem)
-    assert (measured["width"], measured["height"]) == (SLIDE_WIDTH, SLIDE_HEIGHT)
-    assert measured["problems"] == []
-    tall = [f"{s['h']}/{s['v']} ({s['height']} px): {s['text']}" for s in measured["slides"]
-            if s["height"] > SLIDE_HEIGHT]
-    assert tall == [], f"{stem}: slides taller than {SLIDE_HEIGHT} px: {tall}"
+    for measured in deck(decks, stem):
+        assert (measured["width"], measured["height"]) == (SLIDE_WIDTH, SLIDE_HEIGHT)
+        assert measured["problems"] == []
+        tall = [f"{s['h']}/{s['v']} ({s['height']} px): {s['text']}" for s in measured["slides"]
+                if s["height"] > SLIDE_HEIGHT]
+        assert tall == [], f"{measured['file']}: slides taller than {SLIDE_HEIGHT} px: {tall}"
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_every_section_has_speaker_notes(decks, stem):
-    sections = deck(decks, stem)["sections"]
-    silent = [section["index"] for section in sections if section["notes"] == 0]
-    assert sections and silent == [], f"{stem}: sections without speaker notes: {silent}"
+def test_every_slide_has_speaker_notes_with_a_timing_cue(decks, stem):
+    for measured in deck(decks, stem):
+        silent = [f"{s['h']}/{s['v']}: {s['text']}" for s in measured["slides"] if not s["notes"]]
+        assert measured["slides"] and silent == [], f"{measured['file']}: slides without speaker notes: {silent}"
+        untimed = [f"{s['h']}/{s['v']}" for s in measured["slides"]
+                   if not re.search(r"≈[\d.]+ min; at \d+ min of \d+", s["notes"][0])]
+        assert untimed == [], f"{measured['file']}: notes without a timing cue: {untimed}"
+        raw_latex = [f"{s['h']}/{s['v']}" for s in measured["slides"]
+                     if any(re.search(r"\\(?:frac|beta|alpha|top|lVert)\b|\$", note) for note in s["notes"])]
+        assert raw_latex == [], f"{measured['file']}: raw LaTeX in the notes of {raw_latex}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_decks_are_lecture_sized_without_placeholders(decks, stem):
+    for measured in deck(decks, stem):
+        assert len(measured["slides"]) <= MAX_DECK_SLIDES, (
+            f"{measured['file']}: {len(measured['slides'])} slides, more than {MAX_DECK_SLIDES}")
+        placeholders = [f"{s['h']}/{s['v']}" for s in measured["slides"] if PLACEHOLDER.search(s["fullText"])]
+        assert placeholders == [], f"{measured['file']}: slides that only point at the notebook: {placeholders}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_code_is_readable_and_figures_fit_the_slide(decks, stem):
+    for measured in deck(decks, stem):
+        small = [f"{s['h']}/{s['v']} ({min(s['codeSizes'])} px)" for s in measured["slides"]
+                 if s["codeSizes"] and min(s["codeSizes"]) < MIN_CODE_PX]
+        assert small == [], f"{measured['file']}: code below {MIN_CODE_PX} px: {small}"
+        wide = [f"{s['h']}/{s['v']} ({max(s['imageWidths']):.0f} px)" for s in measured["slides"]
+                if s["imageWidths"] and max(s["imageWidths"]) > SLIDE_WIDTH]
+        assert wide == [], f"{measured['file']}: figures wider than the slide: {wide}"
 
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_no_solution_code_on_slides(decks, stem):
     import nbformat
 
-    code = deck(decks, stem)["code"]
+    code = "\n".join(measured["code"] for measured in deck(decks, stem))
     notebook = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
     # A solution's own lines: long enough to be distinctive, and not in the exercise's stub (which may
-    # give some lines as hints), its checker call or any other cell the slides may show.
+    # give some lines as hints), its checker call or any other cell the slides may show. The speaker
+    # notes may give it as the expected answer.
     elsewhere = "\n".join(cell.source for cell in notebook.cells if not is_solution(cell))
     shown = []
     for cell in notebook.cells:
@@ -599,9 +674,10 @@ def test_no_solution_code_on_slides(decks, stem):
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_no_empty_widget_output_on_slides(decks, stem):
-    assert deck(decks, stem)["emptyOutputs"] == 0, f"{stem}: empty output areas on the slides"
-    source = (SLIDES_DIR / f"{stem}.slides.html").read_text(encoding="utf-8")
-    assert "application/vnd.jupyter.widget-view+json" not in source
+    for measured in deck(decks, stem):
+        assert measured["emptyOutputs"] == 0, f"{measured['file']}: empty output areas on the slides"
+        source = (SLIDES_DIR / measured["file"]).read_text(encoding="utf-8")
+        assert "application/vnd.jupyter.widget-view+json" not in source
 
 
 def test_cheatsheet_prints_on_one_page(browser, server):
