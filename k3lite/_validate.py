@@ -16,6 +16,12 @@ further: the fused decode step, and stages 1 and 4 of the chunked pipeline, chec
 and clear one flag, so a call adds one assert and no reductions (the ops pass ``values=False`` here, then call
 :func:`check_values` with ``in_kernel`` saying whether such a kernel follows).
 
+Variable-length batches follow flash-linear-attention's convention: batch size 1, N sequences packed along T, and
+``cu_seqlens`` the ``[N + 1]`` cumulative offsets (int32 or int64, from 0 to T, non-decreasing; an empty sequence is
+two equal offsets). :func:`check_packed_inputs` checks them and returns them as Python ints: the forms need the
+lengths on the host to slice or pad the sequences, so on CUDA this reads ``N + 1`` numbers back: one synchronisation
+per call (flash-linear-attention's varlen path reads its sequence lengths back too, in ``fla/ops/utils/index.py``).
+
 Shape checks are remembered: :func:`check_inputs` keeps each layout (shapes and dtypes) that passed and only looks it
 up the next time, because a decode or training loop repeats one layout and on a slow host the checks' Python can
 take longer than the GPU's work for a small call. A layout that fails is never kept.
@@ -188,6 +194,57 @@ def check_state(state, dims: Dims, name: str = "initial_state") -> None:
     expected = (dims.B, dims.H, dims.K, dims.V)
     if tuple(state.shape) != expected:
         raise ValueError(f"{name} must have shape [B, H, K, V] = {expected}, got {tuple(state.shape)}")
+
+
+SEQUENCE_OFFSET_DTYPES = (torch.int32, torch.int64)
+
+
+def check_cu_seqlens(cu_seqlens, dims: Dims) -> tuple[int, ...]:
+    """Offsets of N sequences packed along T: ``[0, ..., T]``, ``[N + 1]``, non-decreasing. Returns them as ints."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"cu_seqlens must be a 1-D torch.Tensor of int32 or int64 offsets [N + 1], got "
+                         f"{type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype not in SEQUENCE_OFFSET_DTYPES:
+        raise ValueError(f"cu_seqlens must have dtype torch.int32 or torch.int64 (cumulative sequence offsets), got "
+                         f"{cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1 sequences (offsets 0, ..., T), got shape "
+                         f"{tuple(cu_seqlens.shape)}")
+    if dims.B != 1:
+        raise ValueError(f"with cu_seqlens the sequences are packed along T, so the batch size must be 1 "
+                         f"(q [1, T, H, K]), got B = {dims.B}")
+    offsets = tuple(int(x) for x in cu_seqlens.tolist())
+    if offsets[0] != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got cu_seqlens[0] = {offsets[0]}")
+    for n, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+        if end < start:
+            raise ValueError(f"cu_seqlens must be non-decreasing (cumulative sequence offsets), got "
+                             f"cu_seqlens[{n}] = {start} > cu_seqlens[{n + 1}] = {end}")
+    if offsets[-1] != dims.T:
+        raise ValueError(f"cu_seqlens must end at T = {dims.T} (the packed length of q), got cu_seqlens[-1] = "
+                         f"{offsets[-1]}")
+    return offsets
+
+
+def check_packed_inputs(q, k, v, g=None, beta=None, *, cu_seqlens=None, per_channel_gate: bool = False,
+                        state=None, state_name: str = "initial_state", values: bool = True):
+    """:func:`check_inputs` for the ops that take a variable-length batch. Returns ``(dims, offsets)``.
+
+    Without ``cu_seqlens`` this is :func:`check_inputs` and ``offsets`` is None. With it, ``offsets`` is the tuple of
+    the N + 1 offsets (:func:`check_cu_seqlens`) and the state holds one memory per sequence, ``[N, H, K, V]``.
+    """
+    if cu_seqlens is None:
+        return check_inputs(q, k, v, g, beta, per_channel_gate=per_channel_gate, state=state, state_name=state_name,
+                            values=values), None
+    dims = check_inputs(q, k, v, g, beta, per_channel_gate=per_channel_gate, values=values)
+    offsets = check_cu_seqlens(cu_seqlens, dims)
+    if state is not None:
+        check_float(state_name, state)
+        expected = (len(offsets) - 1, dims.H, dims.K, dims.V)
+        if tuple(state.shape) != expected:
+            raise ValueError(f"{state_name} must have shape [N, H, K, V] = {expected}, one memory per sequence of "
+                             f"cu_seqlens (N = len(cu_seqlens) - 1 = {expected[0]}), got {tuple(state.shape)}")
+    return dims, offsets
 
 
 def check_chunk_size(chunk_size) -> int:

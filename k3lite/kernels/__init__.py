@@ -2,7 +2,8 @@
 
 Three entry points, called by ``k3lite.ops``:
 
-    chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None, chunk_size=64) -> (o, final_state)
+    chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None, chunk_size=64, cu_seqlens=None)
+        -> (o, final_state)
     step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=False) -> (o, new_state)
     situ_glu(gate, up, beta1=4.0, beta2=25.0) -> h
 
@@ -26,6 +27,14 @@ dG = Q dQ - K dK), summed in reverse over each chunk: terms of order one that ca
 few float32 steps of |q dq| + |k dk|. Where the gates are so strong that dg itself falls below that (about -20 per
 step: dg near 1e-8), its relative error is large; the PyTorch backward (``backend="torch"``) differentiates the
 decays themselves and keeps it relative (tests/test_kernels_cpu.py measures both).
+
+Variable-length batches (``cu_seqlens``, flash-linear-attention's convention: B = 1, N sequences packed along T,
+states ``[N, H, K, V]``) run through the batched pipeline: the dispatch packs the sequences into a zero-padded batch
+``[N, T_max]`` (``k3lite.ops._common.through_padded_batch``), runs the Triton forward and backward on it, and gathers
+the real tokens back. A zero token (k = v = 0, beta = 0, g = 0) leaves the memory unchanged, so the result is each
+sequence's alone up to rounding, and the gradients reach q, k, v, g, beta and the initial states through the gather.
+The kernels themselves index tokens as ``b * T + t``, every sequence starting at a chunk boundary; reading
+per-sequence offsets in the kernels would save the padding's work (N x T_max tokens instead of T) and is left to them.
 
 Launches: on a GPU every kernel these entry points launch is wrapped by ``_launch.cached_launch``, so that
 (unless ``K3LITE_TRITON_DISPATCH=1`` switches it off) a call like an earlier one (same dtypes,
@@ -128,12 +137,13 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_size=None, scale=None,
-               values=True):
+               values=True, cu_seqlens=None):
     """The ops' argument checks (``_validate``, ValueError naming the tensor) for one kernel call.
 
     Returns the scale. The kinds fix which of g and beta must be given: a gate for gated_delta_rule
     ([.., H]) and kda ([.., H, K]), beta for every delta kind, neither for linear attention.
     ``values=False`` checks shapes only and leaves the value checks of g and beta to the caller.
+    ``cu_seqlens`` (chunked calls only) is checked as the ops check it, and the state is then ``[N, H, K, V]``.
     """
     _check_kind(kind)
     gate, delta = kind in ("gated_delta_rule", "kda"), kind != "linear_attention"
@@ -143,8 +153,12 @@ def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_si
             raise ValueError(f"kind {kind!r} needs {name} of shape {shape}, got None")
         if not needed and x is not None:
             raise ValueError(f"kind {kind!r} takes no {name}, got a tensor of shape {tuple(x.shape)}")
-    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=kind == "kda", state=state,
-                                  state_name=state_name, time_axis=time_axis, values=values)
+    if cu_seqlens is not None:
+        dims, _ = _validate.check_packed_inputs(q, k, v, g, beta, per_channel_gate=kind == "kda", state=state,
+                                                state_name=state_name, cu_seqlens=cu_seqlens, values=values)
+    else:
+        dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=kind == "kda", state=state,
+                                      state_name=state_name, time_axis=time_axis, values=values)
     if chunk_size is not None:
         _validate.check_chunk_size(chunk_size)
     return _validate.resolve_scale(scale, dims.K)
@@ -252,7 +266,7 @@ class _Chunked(torch.autograd.Function):
         return tuple(result)
 
 
-def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None, chunk_size=64):
+def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None, chunk_size=64, cu_seqlens=None):
     """Chunked forward of one mixer through the Triton pipeline; differentiable (Triton backward).
 
     q, k ``[B, T, H, K]``, v ``[B, T, H, V]`` in one of float32 / bf16 / fp16; g and beta as the ops
@@ -262,29 +276,51 @@ def chunked(kind, q, k, v, g=None, beta=None, *, scale=None, initial_state=None,
     The pipeline works on 64-token chunks only (its tiles and triangular solve are sized for them):
     ``chunk_size`` must be one of ``CHUNK_SIZES``, anything else is a ValueError. (The PyTorch ops,
     ``backend="torch"``, take any chunk size; the result is the same for every one, up to rounding.)
+
+    ``cu_seqlens`` ``[N + 1]`` (int32 or int64): N sequences packed along T of a batch of one, each from its own
+    ``initial_state[n]`` (``[N, H, K, V]``); returns ``o [1, T, H, V]`` and ``final_state [N, H, K, V]``. The
+    sequences run as a zero-padded batch (see the module docstring).
     """
     scale = check_call(kind, q, k, v, g, beta, initial_state, state_name="initial_state", time_axis=True,
-                       chunk_size=chunk_size, scale=scale, values=False)
+                       chunk_size=chunk_size, scale=scale, values=False, cu_seqlens=cu_seqlens)
     if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size must be one of {CHUNK_SIZES} for the Triton kernels (their tiles are sized "
                          f"for 64-token chunks), got {chunk_size!r}; backend='torch' takes any chunk size")
     _validate.check_values(g, beta, in_kernel=True)
-    return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state)
+    return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
 
 
-def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64):
+def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, chunk_size=64, cu_seqlens=None):
     """:func:`chunked` after the ops' checks, for callers that ran them already (``k3lite.ops``): shapes,
     and on CPU the values (on CUDA the kernels check the values themselves).
 
     ``chunk_size`` is the op's, which ``k3lite.ops`` documents as any size >= 1 with the same result: it
     sets the tiles of the PyTorch form, and the kernels keep their 64-token chunks whatever it is (an op
-    called with ``backend="auto"`` on a GPU must not fail where the PyTorch form would succeed)."""
+    called with ``backend="auto"`` on a GPU must not fail where the PyTorch form would succeed).
+    ``cu_seqlens``, checked already, runs the sequences as a zero-padded batch."""
+    if cu_seqlens is not None:
+        return _run_padded(kind, q, k, v, g, beta, scale, initial_state, tuple(cu_seqlens.tolist()))
     _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
     if not _validate.needs_grad(q, k, v, g, beta, initial_state):
         # Inference: no autograd node, no intermediates kept. At small shapes a call is host-bound (its Python sets
         # the pace), and an autograd node's bookkeeping is a large part of that Python.
         return _forward(kind, float(scale), q, k, v, g, beta, initial_state, keep_intermediates=False)
     return _Chunked.apply(kind, float(scale), q, k, v, g, beta, initial_state)
+
+
+def _run_padded(kind, q, k, v, g, beta, scale, initial_state, offsets):
+    """:func:`run_chunked` on the sequences at ``offsets``, padded into one batch (g and beta may be None)."""
+    from k3lite.ops._common import through_padded_batch
+
+    given = [x is not None for x in (g, beta)]
+
+    def batched(q, k, v, *gates, initial_state):
+        rest = iter(gates)
+        g, beta = (next(rest) if present else None for present in given)
+        return run_chunked(kind, q, k, v, g, beta, scale=scale, initial_state=initial_state)
+
+    tensors = [x for x in (q, k, v, g, beta) if x is not None]
+    return through_padded_batch(batched, offsets, tensors, initial_state)
 
 
 def step(kind, q, k, v, g=None, beta=None, *, state=None, scale=None, inplace=False):

@@ -21,18 +21,34 @@ Three forms, side by side:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from k3lite import _validate
-from k3lite.ops._common import heads_first, solve_unit_lower, start_state, tokens_first, triton_call
+from k3lite.ops._common import (
+    each_sequence,
+    heads_first,
+    solve_unit_lower,
+    start_state,
+    through_padded_batch,
+    tokens_first,
+    triton_call,
+)
 
 KIND = "delta_rule"
 
 
-def recurrent(q, k, v, beta, *, scale=None, initial_state=None):
-    """Token-by-token reference. Returns ``(o [B, T, H, V], final_state [B, H, K, V])``."""
-    dims = _validate.check_inputs(q, k, v, beta=beta, state=initial_state)
+def recurrent(q, k, v, beta, *, scale=None, initial_state=None, cu_seqlens=None):
+    """Token-by-token reference. Returns ``(o [B, T, H, V], final_state [B, H, K, V])``.
+
+    ``cu_seqlens`` ``[N + 1]``: N sequences packed along T (B = 1), each run alone from its own memory
+    (``initial_state`` ``[N, H, K, V]``); the final state is then ``[N, H, K, V]``."""
+    dims, offsets = _validate.check_packed_inputs(q, k, v, beta=beta, state=initial_state,
+                                                  cu_seqlens=cu_seqlens)
     scale = _validate.resolve_scale(scale, dims.K)
+    if offsets is not None:
+        return each_sequence(recurrent, offsets, (q, k, v, beta), initial_state, dims, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v = (heads_first(x, dtype) for x in (q, k, v))         # [B, H, T, *]
     beta = beta.transpose(1, 2).to(dtype)                          # [B, H, T]
@@ -48,11 +64,21 @@ def recurrent(q, k, v, beta, *, scale=None, initial_state=None):
     return tokens_first(o, out_dtype), S
 
 
-def chunked(q, k, v, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto"):
-    """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``."""
-    dims = _validate.check_inputs(q, k, v, beta=beta, state=initial_state, values=False)
+def chunked(q, k, v, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto",
+            cu_seqlens=None):
+    """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``.
+
+    ``cu_seqlens`` ``[N + 1]`` (B = 1, N sequences packed along T, ``initial_state`` and the final state
+    ``[N, H, K, V]``): the sequences run as one batch padded with zero tokens, which change no memory
+    (``_common.through_padded_batch``), on either backend; chunks never straddle two sequences.
+    """
+    dims, offsets = _validate.check_packed_inputs(q, k, v, beta=beta, state=initial_state,
+                                                  cu_seqlens=cu_seqlens, values=False)
     chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
+    if offsets is not None:
+        form = functools.partial(chunked, chunk_size=chunk_size, scale=scale, backend=backend)
+        return through_padded_batch(form, offsets, (q, k, v, beta), initial_state)
     fused = _validate.resolve_backend(backend, q) == "triton"
     _validate.check_values(beta=beta, in_kernel=fused)
     if fused:

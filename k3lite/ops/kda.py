@@ -25,20 +25,36 @@ numbers by halving the chunk, with matrix products and every decay factor <= 1.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 from k3lite import _validate
-from k3lite.ops._common import heads_first, solve_unit_lower, start_state, tokens_first, triton_call
+from k3lite.ops._common import (
+    each_sequence,
+    heads_first,
+    solve_unit_lower,
+    start_state,
+    through_padded_batch,
+    tokens_first,
+    triton_call,
+)
 
 KIND = "kda"
 SEGMENT_TOKENS = 512   # chunked() prepares this many tokens at a time
 
 
-def recurrent(q, k, v, g, beta, *, scale=None, initial_state=None):
-    """Token-by-token reference. Returns ``(o [B, T, H, V], final_state [B, H, K, V])``."""
-    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state)
+def recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None):
+    """Token-by-token reference. Returns ``(o [B, T, H, V], final_state [B, H, K, V])``.
+
+    ``cu_seqlens`` ``[N + 1]``: N sequences packed along T (B = 1), each run alone from its own memory
+    (``initial_state`` ``[N, H, K, V]``); the final state is then ``[N, H, K, V]``."""
+    dims, offsets = _validate.check_packed_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state,
+                                                  cu_seqlens=cu_seqlens)
     scale = _validate.resolve_scale(scale, dims.K)
+    if offsets is not None:
+        return each_sequence(recurrent, offsets, (q, k, v, g, beta), initial_state, dims, scale=scale)
     out_dtype, dtype = q.dtype, _validate.compute_dtype(q)
     q, k, v, g = (heads_first(x, dtype) for x in (q, k, v, g))   # [B, H, T, *]
     beta = beta.transpose(1, 2).to(dtype)                          # [B, H, T]
@@ -56,15 +72,24 @@ def recurrent(q, k, v, g, beta, *, scale=None, initial_state=None):
     return tokens_first(o, out_dtype), S
 
 
-def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto"):
+def chunked(q, k, v, g, beta, *, chunk_size=64, scale=None, initial_state=None, backend="auto",
+            cu_seqlens=None):
     """Chunk-parallel form; same result as :func:`recurrent` for any T and any ``chunk_size >= 1``.
 
     Everything inside a chunk is computed for all chunks at once (:func:`_prepare_chunks`); only
     the hand-over of the memory from one chunk to the next is a loop (:func:`_carry`).
+
+    ``cu_seqlens`` ``[N + 1]`` (B = 1, N sequences packed along T, ``initial_state`` and the final state
+    ``[N, H, K, V]``): the sequences run as one batch padded with zero tokens, which change no memory
+    (``_common.through_padded_batch``), on either backend; chunks never straddle two sequences.
     """
-    dims = _validate.check_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state, values=False)
+    dims, offsets = _validate.check_packed_inputs(q, k, v, g, beta, per_channel_gate=True, state=initial_state,
+                                                  cu_seqlens=cu_seqlens, values=False)
     chunk_size = _validate.check_chunk_size(chunk_size)
     scale = _validate.resolve_scale(scale, dims.K)
+    if offsets is not None:
+        form = functools.partial(chunked, chunk_size=chunk_size, scale=scale, backend=backend)
+        return through_padded_batch(form, offsets, (q, k, v, g, beta), initial_state)
     fused = _validate.resolve_backend(backend, q) == "triton"
     _validate.check_values(g, beta, in_kernel=fused)
     if fused:
