@@ -106,6 +106,27 @@ def _known_decay_parameters(layer):
     return A.view(3, 1), b.view(3, 8)
 
 
+@pytest.mark.parametrize("gate_form", ["k3", "kimi_linear"])
+def test_kda_gate_gates_at_initialisation(gate_form):
+    """Both forms start with a spread of retentions below 1 and a live A_log gradient.
+
+    With Mamba's A in U(1, 16) in K3's bounded form the sigmoid saturates: every channel starts at retention
+    1.0000 and A_log's gradient is of order 1e-7 or smaller. A_log = 0 (the reference's safe gate) avoids it.
+    """
+    torch.manual_seed(0)
+    layer = KDALayer(64, 2, 32, gate_form=gate_form, backend="torch")
+    x = torch.randn(4, 64, 64)
+    retention = layer.decay(x).exp()
+    assert retention.median() < 0.99 and (retention >= 0.99).float().mean() < 0.5
+    y, _ = layer(x)
+    y.square().mean().backward()
+    qkv_grad = torch.cat([layer.q_proj.weight.grad.abs().flatten(), layer.k_proj.weight.grad.abs().flatten(),
+                          layer.v_proj.weight.grad.abs().flatten()]).mean()
+    assert (layer.A_log.grad.abs() > 1e-3 * qkv_grad).all()
+    if gate_form == "k3":
+        assert torch.equal(layer.A_log.detach(), torch.zeros(2))
+
+
 def test_kda_gates_follow_the_published_formulas():
     x = torch.randn(2, 5, 24)
     k3 = _kda("k3", gate_lower_bound=-5.0)

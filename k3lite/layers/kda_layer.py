@@ -77,10 +77,15 @@ class KDALayer(nn.Module):
         self.v_conv = ShortConv(value_size, conv_size)
         self.decay_down = nn.Linear(hidden_size, gate_rank, bias=False)
         self.decay_up = nn.Linear(gate_rank, key_size, bias=False)
-        # A = exp(A_log) in [1, 16] per head, dt_bias = softplus^-1(dt) with dt log-uniform in
-        # [1e-3, 1e-1] per channel: the Mamba initialisation Kimi Linear keeps.
-        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(1.0, 16.0).log())
-        dt = torch.empty(key_size).uniform_(math.log(1e-3), math.log(1e-1)).exp()
+        # Kimi Linear keeps Mamba's A = exp(A_log) in U(1, 16) per head. K3's bounded form starts from
+        # A_log = 0 as the reference's safe gate does: with A up to 16, A * dt_bias reaches -110, the
+        # sigmoid saturates and every channel starts (and stays) at retention 1. A is drawn for both forms
+        # so that the other parameters start from the same values whichever form is chosen.
+        A = torch.empty(num_heads).uniform_(1.0, 16.0)
+        self.A_log = nn.Parameter(A.log() if gate_form == "kimi_linear" else torch.zeros(num_heads))
+        # dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 1e-1] per channel (floored at 1e-4 as the
+        # reference does).
+        dt = torch.empty(key_size).uniform_(math.log(1e-3), math.log(1e-1)).exp().clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
         self.beta_proj = nn.Linear(hidden_size, num_heads, bias=False)
         if output_gate_rank is None:
