@@ -1,13 +1,17 @@
 """Mixers for ``--mixers module:function``: the bake-off's own diagnoses, and examples for a learner's.
 
-A custom mixer runs inside KDA's layer (projections, short convolutions, per-channel decay ``g``, sigmoid
-output gate) and is called like ``k3lite.ops.kda.chunked``. Swapping only the recurrence there separates
-what the recurrence does from what its published layer around it does.
+A custom mixer runs inside KDA's layer in its default form (projections, short convolutions, K3's bounded
+per-channel decay ``g`` through a low-rank projection, sigmoid output gate; see ``k3lite.bakeoff.models``)
+and is called like ``k3lite.ops.kda.chunked``. Swapping only the recurrence there separates what the
+recurrence does from what its published layer around it does.
 
 ``gated_delta_rule_in_kda_layer``: Gated DeltaNet's recurrence, one decay per head (the layer's first
-decay channel of each head), in KDA's layer. Gated DeltaNet's own layer differs from KDA's in two ways, the
-per-head decay and a SiLU output gate (fla's ``FusedRMSNormGated``) instead of a sigmoid; this variant
-keeps the first and drops the second, so a gap between it and ``gated_delta_rule`` is the output gate's.
+decay channel of each head), in KDA's layer. Gated DeltaNet's own layer differs from KDA's in three ways:
+the per-head decay, its parametrisation (``-exp(A_log) softplus(W_a x + dt_bias)`` from a full-rank
+``W_a`` against K3's ``-5 sigmoid(exp(A_log) (W_up W_down x + dt_bias))``) and a SiLU output gate (fla's
+``FusedRMSNormGated``) instead of a sigmoid. This variant keeps the first and takes the other two from
+KDA's layer, so a gap between it and ``gated_delta_rule`` belongs to the decay parametrisation and the
+output gate together, and a gap between it and ``kda`` to one decay per head against one per channel.
 
     python -m k3lite.bakeoff --tasks rebind --d-models 64 \\
         --mixers gated_delta_rule,kda,k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer

@@ -1,0 +1,262 @@
+"""The bake-off's gated layers against the published ones (fla's Gated DeltaNet and KDA layers).
+
+(i) each decay equals the published formula, written here independently, on random inputs and parameters;
+(ii) at initialisation the retention exp(g) per token is spread out, not pinned at 1, and the loss reaches
+A_log; (iii) the same holds for the models the bake-off builds from a mixer name at its width (d 64).
+
+Why the gradient criterion: float32 carries about 7 significant digits, so an A_log gradient 1e-7 times the
+projection weights' is rounding noise: the gate does not take part in the loss at all (the saturated
+initialisation gave 1e-9 to 1e-19). Requiring at least 1e-3 of the mean |gradient| of the same layer's
+q/k/v weights stays four orders of magnitude above that noise and far below what an unsaturated gate gets
+(0.07 to 10 here), so it fails only for a gate that does not take part.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from k3lite.bakeoff.models import (
+    BUILTIN,
+    DEFAULT_KDA_FORM,
+    KDA_FORMS,
+    VARIANTS,
+    BakeoffMixer,
+    build_model,
+    check_mixer,
+    gate_form,
+    matched_mlp_hidden,
+    num_parameters,
+    softplus_inverse,
+)
+from k3lite.models.mixers import MixerConfig
+
+D_MODEL, HEADS = 64, 2            # the bake-off's width and head count
+SEEDS = range(5)
+MIN_A_LOG_GRADIENT = 1e-3         # relative to the mean |dL/dW_qkv| of the same layer (module docstring)
+LAYERS = {"gated_delta_rule": ("gated_delta_rule", {}), "kda_k3": ("kda", {"kda_form": "k3"}),
+          "kda_kimi_linear": ("kda", {"kda_form": "kimi_linear"})}
+
+
+def _layer(name, seed, d_model=D_MODEL, heads=HEADS):
+    mechanism, options = LAYERS[name]
+    torch.manual_seed(seed)
+    return BakeoffMixer(MixerConfig(mechanism=mechanism, d_model=d_model, num_heads=heads, backend="torch",
+                                    chunk_size=32), **options)
+
+
+def _inputs(seed, batch=2, length=64, width=D_MODEL):
+    """Unit-RMS activations, as the block's RMSNorm hands them to the mixer."""
+    return torch.randn(batch, length, width, generator=torch.Generator().manual_seed(1000 + seed))
+
+
+def _softplus(z):
+    return torch.log1p(torch.exp(z))
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + torch.exp(-z))
+
+
+def _randomise_gate(layer, seed):
+    """Parameters well away from initialisation, so both branches of every nonlinearity are exercised."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name == "A_log" or name.startswith("decay."):
+                p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if name.endswith("weight") else 1.5))
+
+
+# (i) the formulas -----------------------------------------------------------------------------------------
+
+def published_gated_deltanet_gate(x, a_weight, dt_bias, A_log):
+    """fla/layers/gated_deltanet.py + fla/ops/gated_delta_rule/gate.py: -exp(A_log) softplus(a_proj(x) + dt_bias)."""
+    a = torch.einsum("btd,hd->bth", x.double(), a_weight.double()) + dt_bias.double()
+    return -torch.exp(A_log.double()) * _softplus(a)
+
+
+def published_kda_gate(x, down_weight, up_weight, dt_bias, A_log, form, lower_bound=-5.0):
+    """fla/layers/kda.py + fla/ops/kda/gate.py (naive_kda_gate, naive_kda_lowerbound_gate) on f_proj(x)."""
+    heads = A_log.numel()
+    f = torch.einsum("btr,cr->btc", torch.einsum("btd,rd->btr", x.double(), down_weight.double()),
+                     up_weight.double()) + dt_bias.double()
+    f = f.reshape(*f.shape[:2], heads, -1)
+    A = torch.exp(A_log.double()).reshape(heads, 1)
+    if form == "kimi_linear":
+        return -A * _softplus(f)
+    return lower_bound * _sigmoid(A * f)
+
+
+@pytest.mark.parametrize("randomised", [False, True])
+def test_gated_deltanet_decay_is_the_published_formula(randomised):
+    layer = _layer("gated_delta_rule", 0)
+    if randomised:
+        _randomise_gate(layer, 1)
+    x = _inputs(0)
+    expected = published_gated_deltanet_gate(x, layer.decay.weight, layer.decay.bias, layer.A_log)
+    got = layer.log_decay(x)
+    assert got.shape == (2, 64, HEADS) and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
+    assert (got <= 0).all()
+
+
+@pytest.mark.parametrize("form", KDA_FORMS)
+@pytest.mark.parametrize("randomised", [False, True])
+def test_kda_decay_is_the_published_formula(form, randomised):
+    layer = _layer(f"kda_{form}", 0)
+    if randomised:
+        _randomise_gate(layer, 2)
+    x = _inputs(1)
+    expected = published_kda_gate(x, layer.decay.down.weight, layer.decay.up.weight, layer.decay.bias,
+                                  layer.A_log, form)
+    got = layer.log_decay(x)
+    head_dim = D_MODEL // HEADS
+    assert got.shape == (2, 64, HEADS, head_dim)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
+    if form == "k3":
+        assert got.min() >= -5.0 and got.max() <= 0.0
+    # fla's f_proj: hidden -> head_v_dim -> key_dim, no bias (the bias here is dt_bias, one per channel)
+    assert layer.decay.down.weight.shape == (head_dim, D_MODEL)
+    assert layer.decay.up.weight.shape == (HEADS * head_dim, head_dim)
+    assert layer.decay.bias.shape == (HEADS * head_dim,) and layer.A_log.shape == (HEADS,)
+
+
+def test_the_kda_forms_differ_only_where_the_references_differ():
+    k3, kimi = _layer("kda_k3", 0), _layer("kda_kimi_linear", 0)
+    assert torch.equal(k3.A_log, torch.zeros(HEADS))                  # fla: zeros when safe_gate is on
+    assert k3.out_gate.weight.shape == (D_MODEL, D_MODEL) and k3.out_gate.bias is None   # K3: full rank
+    down, up = kimi.out_gate                                          # fla's g_proj: low rank, bias on up
+    assert down.weight.shape == (D_MODEL // HEADS, D_MODEL) and down.bias is None
+    assert up.weight.shape == (D_MODEL, D_MODEL // HEADS) and up.bias.shape == (D_MODEL,)
+
+
+def _softplus_inverse_reference(dt):
+    """log(e^dt - 1), the plain form of softplus^-1."""
+    return math.log(math.expm1(dt))
+
+
+def test_initialisation_follows_the_published_recipes():
+    """A ~ U(0, 16) for Gated DeltaNet, U(1, 16) for Kimi Linear; dt = softplus(dt_bias) log-uniform in
+    [1e-3, 1e-1]. Many heads, so the draws fill their ranges."""
+    wide = dict(d_model=256, heads=128)
+    gdn, kimi, k3 = (_layer(name, 3, **wide) for name in ("gated_delta_rule", "kda_kimi_linear", "kda_k3"))
+    A_gdn, A_kimi = gdn.A_log.exp(), kimi.A_log.exp()
+    assert 0.0 <= A_gdn.min() < 1.0 and 15.0 < A_gdn.max() <= 16.0   # reaches below 1: U(0, 16), not U(1, 16)
+    assert 1.0 <= A_kimi.min() < 1.5 and 15.0 < A_kimi.max() <= 16.0
+    for dt_bias in (gdn.decay.bias, kimi.decay.bias, k3.decay.bias):
+        dt = torch.nn.functional.softplus(dt_bias.detach().double())
+        assert dt.min() >= 1e-3 * (1 - 1e-5) and dt.max() <= 1e-1 * (1 + 1e-5)
+        log_dt = dt.log()
+        # log-uniform: a quarter of the draws per quarter of [log 1e-3, log 1e-1]
+        quarters = torch.histc(log_dt, bins=4, min=math.log(1e-3), max=math.log(1e-1)) / log_dt.numel()
+        assert (quarters > 0.15).all() and (quarters < 0.35).all(), quarters
+    for dt in (1e-4, 1e-3, 1e-2, 1e-1):
+        assert softplus_inverse(torch.tensor(dt, dtype=torch.float64)).item() == pytest.approx(
+            _softplus_inverse_reference(dt), rel=1e-12)
+
+
+# (ii) retention and gradient at initialisation, one layer ---------------------------------------------------
+
+def _retention_and_gradient(layer, seed):
+    x = _inputs(seed)
+    retention = layer.log_decay(x).exp().detach().flatten()
+    out = layer(x)
+    target = torch.randn(out.shape, generator=torch.Generator().manual_seed(2000 + seed))
+    torch.nn.functional.mse_loss(out, target).backward()
+    relative = layer.A_log.grad.abs() / layer.qkv.weight.grad.abs().mean()
+    return retention, relative
+
+
+def _assert_not_degenerate(retention, relative):
+    median = retention.median().item()
+    low, high = torch.quantile(retention, torch.tensor([0.1, 0.9])).tolist()
+    assert 0.1 < median < 0.99, f"median retention {median:.4f}"
+    assert high - low > 0.05, f"retention 10-90% range {low:.4f}..{high:.4f} is a point mass"
+    assert relative.min() > MIN_A_LOG_GRADIENT, f"A_log gradient / W_qkv gradient = {relative.tolist()}"
+
+
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_initial_retention_is_spread_and_A_log_gets_gradient(name, seed):
+    _assert_not_degenerate(*_retention_and_gradient(_layer(name, seed), seed))
+
+
+def test_the_checks_catch_the_saturated_initialisation():
+    """The previous bake-off layer: K3's bounded gate on Gated DeltaNet with Mamba's A in [1, 16]. The sigmoid
+    saturates (A * dt_bias in [-110, -2.3]), retention starts at 1 and A_log gets no gradient."""
+    layer = _layer("gated_delta_rule", 0)
+    with torch.no_grad():
+        layer.A_log.copy_(torch.empty(HEADS).uniform_(1.0, 16.0, generator=torch.Generator().manual_seed(0)).log())
+    layer.gate_form = "k3"
+    retention, relative = _retention_and_gradient(layer, 0)
+    assert retention.median() >= 0.99 and relative.max() < MIN_A_LOG_GRADIENT
+    with pytest.raises(AssertionError):
+        _assert_not_degenerate(retention, relative)
+
+
+# (iii) the models the bake-off builds -----------------------------------------------------------------------
+
+def _model_retention_and_gradient(mixer, seed=0, vocab_size=512):
+    torch.manual_seed(seed)
+    model = build_model(mixer, vocab_size=vocab_size, d_model=D_MODEL, num_layers=4, backend="torch")
+    ids = torch.randint(0, vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
+    gated = [block.mixer for block in model.blocks if hasattr(block.mixer, "A_log")]
+    seen = {}
+    hooks = [m.register_forward_pre_hook(lambda module, args: seen.__setitem__(module, args[0])) for m in gated]
+    logits = model(ids)
+    for hook in hooks:
+        hook.remove()
+    torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).backward()
+    retention = torch.cat([m.log_decay(seen[m]).exp().detach().flatten() for m in gated])
+    relative = torch.cat([m.A_log.grad.abs() / m.qkv.weight.grad.abs().mean() for m in gated])
+    return gated, retention, relative
+
+
+@pytest.mark.parametrize("mixer", ["gated_delta_rule", "kda", "k3_hybrid", *VARIANTS])
+def test_bakeoff_models_start_with_the_gate_in_use(mixer):
+    gated, retention, relative = _model_retention_and_gradient(mixer)
+    assert len(gated) == (3 if mixer == "k3_hybrid" else 4)
+    assert retention.median() < 0.99, f"{mixer}: median initial retention {retention.median():.4f}"
+    assert (retention >= 0.99).float().mean() < 0.5
+    assert relative.min() > MIN_A_LOG_GRADIENT, f"{mixer}: {relative.tolist()}"
+
+
+def test_bakeoff_kda_uses_k3s_form_by_default():
+    assert DEFAULT_KDA_FORM == "k3"
+    for mixer in ("kda", "k3_hybrid", "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"):
+        layers = [b.mixer for b in build_model(mixer, vocab_size=40, d_model=16).blocks if hasattr(b.mixer, "A_log")]
+        assert layers and all(m.gate_form == "k3" and torch.equal(m.A_log, torch.zeros(2)) for m in layers)
+        assert gate_form(mixer) == "lower bound -5, A_log = 0"
+    assert gate_form("gated_delta_rule") == "softplus, A ~ U(0, 16)" and gate_form("delta_rule") is None
+    assert gate_form("kda_kimi_linear") == "softplus, A ~ U(1, 16)"
+
+
+def test_variants_are_built_by_name_and_matched():
+    for mixer in VARIANTS:
+        check_mixer(mixer)
+        hidden = matched_mlp_hidden(mixer, vocab_size=80, d_model=32)
+        count = num_parameters(build_model(mixer, vocab_size=80, d_model=32, mlp_hidden=hidden))
+        largest = max(num_parameters(build_model(m, vocab_size=80, d_model=32,
+                                                 mlp_hidden=matched_mlp_hidden(m, vocab_size=80, d_model=32)))
+                      for m in BUILTIN)
+        assert abs(count / largest - 1) < 0.01
+    # the sigmoid-gate variant is Gated DeltaNet's layer with only the output activation swapped
+    ids = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    silu = build_model("gated_delta_rule", vocab_size=40, d_model=16, backend="torch")
+    torch.manual_seed(0)
+    sigmoid = build_model("gated_delta_rule_sigmoid_gate", vocab_size=40, d_model=16, backend="torch")
+    assert all(torch.equal(a, b) for a, b in zip(silu.state_dict().values(), sigmoid.state_dict().values()))
+    assert not torch.allclose(silu(ids), sigmoid(ids))
+
+
+def test_bad_layer_options_are_rejected():
+    config = MixerConfig(mechanism="kda", d_model=16, num_heads=2)
+    with pytest.raises(ValueError, match="kda_form"):
+        BakeoffMixer(config, kda_form="mamba")
+    with pytest.raises(ValueError, match="output_gate"):
+        BakeoffMixer(config, output_gate="tanh")
+    with pytest.raises(ValueError, match="mixer"):
+        check_mixer("kda_mamba")
