@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# The mixer bake-off on the device (1 to 8 H200s): (a) a quick --measure (seconds per step of every mixer at
+# The mixer bake-off on the device (1 to 8 GPUs): (a) a quick --measure (seconds per step of every mixer at
 # every shape of the grid, all workers busy, and an estimate of the whole grid; then the MQAR learnability
-# runs, which the sweep reuses), (b) the sweep (learning rates, then seeds) within a wall-clock limit.
-# Runs are stored in $OUT/bakeoff.json as each finishes (it starts as a merge of figures/bakeoff.json, which
-# travels with the working tree, so stored runs are not redone), merged into figures/bakeoff.json (added to it:
-# no stored run is dropped), and plotted into $OUT/figures/.
+# runs, which the sweep reuses), (b) the grid: the learning-rate sweep first (--lrs x --lr-seeds, default
+# 3 rates x 2 seeds; a cell's seeds start as soon as its sweep is stored), then --seeds (default 5) per cell
+# at the chosen rate, within a wall-clock limit. Every run is stored in $OUT/bakeoff.json the moment it
+# finishes, with its cost (wall seconds, device), its held-out evaluations and the learning-rate choices so
+# far, so a call cut short keeps every finished run and the next call goes on from there.
+# The store starts as a merge of figures/bakeoff.json (it travels with the working tree) and of every store
+# named in $RESUME (e.g. the $OUT/bakeoff.json a previous call brought back, copied under runs/ and carried),
+# so stored runs are not redone. At the end it is merged into figures/bakeoff.json (added to it: no stored run
+# is dropped) and plotted into $OUT/figures/; the table (success rates, Wilson intervals) ends the log.
 #
 # Usage (repository root): bash scripts/gpu_bakeoff.sh LIMIT_S [MODE] [extra k3lite.bakeoff flags...]
 #   LIMIT_S  wall-clock seconds for this whole call (e.g. 540 for a 9-minute device call)
 #   MODE     both (default): measure, then sweep | measure: only (a) | sweep: only (b)
-#   flags    shrink the grid, e.g. --tasks mqar32,mqar64,rebind --d-models 128 --seeds 3 --steps mqar=1500
+#   flags    shrink the grid, e.g. --tasks mqar16,mqar64 --mixers softmax,delta_rule,gated_delta_rule,kda
+#            --d-models 64 --num-layers 2 --steps mqar=2000 (the MQAR default, MQAR_STEPS in
+#            k3lite/bakeoff/cli.py, is a placeholder to be measured)
 # Environment: WORKERS_PER_GPU (default min(3, cores per GPU - 2)), GPUS (default: all visible), MARGIN_S (default 120: no run
 # starts later than LIMIT_S - MARGIN_S; runs in flight finish unless the hard limit hits first),
-# BAKEOFF_COMMIT (the commit recorded in every run when the copy on the device has no .git).
+# BAKEOFF_COMMIT (the commit recorded in every run when the copy on the device has no .git), RESUME (stores of
+# earlier calls, space-separated, merged in first), OUT (default runs/bakeoff; on the device machine pass its
+# $OUT so that the store comes back).
 set -o pipefail
 limit_s=${1:?usage: bash scripts/gpu_bakeoff.sh LIMIT_S [both|measure|sweep] [flags...]}
 mode=${2:-both}; shift; [ $# -gt 0 ] && shift
@@ -31,9 +40,11 @@ nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpu_info.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu_info.txt"
 cat "$OUT/gpu_info.txt"
 # Refuses (exit 2, one line) a damaged store rather than training on top of it.
-if [ -f figures/bakeoff.json ]; then
-  python3 -m k3lite.bakeoff --merge figures/bakeoff.json --out "$OUT/bakeoff.json" || exit
-fi
+for previous in figures/bakeoff.json ${RESUME:-}; do
+  if [ -f "$previous" ]; then
+    python3 -m k3lite.bakeoff --merge "$previous" --out "$OUT/bakeoff.json" || exit
+  fi
+done
 common=(--gpus "$gpus" --workers-per-gpu "$wpg" --out "$OUT/bakeoff.json")
 left() { echo $(( limit_s - ($(date +%s) - start) )); }
 
@@ -50,5 +61,5 @@ if [ "$mode" = both ] || [ "$mode" = sweep ]; then
 fi
 [ -f "$OUT/bakeoff.json" ] && python3 -m k3lite.bakeoff --merge "$OUT/bakeoff.json" --out figures/bakeoff.json
 timeout 60 python3 scripts/plot_bakeoff.py --json "$OUT/bakeoff.json" --out-dir "$OUT/figures" 2>&1 | tail -n 5
-python3 -m k3lite.bakeoff --table --out "$OUT/bakeoff.json" "$@" 2>&1 | tail -n 80
+python3 -m k3lite.bakeoff --table --store "$OUT/bakeoff.json" 2>&1 | tail -n 80
 echo "[gpu_bakeoff] done in $(( $(date +%s) - start ))s"

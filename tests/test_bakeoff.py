@@ -180,12 +180,15 @@ def test_sweep_then_seeds_resume_and_merge(tmp_path, monkeypatch):
     real_run = cli.run
     monkeypatch.setattr(cli, "run", lambda spec, *a, **k: calls.append(spec) or real_run(spec, *a, **k))
     out = tmp_path / "a.json"
-    argv = TOY_ARGS + ["--tasks", "mqar4", "--mixers", "softmax,delta_rule", "--lrs", "1e-3,1e-2", "--seeds", "2",
-                       "--out", str(out)]
+    argv = TOY_ARGS + ["--tasks", "mqar4", "--mixers", "softmax,delta_rule", "--lrs", "1e-2", "--lr-seeds", "1",
+                       "--seeds", "2", "--out", str(out)]
     assert cli.main(argv) == 0
-    assert len(calls) == 2 * 2 + 2            # sweep: 2 mixers x 2 lrs; seeds: seed 1 of each (seed 0 is stored)
+    assert len(calls) == 2 + 2                # sweep: 2 mixers x 1 lr x 1 seed; seeds: seed 1 of each (0 is stored)
     runs = store.load(out)
-    assert len(runs) == 6 and all(r["provenance"]["torch"] == torch.__version__ for r in runs.values())
+    assert len(runs) == 4 and all(r["provenance"]["torch"] == torch.__version__ for r in runs.values())
+    choices = store.load_choices(out)
+    assert len(choices) == 2 and {c["verdict"] for c in choices.values()} == {"only rate"}
+    assert all(len(r["evaluations"]) == 2 and r["evaluations"][-1]["step"] == 2 for r in runs.values())
     assert not list(tmp_path.glob("*.tmp"))
     calls.clear()
     assert cli.main(argv) == 0 and calls == []     # everything stored: nothing is redone
@@ -240,8 +243,10 @@ def _fake_store(args, metrics: dict[str, list[float]]) -> dict:
     runs = {}
     for base in cli.cell_specs(args, 0.0, 0, "lr"):
         for lr in args.lr_list:
-            spec = RunSpec(**{**base.__dict__, "lr": lr})
-            runs[spec.key()] = {"metric": metrics[base.mixer][0] if lr == 1e-2 else 0.0, "higher_is_better": True}
+            for seed in range(args.lr_seeds):
+                spec = RunSpec(**{**base.__dict__, "lr": lr, "seed": seed})
+                runs[spec.key()] = {"metric": metrics[base.mixer][seed] if lr == 1e-2 else 0.0,
+                                    "higher_is_better": True}
         for seed, value in enumerate(metrics[base.mixer]):
             spec = RunSpec(**{**base.__dict__, "lr": 1e-2, "seed": seed})
             runs[spec.key()] = {"metric": value, "higher_is_better": True}
@@ -258,22 +263,48 @@ def test_close_pairs_get_more_seeds_and_clear_pairs_do_not():
                        cli.cell_specs(args, 0.0, 1, "seeds")[0]) == 1e-2
 
 
-def test_sweep_ties_go_to_the_smaller_rate_and_lr_task_shares_a_sweep():
-    args = _args("--lr-task", "mqar4")
+def test_lr_choice_ties_go_to_the_middle_rate_and_all_at_chance_picks_none():
+    args = _args("--lrs", "1e-3,3e-3,1e-2", "--lr-task", "mqar4")
     runs = _fake_store(args, {"kda": [1.0] * 3, "k3_hybrid": [1.0] * 3})
     spec = cli.cell_specs(args, 0.0, 1, "seeds")[0]
     sources = cli.sweep_specs_for(args, spec)
-    for source, metric in zip(sources, (0.9995, 1.0)):
-        runs[source.key()] = {"metric": metric, "higher_is_better": True}
-    assert cli.best_lr(args, runs, spec) == 1e-3
-    runs[sources[0].key()]["metric"] = 0.99
-    assert cli.best_lr(args, runs, spec) == 1e-2
+    assert sorted({(s.lr, s.seed) for s in sources}) == [(lr, seed) for lr in (1e-3, 3e-3, 1e-2) for seed in (0, 1)]
+
+    def fill(values):                      # {lr: [seed 0, seed 1]}
+        for source in sources:
+            runs[source.key()] = {"metric": values[source.lr][source.seed], "higher_is_better": True}
+        return cli.lr_choice(args, runs, spec)
+
+    saturated = fill({1e-3: [1.0, 1.0], 3e-3: [0.999, 1.0], 1e-2: [1.0, 1.0]})
+    assert saturated["choice"] == 3e-3 and saturated["verdict"] == "chosen"          # a tie: the middle rate
+    assert saturated["metrics"] == {"0.001": {"0": 1.0, "1": 1.0}, "0.003": {"0": 0.999, "1": 1.0},
+                                    "0.01": {"0": 1.0, "1": 1.0}} and "middle" in saturated["rule"]
+    assert fill({1e-3: [0.3, 0.31], 3e-3: [0.5, 0.52], 1e-2: [0.95, 0.96]})["choice"] == 1e-2   # a clear best
+    # a diverged seed (None) counts as the sweep's worst, so it cannot lift a rate above a learning one
+    assert fill({1e-3: [0.9, 0.92], 3e-3: [None, 0.2], 1e-2: [0.3, 0.3]})["choice"] == 1e-3
+    # every rate at chance (mqar4: 1/4; 0.3 closes 7 % of the way to 1): no choice, and no seeds are run
+    hopeless = fill({1e-3: [0.25, 0.3], 3e-3: [0.2, 0.26], 1e-2: [None, 0.3]})
+    assert hopeless["choice"] is None and hopeless["verdict"] == "all at chance" and hopeless["chance"] == 0.25
+    assert cli.best_lr(args, runs, spec) is None and cli.cell_records(args, runs, spec) is None
+    assert not [s for s in cli.seed_specs(args, runs, quiet=True) if s.mixer == spec.mixer]
+    del runs[sources[-1].key()]
+    assert cli.lr_choice(args, runs, spec) is None                                     # the sweep is incomplete
     args = cli.parser().parse_args(TOY_ARGS + ["--tasks", "rebind", "--mixers", "kda", "--lrs", "1e-3,1e-2",
                                                "--lr-task", "mqar4"])
     cli.check_args(args)
-    assert {s.task for s in cli.sweep_specs(args)} == {"mqar4"}
+    assert {s.task for s in cli.sweep_specs(args)} == {"mqar4"} and len(cli.sweep_specs(args)) == 2 * 2
     with pytest.raises(ValueError, match="--lr-task"):
         cli.check_args(cli.parser().parse_args(TOY_ARGS + ["--lr-task", "lm"]))
+
+
+def test_decide_lr_rule_for_lower_is_better_and_a_single_rate():
+    from k3lite.bakeoff.cli import decide_lr
+
+    bpb = decide_lr({1e-3: [2.0, 2.1], 3e-3: [1.5, 1.52], 1e-2: [1.8, 1.9]}, 8.0, higher_is_better=False)
+    assert bpb["choice"] == 3e-3 and bpb["tied"] == ["0.003"]
+    assert decide_lr({1e-2: [0.0, 0.0]}, 0.25)["verdict"] == "only rate"    # nothing to choose: the rate is given
+    with pytest.raises(ValueError, match="metrics"):
+        decide_lr({1e-3: []}, 0.25)
 
 
 def test_triton_path_is_counted_through_the_real_kernels():

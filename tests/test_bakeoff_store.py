@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / store.COMMITTED
 PYTHON = sys.executable
 TOY = ["--device", "cpu", "--d-models", "16", "--vocab", "80", "--seq-len", "64", "--batch-size", "2",
-       "--eval-batch", "4", "--workers-per-gpu", "1", "--close-seeds", "0"]
+       "--eval-batch", "4", "--workers-per-gpu", "1", "--close-seeds", "0", "--lr-seeds", "1", "--evals", "2"]
 
 
 def _record(key: str, metric=0.5, **extra) -> dict:
@@ -202,6 +202,9 @@ def test_a_toy_sweep_without_out_leaves_the_evidence_alone(tmp_path, monkeypatch
 
 
 def test_a_diverging_learning_rate_is_stored_and_the_cells_seeds_still_run(tmp_path, monkeypatch):
+    # Toy runs of 6 steps learn nothing: declare nothing at chance here, so the choice is made (and the rule
+    # "all at chance" is tested on its own, in test_bakeoff.py).
+    monkeypatch.setattr(cli, "at_chance", lambda *a, **k: False)
     calls = []
     real_run = cli.run
     monkeypatch.setattr(cli, "run", lambda spec, *a, **k: calls.append(spec.key()) or real_run(spec, *a, **k))
@@ -215,6 +218,8 @@ def test_a_diverging_learning_rate_is_stored_and_the_cells_seeds_still_run(tmp_p
     assert len(diverged) == 1 and diverged[0]["lr"] == 1e4 and diverged[0]["metric"] is None
     assert 0 < diverged[0]["diverged_step"] < 6 and "beta" in diverged[0]["reason"]
     assert {(r["lr"], r["seed"]) for r in runs.values()} == {(1e-3, 0), (1e4, 0), (1e-3, 1)}   # seed 1 ran
+    (choice,) = store.load_choices(out).values()
+    assert choice["choice"] == 1e-3 and choice["metrics"]["10000"] == {"0": None}
     _strict_json(out)
     calls.clear()
     assert cli.main(argv) == 0 and calls == []              # resume: nothing redone, the diverged run included

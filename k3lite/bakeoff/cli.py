@@ -1,15 +1,19 @@
 """``python -m k3lite.bakeoff``: the grid, the learning-rate sweep, the seeds, workers, measure, merge.
 
 Grid: every task of --tasks x every mixer of --mixers; MQAR tasks at every --d-models width, the
-others at the largest or at --width-of. Phases (--phase all runs the three, each run starting as soon as it
-can):
+others (zoology<pairs>: MQAR as Zoology generates it, vocabulary 8,192) at the largest or at --width-of.
+Phases (--phase all runs the three, each run starting as soon as it can):
 
-  lr      seed 0 at every learning rate of --lrs (--lm-lrs for lm) on the cells that set a learning rate:
-          each task for itself, every MQAR task from --mqar-lr-task;
-  seeds   seeds 0 .. --seeds - 1 at each cell's best learning rate (seed 0 reuses the sweep's run; a diverged
-          run counts as the worst);
-  close   seeds up to --close-seeds for both cells of a story pair (STORY_PAIRS) that the rule of
-          k3lite.bakeoff.stats.beats cannot call with --seeds.
+  lr      seeds 0 .. --lr-seeds - 1 at every learning rate of --lrs (--lm-lrs for lm) on the cells that set a
+          learning rate: each task for itself, every MQAR task from --mqar-lr-task; the choice per (task
+          family, mixer, width) is stored with its evidence in the store's "lr_choices" (rule: decide_lr);
+  seeds   seeds 0 .. --seeds - 1 at each cell's chosen learning rate (the sweep's seeds are reused); a cell
+          whose every rate stayed at chance is stored as "all at chance" and gets no seeds;
+  close   seeds up to --close-seeds for both cells of a story pair (STORY_PAIRS) that neither Fisher's exact
+          test on success counts nor the means rule of k3lite.bakeoff.stats can call with --seeds.
+
+Every run is evaluated on fixed held-out batches --evals times (every 10 % of its steps by default), so a
+record gives accuracy after N steps and steps-to-learn (first evaluation at accuracy >= 0.9), and its cost.
 
 Runs are stored in --out as each finishes (default runs/bakeoff.json, git-ignored scratch); a stored run is never
 redone. A run whose loss or weights turn non-finite is stored as diverged (a result: the worst of its sweep); one
@@ -25,6 +29,7 @@ Examples:
   python -m k3lite.bakeoff --gpus 8 --workers-per-gpu 3 --deadline-s 400  # the sweep, resumable
   python -m k3lite.bakeoff --tasks mqar32,mqar64 --d-models 128 --mixers kda,my_pkg.my_mixer:chunked
   python -m k3lite.bakeoff --table                                        # the course's results, story pairs
+  python -m k3lite.bakeoff --table --store runs/bakeoff.json              # success rates of another store
   python -m k3lite.bakeoff --merge runs/bakeoff.json --out figures/bakeoff.json   # add runs to the evidence
 """
 
@@ -35,6 +40,7 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -46,14 +52,37 @@ from pathlib import Path
 from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN, HYBRID_PERIOD, check_mixer
 from k3lite.bakeoff.runs import RunSpec, TritonPathError, failed_record, run
-from k3lite.bakeoff.stats import BEATS_Z, beats, summarize
-from k3lite.bakeoff.tasks import TASK_FAMILIES, family, make_task
+from k3lite.bakeoff.stats import (
+    BEATS_Z,
+    SUCCESS_THRESHOLD,
+    beats,
+    beats_by_success,
+    median,
+    success_rate,
+    success_verdict,
+    summarize,
+)
+from k3lite.bakeoff.tasks import AT_CHANCE_FRACTION, TASK_FAMILIES, at_chance, family, make_task
 
 DEFAULT_TASKS = "mqar16,mqar32,mqar64,mqar128,rebind,switch,twoscale,lm"
-DEFAULT_STEPS = "mqar=2000,rebind=2000,switch=2000,twoscale=2000,lm=1000"
-DEFAULT_BATCH = "mqar=64,rebind=64,switch=64,twoscale=64,lm=8"
+# The MQAR budget must be long enough that softmax attention and DeltaNet learn the grid's smallest MQAR on every
+# seed; 1,000 steps measured plateau escape, not capability (a d 64 layer went from 0.02 at 800 steps to 0.98 at
+# 2,400). MQAR_STEPS is a placeholder until it is measured on the GPU from the runs' stored steps-to-learn.
+MQAR_STEPS = 4000
+DEFAULT_STEPS = f"mqar={MQAR_STEPS},zoology={MQAR_STEPS},rebind=2000,switch=2000,twoscale=2000,lm=1000"
+DEFAULT_BATCH = "mqar=64,zoology=64,rebind=64,switch=64,twoscale=64,lm=8"
+DEFAULT_VOCAB = "512,zoology=8192"   # Zoology's experiments use 8,192; the CPU-sized rows keep 512
 PHASES = ("lr", "seeds", "close", "all")
-SWEEP_TIE = 1e-3   # sweep metrics closer than this are a tie: the smaller learning rate wins
+# Learning-rate choice (decide_lr): a rate ties with the best when its mean is within the larger of these.
+LR_TIE_ABS = 0.01   # metric units: closer means are a tie whatever the spread
+LR_TIE_Z = 2.0      # standard errors of the difference of the two means (per-seed spread)
+LR_RULE = (f"value of a run: its metric (a diverged or failed run: the sweep's worst, i.e. the worse of the "
+           f"task's chance level and the worst finite metric of the sweep); a rate's score: the "
+           f"mean over seeds; every rate's mean at chance (closing < {AT_CHANCE_FRACTION:g} of the way from chance "
+           f"to perfect, with >= 2 rates): 'all at chance', no choice; otherwise a rate ties with the best when the "
+           f"best mean exceeds it by at most max({LR_TIE_ABS:g}, {LR_TIE_Z:g} standard errors of the difference), "
+           f"and among the tied rates the one nearest the middle of the sorted list wins (equal distance: the "
+           f"smaller rate)")
 # The steps of the story: each pair is (the earlier mechanism, the one meant to fix its failure).
 STORY_PAIRS = (("linear_attention", "delta_rule"), ("delta_rule", "gated_delta_rule"), ("gated_delta_rule", "kda"),
                ("kda", "k3_hybrid"), ("softmax", "k3_hybrid"))
@@ -61,17 +90,16 @@ WATCHDOG_S = 1.0   # how often a worker looks whether its parent is still alive
 
 
 def per_family(text: str, name: str) -> dict[str, int]:
-    """``"2000"`` (every task) or ``"mqar=2000,lm=800"`` -> ``{family: int}``, every value >= 1."""
+    """``"2000"`` (every task), ``"mqar=2000,lm=800"`` or ``"512,zoology=8192"`` (a bare number sets every family,
+    then the pairs override it) -> ``{family: int}``, every value >= 1."""
     try:
-        if "=" not in text:
-            values = {f: int(text) for f in TASK_FAMILIES}
-        else:
-            values = {}
-            for item in text.split(","):
-                family_name, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError
+        values = {}
+        for item in text.split(","):
+            family_name, sep, value = item.partition("=")
+            if sep:
                 values[family_name.strip()] = int(value)
+            else:
+                values = {**{f: int(item) for f in TASK_FAMILIES}, **values}
     except ValueError as err:
         raise ValueError(f"{name} must be an integer or family=integer pairs, got {text!r}") from err
     unknown = sorted(set(values) - set(TASK_FAMILIES))
@@ -126,13 +154,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr-task", default=None,
                    help="take every non-lm cell's learning rate from this task's sweep at the same width "
                         "(default: each task its own sweep; MQAR tasks from --mqar-lr-task)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per cell at its best learning rate")
-    p.add_argument("--close-seeds", type=int, default=5,
-                   help="seeds for both cells of a story pair the beats rule cannot call with --seeds "
+    p.add_argument("--lr-seeds", type=int, default=2, help="seeds per learning rate of the sweep")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per cell at its chosen learning rate")
+    p.add_argument("--close-seeds", type=int, default=0,
+                   help="seeds for both cells of a story pair that neither rule can call with --seeds "
                         "(<= --seeds: off)")
+    p.add_argument("--evals", type=int, default=10,
+                   help="held-out evaluations per run, evenly spaced (the last at the end)")
     p.add_argument("--steps", default=DEFAULT_STEPS, help="training steps: N for every task, or family=N pairs")
     p.add_argument("--batch-size", default=DEFAULT_BATCH, help="sequences per step: N, or family=N pairs")
-    p.add_argument("--vocab", type=int, default=512, help="vocabulary of the synthetic tasks")
+    p.add_argument("--vocab", default=DEFAULT_VOCAB,
+                   help="vocabulary of the synthetic tasks: N for every family, or N,family=N pairs")
     p.add_argument("--seq-len", type=int, default=256, help="sequence length of the synthetic tasks")
     p.add_argument("--lm-seq-len", type=int, default=2048, help="sequence length of lm")
     p.add_argument("--num-layers", type=int, default=4,
@@ -141,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-batch", type=int, default=256, help="sequences per evaluation batch")
     p.add_argument("--phase", default="all",
                    help=f"one of {PHASES}: sweep, seeds at the best lr, extra seeds for close pairs, or all three")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", "--store", dest="out", default=None,
                    help=f"the JSON store runs are added to (default: {store.SCRATCH}, git-ignored scratch; with "
                         f"--table: {store.COMMITTED}, the course's evidence, which is written only when named)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
@@ -167,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
 
 def check_args(args) -> None:
     """Every flag checked before anything runs; a ``ValueError`` names the flag (``main`` turns it into exit 2)."""
-    for name in ("seeds", "vocab", "seq_len", "lm_seq_len", "num_layers", "num_heads", "eval_batch",
+    for name in ("seeds", "lr_seeds", "evals", "seq_len", "lm_seq_len", "num_layers", "num_heads", "eval_batch",
                  "workers_per_gpu", "measure_steps"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -181,6 +213,7 @@ def check_args(args) -> None:
         raise ValueError(f"--phase must be one of {PHASES}, got {args.phase!r}")
     if args.device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"--device must be cpu, cuda or auto, got {args.device!r}")
+    args.vocab_of = per_family(args.vocab, "--vocab")
     args.task_list = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not args.task_list:
         raise ValueError("--tasks must name at least one task")
@@ -201,7 +234,7 @@ def check_args(args) -> None:
         + ([(args.lr_task, "--lr-task")] if args.lr_task else [])
     for task, flag in named:
         try:
-            make_task(task, vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
+            make_task(task, vocab_size=vocab_of(args, task), seq_len=args.seq_len, lm_seq_len=args.lm_seq_len)
         except ValueError as err:
             raise ValueError(f"{flag}: {err}") from err
     args.mixer_list = [m.strip() for m in args.mixers.split(",") if m.strip()]
@@ -230,9 +263,13 @@ def check_args(args) -> None:
     if any(d % args.num_heads for d in args.width_of.values()):
         raise ValueError(f"--width-of widths must be multiples of --num-heads={args.num_heads}, got {args.width_of}")
     for task in args.task_list + ([args.mqar_lr_task] if mqar else []) + [t for t in [args.lr_task] if t]:
-        for table, name in ((args.steps_of, "--steps"), (args.batch_of, "--batch-size")):
+        for table, name in ((args.steps_of, "--steps"), (args.batch_of, "--batch-size"), (args.vocab_of, "--vocab")):
             if family(task) not in table:
                 raise ValueError(f"{name} gives no value for task family {family(task)!r}")
+
+
+def vocab_of(args, task: str) -> int:
+    return args.vocab_of.get(family(task), 512)
 
 
 def resolve_out(args) -> None:
@@ -258,8 +295,8 @@ def _spec(args, task, mixer, d, lr, seed, phase) -> RunSpec:
     kind = family(task)
     return RunSpec(task=task, mixer=mixer, d_model=d, lr=lr, seed=seed, steps=args.steps_of[kind],
                    batch_size=args.batch_of[kind], num_layers=args.num_layers, num_heads=args.num_heads,
-                   vocab_size=args.vocab, seq_len=args.seq_len, lm_seq_len=args.lm_seq_len,
-                   eval_batch=args.eval_batch, phase=phase, cuda_graph=args.cuda_graph)
+                   vocab_size=vocab_of(args, task), seq_len=args.seq_len, lm_seq_len=args.lm_seq_len,
+                   eval_batch=args.eval_batch, phase=phase, cuda_graph=args.cuda_graph, evals=args.evals)
 
 
 def lr_source(args, spec: RunSpec) -> str:
@@ -270,62 +307,125 @@ def lr_source(args, spec: RunSpec) -> str:
 
 
 def sweep_specs(args) -> list[RunSpec]:
-    """Seed 0 at every learning rate, for the cells that set the learning rates."""
+    """Seeds 0 .. --lr-seeds - 1 at every learning rate, for the cells that set the learning rates (seeds
+    outermost: a deadline leaves every rate at least its first seed)."""
     specs = {}
-    for base in cell_specs(args, 0.0, 0, "lr"):
-        lrs = args.lm_lr_list if base.task == "lm" else args.lr_list
-        for lr in lrs:
-            spec = replace(base, task=lr_source(args, base), lr=lr)
-            spec = replace(spec, steps=args.steps_of[family(spec.task)], batch_size=args.batch_of[family(spec.task)])
-            specs[spec.key()] = spec
+    for seed in range(args.lr_seeds):
+        for base in cell_specs(args, 0.0, 0, "lr"):
+            for spec in sweep_specs_for(args, base, seeds=[seed]):
+                specs[spec.key()] = spec
     return list(specs.values())
 
 
-def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
-    """The sweep's best learning rate for ``spec``'s cell; None while a sweep run is not stored.
+def sweep_specs_for(args, spec: RunSpec, seeds=None) -> list[RunSpec]:
+    """The sweep runs (every rate x every sweep seed) that set ``spec``'s learning rate."""
+    task = lr_source(args, spec)
+    lrs = args.lm_lr_list if task == "lm" else args.lr_list
+    seeds = range(args.lr_seeds) if seeds is None else seeds
+    return [_spec(args, task, spec.mixer, spec.d_model, lr, seed, "lr") for seed in seeds for lr in lrs]
 
-    Best metric wins; a diverged or failed run (no finite metric) is the worst. Metrics within 1e-3 of each
-    other are a tie (a saturated MQAR sweep gives 1.000 at several rates), and a tie goes to the smaller rate:
-    the larger one is nearer divergence on the tasks that borrow it (softmax at 1e-2 learns mqar128 at d 64 and
-    fails it at d 128). When every rate diverged, the smallest is chosen and its seeds are run (and stored).
-    """
-    scored = []
-    for source in sweep_specs_for(args, spec):
+
+def choice_key(args, spec: RunSpec) -> str:
+    """Identity of the learning-rate choice of ``spec``'s cell: the sweep's set-up, its rates and seeds."""
+    source = sweep_specs_for(args, spec, seeds=[0])[0]
+    lrs = args.lm_lr_list if source.task == "lm" else args.lr_list
+    return re.sub(r"\|lr[^|]*\|s\d+\|", f"|lrs{','.join(f'{lr:g}' for lr in sorted(lrs))}|seeds{args.lr_seeds}|",
+                  source.key())
+
+
+def decide_lr(metrics: dict[float, list], chance_level: float, higher_is_better: bool = True) -> dict:
+    """The learning-rate choice from ``{lr: [metric per seed, None for a diverged or failed run]}`` (rule:
+    :data:`LR_RULE`). Returns ``{"choice": lr or None, "verdict": "chosen" | "only rate" | "all at chance",
+    "means", "at_chance", "tied"}`` (JSON-ready: rates as ``f"{lr:g}"`` strings)."""
+    if not metrics or any(not values for values in metrics.values()):
+        raise ValueError(f"metrics must map each rate to at least one run, got {metrics!r}")
+    rates = sorted(metrics)
+    sign = 1.0 if higher_is_better else -1.0
+    finite = [float(m) for lr in rates for m in metrics[lr] if m is not None]
+    worst = sign * min([sign * chance_level] + [sign * m for m in finite])
+    values = {lr: [worst if m is None else float(m) for m in metrics[lr]] for lr in rates}
+    stats = {lr: summarize(values[lr]) for lr in rates}
+    chance_of = {lr: at_chance(stats[lr].mean, chance_level, higher_is_better) for lr in rates}
+    result = {"means": {f"{lr:g}": stats[lr].mean for lr in rates},
+              "at_chance": {f"{lr:g}": chance_of[lr] for lr in rates}}
+    if len(rates) == 1:
+        return {**result, "choice": rates[0], "verdict": "only rate", "tied": [f"{rates[0]:g}"]}
+    if all(chance_of.values()):
+        return {**result, "choice": None, "verdict": "all at chance", "tied": []}
+    best = max(rates, key=lambda lr: sign * stats[lr].mean)
+
+    def tolerance(lr):
+        a, b = stats[lr], stats[best]
+        return max(LR_TIE_ABS, LR_TIE_Z * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n))
+
+    tied = [lr for lr in rates if sign * (stats[best].mean - stats[lr].mean) <= tolerance(lr)]
+    middle = (len(rates) - 1) / 2
+    choice = min(tied, key=lambda lr: (abs(rates.index(lr) - middle), lr))
+    return {**result, "choice": choice, "verdict": "chosen", "tied": [f"{lr:g}" for lr in tied]}
+
+
+def lr_choice(args, runs: dict, spec: RunSpec) -> dict | None:
+    """The stored-ready learning-rate choice of ``spec``'s cell with its evidence; None while a sweep run is
+    missing."""
+    sources = sweep_specs_for(args, spec)
+    metrics: dict[float, list] = {}
+    per_seed: dict[str, dict[str, float | None]] = {}
+    for source in sources:
         record = runs.get(source.key())
         if record is None:
             return None
         value = store.finite_metric(record)
-        if value is None:
-            value = -math.inf
-        elif not record.get("higher_is_better", True):
-            value = -value
-        scored.append((value, source.lr))
-    best = max(value for value, _ in scored)
-    return min(lr for value, lr in scored if value >= best - SWEEP_TIE)
+        metrics.setdefault(source.lr, []).append(value)
+        per_seed.setdefault(f"{source.lr:g}", {})[str(source.seed)] = value
+    task = make_task(sources[0].task, vocab_size=sources[0].vocab_size, seq_len=sources[0].seq_len,
+                     lm_seq_len=sources[0].lm_seq_len)
+    decision = decide_lr(metrics, task.chance, task.higher_is_better)
+    return {"key": choice_key(args, spec), "family": family(spec.task), "source_task": sources[0].task,
+            "mixer": spec.mixer, "d_model": spec.d_model, "metric_name": task.metric,
+            "higher_is_better": task.higher_is_better, "chance": task.chance,
+            "rates": sorted(metrics), "seeds": list(range(args.lr_seeds)), "metrics": per_seed, **decision,
+            "rule": LR_RULE}
 
 
-def sweep_specs_for(args, spec: RunSpec) -> list[RunSpec]:
-    task = lr_source(args, spec)
-    lrs = args.lm_lr_list if task == "lm" else args.lr_list
-    return [_spec(args, task, spec.mixer, spec.d_model, lr, 0, "lr") for lr in lrs]
+def best_lr(args, runs: dict, spec: RunSpec) -> float | None:
+    """The chosen learning rate of ``spec``'s cell (None while the sweep is incomplete or all at chance)."""
+    choice = lr_choice(args, runs, spec)
+    return None if choice is None else choice["choice"]
+
+
+def lr_choices(args, runs: dict) -> dict[str, dict]:
+    """Every complete learning-rate choice of the grid, by choice key (what the store keeps)."""
+    found = {}
+    for base in cell_specs(args, 0.0, 0, "seeds"):
+        choice = lr_choice(args, runs, base)
+        if choice is not None:
+            found[choice["key"]] = choice
+    return found
 
 
 def seed_specs(args, runs: dict, quiet: bool = False) -> list[RunSpec]:
-    specs, missing = [], []
+    specs, missing, chance_cells = [], [], set()
     for seed in range(args.seeds):               # seeds outermost: a timeout leaves every cell a few seeds
         for base in cell_specs(args, 0.0, seed, "seeds"):
-            lr = best_lr(args, runs, base)
-            if lr is None:
+            choice = lr_choice(args, runs, base)
+            if choice is None:
                 missing.append(base.key())
                 continue
-            specs.append(replace(base, lr=lr))
+            if choice["choice"] is None:
+                chance_cells.add(choice["key"])
+                continue
+            specs.append(replace(base, lr=choice["choice"]))
     if missing and not quiet:
         print(f"[bakeoff] {len(missing)} runs have no learning-rate sweep yet (run --phase lr first)", flush=True)
+    if chance_cells and not quiet:
+        print(f"[bakeoff] {len(chance_cells)} learning-rate sweeps stayed at chance at every rate: no seeds run "
+              "there (see --table)", flush=True)
     return specs
 
 
 def cell_records(args, runs: dict, spec: RunSpec) -> list[dict] | None:
-    """The stored seeds of ``spec``'s cell at its chosen learning rate (None before the sweep is done)."""
+    """The stored seeds of ``spec``'s cell at its chosen learning rate (None before the sweep is done or when
+    every rate stayed at chance)."""
     lr = best_lr(args, runs, spec)
     if lr is None:
         return None
@@ -354,6 +454,8 @@ def close_specs(args, runs: dict) -> list[RunSpec]:
                 continue
             higher = records[0][0].get("higher_is_better", True)
             if beats(a, b, higher_is_better=higher) or beats(b, a, higher_is_better=higher):
+                continue
+            if higher and any(beats_by_success(*pair) for pair in ((a, b), (b, a))):
                 continue
             for spec in pair:
                 lr = best_lr(args, runs, spec)
@@ -572,8 +674,9 @@ def main(argv=None) -> int:
         resolve_out(args)
         runs = store.load(args.out)
         if args.table:
-            print_table(runs)
-            print_contrasts(args, runs)
+            choices = store.load_choices(args.out)
+            print_table(runs, choices)
+            print_contrasts(runs, choices)
             return 0
         device = resolve_device(args.device)
         if device == "cuda":
@@ -598,16 +701,23 @@ def main(argv=None) -> int:
         prov = store.provenance(device, argv)
         if args.measure:
             errors = measure(args, executor, device, runs, prov)
-        elif args.phase == "all":   # seeds of a cell start as soon as its sweep is stored: no barrier
-            errors = execute(sweep_specs(args), runs, executor, args.out, prov, deadline, view,
-                             more=lambda stored: seed_specs(args, stored, quiet=True) + close_specs(args, stored))
-        elif args.phase == "lr":
-            errors = execute(sweep_specs(args), runs, executor, args.out, prov, deadline, view)
-        elif args.phase == "seeds":
-            errors = execute(seed_specs(args, view(runs)), runs, executor, args.out, prov, deadline, view,
-                             more=lambda stored: close_specs(args, stored))
         else:
-            errors = execute(close_specs(args, view(runs)), runs, executor, args.out, prov, deadline, view)
+            choices = lambda stored: lr_choices(args, stored)   # noqa: E731 - stored beside every run
+            if args.phase == "all":   # seeds of a cell start as soon as its sweep is stored: no barrier
+                errors = execute(sweep_specs(args), runs, executor, args.out, prov, deadline, view,
+                                 more=lambda stored: seed_specs(args, stored, quiet=True) + close_specs(args, stored),
+                                 choices=choices)
+            elif args.phase == "lr":
+                errors = execute(sweep_specs(args), runs, executor, args.out, prov, deadline, view, choices=choices)
+            elif args.phase == "seeds":
+                errors = execute(seed_specs(args, view(runs)), runs, executor, args.out, prov, deadline, view,
+                                 more=lambda stored: close_specs(args, stored), choices=choices)
+            else:
+                errors = execute(close_specs(args, view(runs)), runs, executor, args.out, prov, deadline, view,
+                                 choices=choices)
+            found = lr_choices(args, runs)
+            if found:   # choices whose runs were all stored before this call
+                runs.update(store.save(args.out, {}, choices=found))
     except BaseException:
         executor.close(now=True)
         raise
@@ -615,8 +725,9 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, previous_handler)
     executor.close()
     if not args.measure:
-        print_table(runs)
-        print_contrasts(args, runs)
+        choices = store.load_choices(args.out) if Path(args.out).exists() else {}
+        print_table(runs, choices)
+        print_contrasts(runs, choices)
     if errors:
         print(f"[bakeoff] {errors} runs raised and were not stored (tracebacks above); a later call retries them",
               file=sys.stderr, flush=True)
@@ -624,25 +735,31 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_contrasts(args, runs: dict) -> None:
-    """Each story pair in each cell, called by the stated rule (means apart by > 2 standard errors)."""
-    print(f"[bakeoff] story pairs, rule: A beats B when the means differ by more than {BEATS_Z:g} standard errors")
-    for base in cell_specs(args, 0.0, 0, "seeds"):
-        for first, second in STORY_PAIRS:
-            if base.mixer != first or second not in args.mixer_list:
+def print_contrasts(runs: dict, choices: dict | None = None) -> None:
+    """Each story pair in each stored final cell, called by Fisher's exact test on success counts (accuracy
+    tasks) and by the means rule (every task)."""
+    from k3lite.bakeoff.plots import final_cells
+
+    cells = final_cells(runs, choices)
+    print(f"[bakeoff] story pairs: success = accuracy >= {SUCCESS_THRESHOLD:g}, A beats B when Fisher's exact test "
+          f"(two-sided) on success counts gives p < 0.05; means rule: means apart by > {BEATS_Z:g} standard errors")
+    for (task, d, first), records_a in sorted(cells.items()):
+        for one, second in STORY_PAIRS:
+            records_b = cells.get((task, d, second))
+            if one != first or not records_b:
                 continue
-            records = [cell_records(args, runs, spec) for spec in (base, replace(base, mixer=second))]
-            if any(not r for r in records):
-                continue
-            a, b = (_metrics(recs) for recs in records)
-            if min(len(a), len(b)) < 2:
-                continue
-            higher = records[0][0].get("higher_is_better", True)
-            verdict = (f"{second} beats {first}" if beats(b, a, higher_is_better=higher) else
-                       f"{first} beats {second}" if beats(a, b, higher_is_better=higher) else "no call")
-            sa, sb = summarize(a), summarize(b)
-            print(f"{base.task:10s} d{base.d_model:<4d} {first:>16s} {sa.mean:.3f}±{sa.std:.3f} (n={sa.n})  vs  "
-                  f"{second:<16s} {sb.mean:.3f}±{sb.std:.3f} (n={sb.n})  ->  {verdict}")
+            a, b = ([store.finite_metric(r) for r in recs] for recs in (records_a, records_b))
+            higher = records_a[0].get("higher_is_better", True)
+            if higher:
+                verdict = success_verdict(a, b, first, second)
+            else:
+                verdict = "no success threshold (lower is better)"
+            fa, fb = [m for m in a if m is not None], [m for m in b if m is not None]
+            means = "no call"
+            if min(len(fa), len(fb)) >= 2:
+                means = (f"{second} beats {first}" if beats(fb, fa, higher_is_better=higher) else
+                         f"{first} beats {second}" if beats(fa, fb, higher_is_better=higher) else "no call")
+            print(f"{task:10s} d{d:<4d} {first:>16s} vs {second:<16s} success: {verdict};  means: {means}")
 
 
 def _raise_interrupt(signum, frame):
@@ -672,15 +789,17 @@ def _describe(record: dict) -> str:
         return f"DIVERGED at step {record['diverged_step']}"
     if kind == "failed":
         return "FAILED (stored): " + record["reason"][:200]
+    learned = record.get("steps_to_learn")
     return (f"{record['metric_name']}={record['metric']:.4f}  {record['tokens_per_s']:.0f} tok/s "
-            f"{record['wall_s']:.1f}s")
+            f"{record['wall_s']:.1f}s" + (f"  learned by step {learned}" if learned is not None else ""))
 
 
-def execute(specs, runs, executor, out, prov, deadline, view=None, more=None) -> int:
+def execute(specs, runs, executor, out, prov, deadline, view=None, more=None, choices=None) -> int:
     """Run the ``specs`` not stored yet, storing each as it finishes (trained, diverged, or failed with its
     reason); ``more(runs)`` names runs that the stored ones made possible, started as they appear. ``runs`` is
-    kept equal to the store, runs that other processes add to it included. Returns how many runs raised (not
-    stored: a later call retries them)."""
+    kept equal to the store, runs that other processes add to it included; ``choices(runs)`` gives the
+    learning-rate choices saved with each run. Returns how many runs raised (not stored: a later call retries
+    them)."""
     view = view or (lambda stored: stored)
 
     def done(key):
@@ -702,6 +821,10 @@ def execute(specs, runs, executor, out, prov, deadline, view=None, more=None) ->
         record = failed_record(by_key[key], payload) if status == "failed" else payload
         record["provenance"] = prov
         runs.update(store.save(out, {key: record}))
+        if choices is not None:
+            found = choices(runs)
+            if found:
+                store.save(out, {}, choices=found)
         print(f"[bakeoff] {len(runs):4d} stored  {time.time() - started:7.1f}s  {key}  {_describe(record)}",
               flush=True)
 
@@ -776,32 +899,46 @@ def measure(args, executor, device, runs, prov) -> int:
 def estimate_grid(args, step_seconds, width) -> None:
     sweep = sweep_specs(args)
     seeds = [s for seed in range(args.seeds) for s in cell_specs(args, 0.0, seed, "seeds")
-             if seed or lr_source(args, s) != s.task]      # seed 0 of a cell that sets its own lr is the sweep's
+             if seed >= args.lr_seeds or lr_source(args, s) != s.task]   # the sweep's seeds are reused
     total = 0.0
     for spec in sweep + seeds:
         seconds = step_seconds.get((spec.mixer,) + _shape(spec))
-        total += (spec.steps + 5) * seconds + 2.0 if seconds is not None else 0.0   # + evaluation, roughly
+        # + the held-out evaluations: 2 x eval_batch sequences forward, about a third of a step's work per
+        # sequence, each of --evals times; + 2 s of set-up (the compiled kernels are cached after the first run)
+        eval_steps = spec.evals * 2 * spec.eval_batch / spec.batch_size / 3
+        total += (spec.steps + 5 + eval_steps) * seconds + 2.0 if seconds is not None else 0.0
     print(f"[bakeoff] grid: {len(sweep)} sweep runs + {len(seeds)} seed runs (+ up to --close-seeds for close pairs) "
           f"= {len(sweep) + len(seeds)} runs, "
           f"about {total:.0f} worker-seconds = {total / width / 60:.1f} min on {width} workers "
           f"(per-step times measured with every worker busy)", flush=True)
 
 
-def print_table(runs: dict) -> None:
-    """Mean ± std over seeds of each (task, d_model, mixer) cell at its chosen learning rate, and its training
-    tokens/s against the SDPA model's on the same task and width; then every diverged or failed run."""
+def print_table(runs: dict, choices: dict | None = None) -> None:
+    """Per final cell (``plots.final_cells``: the chosen learning rate's seeds): seeds, mean ± standard error,
+    success rate k/n (accuracy >= 0.9) with its 95 % Wilson interval, median steps-to-learn over the seeds that
+    learned (``-``: none did, or records without periodic evaluation), tokens/s against SDPA's, seconds per
+    run; then every learning-rate sweep that stayed at chance, and every diverged or failed run."""
     from k3lite.bakeoff.plots import final_cells
 
-    cells = final_cells(runs)
+    cells = final_cells(runs, choices)
     speed = {cell: summarize([r["tokens_per_s"] for r in records]).mean for cell, records in cells.items()}
-    print(f"{'task':10s} {'d':>4s} {'mixer':18s} {'lr':>8s} {'n':>2s} {'metric':>10s} {'mean':>8s} {'std':>7s} "
-          f"{'params':>8s} {'tok/s':>9s} {'vs sdpa':>7s}")
+    print(f"{'task':10s} {'d':>4s} {'mixer':18s} {'lr':>7s} {'n':>2s} {'metric':>10s} {'mean ± s.e.':>15s} "
+          f"{'success [95% CI]':>18s} {'learned@':>8s} {'tok/s':>9s} {'vs sdpa':>7s} {'s/run':>6s}")
     for (task, d, mixer), records in sorted(cells.items()):
         s = summarize([r["metric"] for r in records])
         sdpa = speed.get((task, d, "softmax"), float("nan"))
-        print(f"{task:10s} {d:4d} {mixer:18s} {records[0]['lr']:8.0e} {s.n:2d} {records[0]['metric_name']:>10s} "
-              f"{s.mean:8.4f} {s.std:7.4f} {records[0]['parameters']:8d} {speed[(task, d, mixer)]:9.0f} "
-              f"{speed[(task, d, mixer)] / sdpa:7.2f}")
+        success = str(success_rate([r["metric"] for r in records])) if records[0].get("higher_is_better", True) \
+            else "-"
+        learned = median(r.get("steps_to_learn") for r in records)
+        wall = summarize([r.get("cost", {}).get("wall_s", r.get("wall_s", float("nan"))) for r in records]).mean
+        print(f"{task:10s} {d:4d} {mixer:18s} {records[0]['lr']:7.0e} {s.n:2d} {records[0]['metric_name']:>10s} "
+              f"{s.mean:7.3f} ± {s.sem:5.3f} {success:>18s} {'-' if learned is None else f'{learned:.0f}':>8s} "
+              f"{speed[(task, d, mixer)]:9.0f} {speed[(task, d, mixer)] / sdpa:7.2f} {wall:6.1f}")
+    for _, choice in sorted((choices or {}).items()):
+        if choice.get("verdict") == "all at chance":
+            means = ", ".join(f"{lr}: {mean:.3f}" for lr, mean in choice["means"].items())
+            print(f"{choice['source_task']:10s} {choice['d_model']:4d} {choice['mixer']:18s} all at chance at every "
+                  f"rate (chance {choice['chance']:.3f}; means {means}): no seeds run")
     unfinished = sorted((store.status(r), r["key"]) for r in runs.values() if store.status(r) != "ok")
     for kind, key in unfinished:
         record = runs[key]

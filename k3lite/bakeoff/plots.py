@@ -12,7 +12,7 @@ from pathlib import Path
 
 from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN
-from k3lite.bakeoff.stats import beats, beats_paired, summarize
+from k3lite.bakeoff.stats import beats, beats_paired, success_rate, success_verdict, summarize
 from k3lite.bakeoff.tasks import PROBE_ALPHABET, family
 from k3lite.ops import RECURRENT_KINDS
 
@@ -25,20 +25,50 @@ LABELS = {"softmax": "softmax (SDPA)", **{kind: entry.label for kind, entry in R
 TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
                "switch": "Context switch: forget what came before the reset",
                "twoscale": "Two timescales: recall early facts through a fast stream",
-               "lm": "Byte-level LM: planted code recalled ~1,900 bytes later"}
+               "lm": "Byte-level LM: planted code recalled ~1,900 bytes later",
+               **{f"zoology{n}": f"MQAR as Zoology generates it: {n} pairs, power-law query gaps"
+                  for n in (4, 8, 16, 32, 64, 128, 256)}}
 
 
-def final_cells(runs: dict) -> dict[tuple, list[dict]]:
-    """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate: the one with the most seeds
-    (the seeds phase runs at the sweep's best), and among equals the one with the best mean metric. Diverged
-    and failed runs have no metric and are left out (``python -m k3lite.bakeoff --table`` lists them)."""
-    by_lr: dict[tuple, dict[float, list[dict]]] = {}
+def final_cells(runs: dict, choices: dict | None = None) -> dict[tuple, list[dict]]:
+    """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate.
+
+    Records with periodic evaluations (the current protocol, key ``|ev``) replace a cell's earlier records
+    when it has any. Runs are grouped by learning rate and set-up (steps, vocabulary, layers, heads, batch,
+    sequence length); the group with the most seeds wins (the seeds phase runs at the chosen rate), and among
+    equals the best mean metric. With ``choices`` (``store.load_choices``): a chosen rate's group wins, and a
+    cell whose sweep stayed "all at chance" has no final cell (its sweep runs are not a result at one rate).
+    Diverged and failed runs have no metric and are left out (``python -m k3lite.bakeoff --table`` lists
+    them)."""
+    by_cell: dict[tuple, list[dict]] = {}
     for record in runs.values():
         if record.get("phase") == "measure" or store.finite_metric(record) is None:
             continue
-        by_lr.setdefault((record["task"], record["d_model"], record["mixer"]), {}).setdefault(
-            record["lr"], []).append(record)
-    return {cell: max(lrs.values(), key=_seeds_then_mean) for cell, lrs in by_lr.items()}
+        by_cell.setdefault((record["task"], record["d_model"], record["mixer"]), []).append(record)
+    chosen, hopeless = {}, set()
+    for choice in (choices or {}).values():
+        cell = (choice["source_task"], choice["d_model"], choice["mixer"])
+        if choice.get("verdict") == "all at chance":
+            hopeless.add(cell)
+        elif choice.get("choice") is not None:
+            chosen[cell] = choice["choice"]
+    cells = {}
+    for cell, records in by_cell.items():
+        current = [r for r in records if "evaluations" in r]
+        records = current or records
+        groups: dict[tuple, list[dict]] = {}
+        for r in records:   # earlier records are grouped by rate alone, as they always were
+            groups.setdefault((r["lr"],) + (_setup(r) if current else ()), []).append(r)
+        if cell in hopeless and all(r.get("phase") == "lr" for r in records):
+            continue
+        preferred = [g for key, g in groups.items() if key[0] == chosen.get(cell)]
+        cells[cell] = max(preferred or groups.values(), key=_seeds_then_mean)
+    return cells
+
+
+def _setup(record: dict) -> tuple:
+    return tuple(record.get(name) for name in ("steps", "vocab_size", "num_layers", "num_heads", "batch_size",
+                                               "seq_len", "evals"))
 
 
 def cell_metrics(cells: dict, task: str, mixer: str, d_model: int = 64) -> list[float]:
@@ -58,6 +88,20 @@ def rule_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> s
     if beats(runs_b, runs_a, higher_is_better=higher):
         return f"{LABELS[b]} beats {LABELS[a]}"
     return "no call: the means are within two standard errors"
+
+
+def success_rule_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> str:
+    """Fisher's exact test on the success counts (accuracy >= 0.9) of two stored cells, in words, with both
+    rates and the p-value (``stats.success_verdict``)."""
+    runs_a, runs_b = cell_metrics(cells, task, a, d_model), cell_metrics(cells, task, b, d_model)
+    if not runs_a or not runs_b:
+        return "no call: a cell has no stored run"
+    return success_verdict(runs_a, runs_b, LABELS.get(a, a), LABELS.get(b, b))
+
+
+def cell_success(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
+    """``"4/5 [0.38, 0.96]"``: a stored cell's success rate with its 95 % Wilson interval."""
+    return str(success_rate(cell_metrics(cells, task, mixer, d_model)))
 
 
 def paired_verdict(cells: dict, task: str, a: str, b: str, d_model: int = 64) -> str:
@@ -272,7 +316,8 @@ def plot_all(path="figures/bakeoff.json", out_dir="figures") -> list[Path]:
         fig, ax = _figure(plt)
         _mqar_lines(ax, cells, d)
         save(fig, f"bakeoff_mqar_d{d}.png")
-    for task in ("rebind", "switch", "twoscale"):
+    zoology = sorted({t for (t, _, _) in cells if family(t) == "zoology"})
+    for task in ("rebind", "switch", "twoscale", *zoology):
         if any(t == task for (t, _, _) in cells):
             fig, ax = _figure(plt)
             _bars(ax, cells, task, None, None)
@@ -322,6 +367,6 @@ def live_demo(task: str = "rebind4", mixers=("linear_attention", "delta_rule"), 
     for mixer in mixers:
         results[mixer] = [
             run(RunSpec(task=task, mixer=mixer, d_model=d_model, lr=lr, seed=seed, steps=steps,
-                        num_layers=num_layers, lm_seq_len=256, phase="demo", **LIVE_DATA), "cpu")["metric"]
+                        num_layers=num_layers, lm_seq_len=256, phase="demo", evals=1, **LIVE_DATA), "cpu")["metric"]
             for seed in seeds]
     return results

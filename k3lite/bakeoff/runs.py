@@ -6,6 +6,15 @@ The first step checks that every recurrent layer went through the Triton forward
 clipping, AdamW) is captured once as a CUDA graph and replayed: these models are small enough that
 launching some 500 kernels per step from Python, not the GPU, sets the pace. A replay runs the very
 kernels the eager step ran; if capture fails the run goes on eagerly and records why.
+
+Held-out evaluation: ``spec.evals`` times in a run (every 10 % of its steps by default, the last at the end)
+the model is scored on the same ``2 x eval_batch`` held-out sequences, drawn from a generator seeded with
+:data:`EVAL_SEED` (no training run uses that seed; ``lm`` evaluates on the corpus's validation split). Every run
+of every mixer and seed is therefore scored on the same data, and the record's ``evaluations`` answer
+"accuracy after N steps" for each evaluated N; ``steps_to_learn`` is the first evaluated step whose accuracy
+reaches ``stats.SUCCESS_THRESHOLD`` (None: never). ``cost`` says what the run took (wall, training and
+evaluation seconds, device) so a grid can be sized from stored runs. Records written before periodic
+evaluation have neither field (their key has no ``|ev``); readers treat them as one final evaluation.
 """
 
 from __future__ import annotations
@@ -20,12 +29,15 @@ from typing import NamedTuple
 import torch
 
 from k3lite.bakeoff.models import BUILTIN, build_model, matched_mlp_hidden, num_parameters
+from k3lite.bakeoff.stats import steps_to_learn
 from k3lite.bakeoff.tasks import bits_per_byte, corpus_fingerprint, make_task
 from k3lite.train import learning_rate, lm_loss
 
 NO_DECAY_NAMES = ("A_log", "decay.bias", "dt_bias")
 CURVE_POINTS = 50
 EVAL_BATCH = 256
+EVALS = 10               # held-out evaluations per run: every 10 % of its steps
+EVAL_SEED = 987_654_321  # the held-out batches' generator seed; training seeds are small integers
 EAGER_STEPS = 3   # before capture: the Triton kernels compile, AdamW creates its state, autocast settles
 
 
@@ -50,12 +62,30 @@ class RunSpec:
     eval_batch: int = EVAL_BATCH
     phase: str = "seeds"
     cuda_graph: bool = True   # how the step is launched, not what it computes: not part of key()
+    evals: int = EVALS
 
     def key(self) -> str:
-        """Identity of a run in the store: everything that changes its result."""
+        """Identity of a run in the store: everything that changes its result. ``|ev`` marks the protocol with
+        periodic evaluation on the fixed held-out seed (keys without it are the earlier single evaluation)."""
         return (f"{self.task}|{self.mixer}|d{self.d_model}|L{self.num_layers}|H{self.num_heads}|v{self.vocab_size}"
                 f"|T{self.seq_len if self.task != 'lm' else self.lm_seq_len}|b{self.batch_size}"
-                f"|e{self.eval_batch}|lr{self.lr:g}|s{self.seed}|n{self.steps}")
+                f"|e{self.eval_batch}|lr{self.lr:g}|s{self.seed}|n{self.steps}|ev{self.evals}")
+
+
+def evaluation_steps(steps: int, evals: int = EVALS) -> list[int]:
+    """The steps after which a run of ``steps`` steps is evaluated: ``evals`` evenly spaced, the last ``steps``."""
+    if steps < 1 or evals < 1:
+        raise ValueError(f"steps and evals must be >= 1, got steps={steps}, evals={evals}")
+    return sorted({max(1, math.ceil(steps * i / evals)) for i in range(1, evals + 1)})
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's name (``NVIDIA H100 80GB HBM3``) or the CPU's, for the cost record."""
+    import platform
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float):
@@ -138,8 +168,9 @@ def _set_learning_rate(optimizer, value: float) -> None:
 
 
 @torch.no_grad()
-def evaluate(model, task, generator, device, autocast, eval_batch: int, batches: int = 2):
-    """Metric on held-out batches: accuracy on the scored positions, or (lm) bits/byte and probe recall."""
+def evaluate(model, task, generator, device, autocast, eval_batch: int, batches: int = 2, decays: bool = True):
+    """Metric on held-out batches: accuracy on the scored positions, or (lm) bits/byte and probe recall; with
+    ``decays`` also the gates' retention (``decay_summary``)."""
     model.eval()
     correct = scored = 0
     loss_sum = 0.0
@@ -153,12 +184,18 @@ def evaluate(model, task, generator, device, autocast, eval_batch: int, batches:
         loss_sum += lm_loss(logits.float(), targets).item()
         correct += (logits.argmax(-1)[score] == targets[score]).sum().item()
         scored += score.sum().item()
-    decays = decay_summary(model, inputs, autocast)
+    retention = decay_summary(model, inputs, autocast) if decays else {}
     model.train()
     recall = correct / max(1, scored)
     if task.name == "lm":
-        return {"val_bpb": bits_per_byte(loss_sum / batches), "probe_recall": recall, **decays}
-    return {"accuracy": recall, "val_loss": loss_sum / batches, **decays}
+        return {"val_bpb": bits_per_byte(loss_sum / batches), "probe_recall": recall, **retention}
+    return {"accuracy": recall, "val_loss": loss_sum / batches, **retention}
+
+
+def _held_out(model, task, spec, device, cuda, *, decays: bool) -> dict:
+    """One held-out evaluation on the fixed :data:`EVAL_SEED` batches (the same at every point of every run)."""
+    generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+    return evaluate(model, task, generator, device, cuda, spec.eval_batch, decays=decays)
 
 
 @torch.no_grad()
@@ -235,6 +272,8 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
     step_fn, graph_error, graphed_steps = None, None, 0
     side = torch.cuda.Stream(device) if graphed else None
     diverged, steps_done = None, spec.steps
+    periodic = set(evaluation_steps(spec.steps, spec.evals)) - {spec.steps}   # the last one follows the loop
+    evaluations, eval_seconds, eval_seconds_timed = [], 0.0, 0.0
     for step in range(spec.steps):
         _set_learning_rate(optimizer, learning_rate(step, spec.steps, spec.lr, warmup))
         if step == timed_from:
@@ -271,6 +310,23 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
         if not cuda and not math.isfinite(losses[step].item()):   # on the CPU a step costs more than this read
             diverged, steps_done = Diverged(step, f"the training loss is {losses[step].item()}"), step + 1
             break
+        if step + 1 in periodic and not timing_only:
+            began = time.perf_counter()
+            # NaN weights would trip the ops' value check, on CUDA a device assert that ends the process
+            if not _weights_finite(model):
+                diverged, steps_done = Diverged(step, "the weights are not finite"), step + 1
+                break
+            try:
+                point = _held_out(model, task, spec, device, cuda, decays=False)
+            except ValueError as err:
+                if cuda or not _is_divergence(err, model):
+                    raise
+                diverged, steps_done = Diverged(step, f"evaluation: {type(err).__name__}: {err}"), step + 1
+                break
+            evaluations.append({"step": step + 1, **point})
+            spent = time.perf_counter() - began
+            eval_seconds += spent
+            eval_seconds_timed += spent if step >= timed_from else 0.0
     if cuda:
         torch.cuda.synchronize(device)
     end = time.perf_counter()
@@ -282,6 +338,7 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
         elif not _weights_finite(model):
             diverged = Diverged(spec.steps - 1, "the weights are not finite after the last update")
     timed_steps = max(0, steps_done - timed_from)
+    timed_seconds = max(1e-9, end - timed_start - eval_seconds_timed)   # periodic evaluations are not training
     every = max(1, spec.steps // CURVE_POINTS)
     tail = loss_list[-10:] or [float("nan")]
     record = {"key": spec.key(), **asdict(spec), "seq_len_used": task.seq_len,
@@ -289,17 +346,17 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
               "metric_name": task.metric, "higher_is_better": task.higher_is_better,
               "curve": {"step": list(range(0, steps_done, every)), "loss": loss_list[::every]},
               "final_loss": sum(tail) / len(tail),
-              "seconds_per_step": (end - timed_start) / max(1, timed_steps),
+              "seconds_per_step": timed_seconds / max(1, timed_steps),
               "first_steps_s": timed_start - start,
-              "tokens_per_s": timed_steps * spec.batch_size * task.seq_len / max(1e-9, end - timed_start),
-              "train_s": end - start, "triton_calls": triton_calls, "backend": "triton" if cuda else "torch",
-              "device": str(device), "graphed_steps": graphed_steps}
+              "tokens_per_s": timed_steps * spec.batch_size * task.seq_len / timed_seconds,
+              "train_s": end - start - eval_seconds, "chance": task.chance, "triton_calls": triton_calls,
+              "backend": "triton" if cuda else "torch", "device": str(device), "graphed_steps": graphed_steps}
     if graph_error:
         record["cuda_graph_error"] = graph_error
     if diverged is None and not timing_only:
+        began = time.perf_counter()
         try:
-            metrics = evaluate(model, task, torch.Generator(device=device).manual_seed(spec.seed + 10_000), device,
-                               cuda, spec.eval_batch)
+            metrics = _held_out(model, task, spec, device, cuda, decays=True)
         except ValueError as err:
             if cuda or not _is_divergence(err, model):
                 raise
@@ -307,13 +364,24 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
         else:
             if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
                 diverged = Diverged(spec.steps, f"the evaluation metrics are not finite: {metrics}")
+            else:
+                evaluations.append({"step": spec.steps, **{k: v for k, v in metrics.items()
+                                                            if not isinstance(v, list)}})
+        eval_seconds += time.perf_counter() - began
+    wall = time.perf_counter() - start
+    record["cost"] = {"wall_s": wall, "train_s": record["train_s"], "eval_s": eval_seconds, "steps": steps_done,
+                      "device": str(device), "device_name": device_name(device)}
+    if not timing_only:
+        record["evaluations"] = evaluations
+        learned = steps_to_learn(evaluations, task.metric) if task.higher_is_better else None
+        record["steps_to_learn"] = learned
     if diverged is not None:
         record.update(status="diverged", diverged_step=diverged.step, reason=diverged.reason[:1000], metrics={},
-                      metric=None, wall_s=time.perf_counter() - start)
+                      metric=None, wall_s=wall)
         return record
     if timing_only:
         return record
-    record.update(metrics=metrics, metric=metrics[task.metric], wall_s=time.perf_counter() - start)
+    record.update(metrics=metrics, metric=metrics[task.metric], wall_s=wall)
     if task.name == "lm":
         record["corpus"] = corpus_fingerprint(device)
     return record

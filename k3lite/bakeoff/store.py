@@ -12,6 +12,12 @@ temporary file in the same folder and renames it over the old one, keeping the f
 saving to one store at once therefore keep every run of both. JSON has no NaN or infinity: such a number is
 stored as ``null`` and the record's ``non_finite`` names the field and what it was (``{"metric": "nan"}``).
 
+Learning-rate choices live beside the runs, in the top-level object ``"lr_choices"`` (choice key -> the choice
+with its evidence: each rate's per-seed metrics, the means, the rule, the verdict; see
+``k3lite.bakeoff.cli.decide_lr``). A save replaces an entry with the newer computation (it is recomputed from the
+stored runs); a merge keeps the first entry of a key and reports a differing one. Stores written before the
+choices were stored have no such object: :func:`load_choices` gives ``{}``.
+
 The course's evidence, ``figures/bakeoff.json`` (:data:`COMMITTED`), is written only when a command names it;
 the command line's default store is the git-ignored scratch file :data:`SCRATCH`.
 """
@@ -38,6 +44,7 @@ COMMITTED = "figures/bakeoff.json"   # the course's evidence: read by the chapte
 SCRATCH = "runs/bakeoff.json"        # the command line's default store (runs/ is git-ignored)
 ROOT = Path(__file__).resolve().parents[2]
 STATUSES = ("ok", "diverged", "failed")
+CHOICES = "lr_choices"   # the top-level object of learning-rate choices
 
 
 class StoreError(ValueError):
@@ -111,6 +118,15 @@ def load(path) -> dict[str, dict]:
     """Runs stored at ``path`` by key; an absent file is an empty store (anything else unreadable raises
     :class:`StoreError`)."""
     return _read(path)[1]
+
+
+def load_choices(path) -> dict[str, dict]:
+    """The learning-rate choices stored at ``path`` by choice key (``{}`` for an absent file or a store
+    written before choices were stored)."""
+    choices = _read(path)[0].get(CHOICES, {})
+    if not isinstance(choices, dict):
+        raise _refuse(path, f"is damaged: {CHOICES!r} is not an object")
+    return choices
 
 
 # ---------------------------------------------------------------- writing
@@ -197,13 +213,14 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def save(path, runs: dict[str, dict], *, warn=_stderr) -> dict[str, dict]:
+def save(path, runs: dict[str, dict], *, choices: dict[str, dict] | None = None, warn=_stderr) -> dict[str, dict]:
     """Add ``runs`` to the store at ``path`` and return everything it now holds.
 
     Under the store's lock: re-read the file (a damaged one raises :class:`StoreError` and is left alone), add
     each run whose key it lacks (a stored key keeps its record; a differing one is reported through ``warn``;
     a failed record gives way to a result), write atomically, keeping the file's mode and its other top-level
-    keys. Nothing is written when nothing changes."""
+    keys. ``choices`` (choice key -> learning-rate choice) replace the stored entries of their keys. Nothing is
+    written when nothing changes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path):
@@ -211,8 +228,14 @@ def save(path, runs: dict[str, dict], *, warn=_stderr) -> dict[str, dict]:
         merged, conflicts = dict(stored), []
         for key, record in runs.items():
             _add(merged, key, _finite(record), conflicts)
-        if merged != stored or not path.exists():
-            _write(path, top, merged)
+        new_top = top
+        if choices:
+            old = top.get(CHOICES, {}) if isinstance(top.get(CHOICES), dict) else {}
+            updated = {**old, **{k: _finite(v) for k, v in choices.items()}}
+            if updated != old:
+                new_top = {**top, CHOICES: dict(sorted(updated.items()))}
+        if merged != stored or new_top is not top or not path.exists():
+            _write(path, new_top, merged)
     _report(conflicts, path, warn)
     return merged
 
@@ -236,7 +259,14 @@ def merge(paths, out, *, warn=_stderr) -> dict[str, dict]:
         top, merged, conflicts = dict(original), dict(stored), []
         for other_top, runs in inputs:
             for name, value in other_top.items():
-                if name not in ("format", "runs"):
+                if name == CHOICES and isinstance(value, dict) and isinstance(top.get(CHOICES, {}), dict):
+                    kept = dict(top.get(CHOICES, {}))
+                    for key, entry in value.items():
+                        if key in kept and not _same(kept[key], entry):
+                            conflicts.append(f"learning-rate choice {key!r}")
+                        kept.setdefault(key, entry)
+                    top[CHOICES] = dict(sorted(kept.items()))
+                elif name not in ("format", "runs"):
                     if name in top and top[name] != value:
                         conflicts.append(f"top-level {name!r}")
                     top.setdefault(name, value)

@@ -4,8 +4,14 @@ Every task returns ``(inputs [B, T], targets [B, T], score [B, T] bool)``: targe
 nothing is trained, and ``score`` marks the positions the task's metric is measured on. Token layout
 of the recall tasks: 0 blank, 1 reset marker, 2 "none" answer, 3 unused, then the keys, then the values.
 
-* ``mqarN``   Zoology's multi-query associative recall: N key-value pairs, then the N keys queried at
-              random positions of a blank tail (sequence ``max(seq_len, 4 N)``).
+* ``mqarN``   multi-query associative recall (Zoology, Arora et al. 2023, Sec. 3): N key-value pairs, then
+              the N keys queried at uniformly random positions of a blank tail (sequence ``max(seq_len, 4 N)``).
+* ``zoologyN`` MQAR as Zoology generates it (its ``multiquery_ar`` generator, paper Sec. 3 and App. E): the
+              N queries sit on the tail's even slots, the slot index drawn without replacement with
+              probability ``p(i) ∝ i^(a - 1)``, ``a = 0.01`` (a power law: most queries come soon after the
+              pairs, a few far later, as repeated bigrams do in text), values distinct within a sequence,
+              and every non-query position of the tail filled with random tokens (no blank to lean on).
+              Zoology's experiments use a vocabulary of 8,192; the command line's default for this family.
 * ``rebind``  16 keys are bound again and again; the query asks for the latest value (overwrite vs sum);
               ``rebindN`` uses N keys (``rebind4``: the CPU demo's size).
 * ``switch``  episodes start with a reset marker; a query for a key bound only before the last reset
@@ -28,7 +34,10 @@ import torch
 BLANK, RESET, NONE = 0, 1, 2
 SPECIAL = 4
 REBIND_KEYS = 16
-TASK_FAMILIES = ("mqar", "rebind", "switch", "twoscale", "lm")
+TASK_FAMILIES = ("mqar", "rebind", "switch", "twoscale", "lm", "zoology")
+ZOOLOGY_POWER_A = 0.01   # Zoology's default train/test power_a: p(slot i) ∝ i^(a - 1)
+# "At chance": a metric that closes less than this fraction of the distance from chance to perfect.
+AT_CHANCE_FRACTION = 0.1
 PROBE_MARK = b"\n#k="
 PROBE_ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789"
 PROBE_LENGTH = 8
@@ -43,17 +52,57 @@ class Task:
     metric: str
     higher_is_better: bool
     sample: object = field(repr=False)  # sample(batch_size, generator, device) -> inputs, targets, score
+    chance: float = 0.0   # the metric of the best guess that uses no recall (see ``chance`` below)
 
 
 def family(name: str) -> str:
     if re.fullmatch(r"mqar\d+", name):
         return "mqar"
+    if re.fullmatch(r"zoology\d+", name):
+        return "zoology"
     if re.fullmatch(r"rebind\d+", name):
         return "rebind"
-    if name in TASK_FAMILIES[1:]:
+    if name in ("rebind", "switch", "twoscale", "lm"):
         return name
-    raise ValueError(f"task must be mqar<pairs> (e.g. mqar64), rebind<keys> (e.g. rebind4) or one of "
-                     f"{TASK_FAMILIES[1:]}, got {name!r}")
+    raise ValueError(f"task must be mqar<pairs> (e.g. mqar64), zoology<pairs> (e.g. zoology64), rebind<keys> "
+                     f"(e.g. rebind4) or one of ('rebind', 'switch', 'twoscale', 'lm'), got {name!r}")
+
+
+def pairs_of(name: str) -> int | None:
+    """The number of key-value pairs of an MQAR task (``mqar64``, ``zoology64``), None for other tasks."""
+    match = re.fullmatch(r"(?:mqar|zoology)(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def chance(name: str, *, vocab_size: int = 512) -> float:
+    """The metric of the best guess that recalls nothing, per task (what "at chance" is measured from).
+
+    * MQAR (both kinds): ``1 / pairs``: a model that has learned which tokens of the sequence are values, but
+      not which key each belongs to, picks one of the ``pairs`` values (uniform over the whole value range,
+      ``1 / num_values``, is lower, and a model reaches ``1 / pairs`` without any recall).
+    * ``rebindN``: ``1 / N``: one of the N bound keys' values, without knowing which key was asked.
+    * ``switch``: 0.5: always answering "none" is right on the half of the queries that want it.
+    * ``twoscale``: ``1 / 8``: one of the 8 facts' values.
+    * ``lm`` (bits per byte, lower is better): 8, a uniform guess over 256 bytes.
+    """
+    kind = family(name)
+    count = pairs_of(name) if kind in ("mqar", "zoology") else int(name[6:] or REBIND_KEYS) if kind == "rebind" \
+        else None
+    if count is not None:
+        if count < 1:
+            raise ValueError(f"task {name!r}: the count in its name must be >= 1, got {count}")
+        return 1 / count
+    return {"switch": 0.5, "twoscale": 1 / 8, "lm": 8.0}[kind]
+
+
+def at_chance(metric, chance_level: float, higher_is_better: bool = True) -> bool:
+    """Whether ``metric`` closes less than :data:`AT_CHANCE_FRACTION` of the way from ``chance_level`` to a
+    perfect score (1 for an accuracy, 0 bits for bits per byte). None or NaN (a diverged run) is at chance."""
+    if not isinstance(metric, (int, float)) or not math.isfinite(metric):
+        return True
+    perfect = 1.0 if higher_is_better else 0.0
+    closed = (metric - chance_level) / (perfect - chance_level)
+    return closed < AT_CHANCE_FRACTION
 
 
 def make_task(name: str, *, vocab_size: int = 512, seq_len: int = 256, lm_seq_len: int = 2048) -> Task:
@@ -61,13 +110,15 @@ def make_task(name: str, *, vocab_size: int = 512, seq_len: int = 256, lm_seq_le
     if kind == "lm":
         return _lm_task(lm_seq_len)
     num_keys = (vocab_size - SPECIAL) // 2
-    if kind == "mqar":
-        pairs = int(name[4:])
+    level = chance(name, vocab_size=vocab_size)
+    if kind in ("mqar", "zoology"):
+        pairs = pairs_of(name)
         if not 1 <= pairs <= num_keys:
             raise ValueError(f"task {name!r}: pairs must be in [1, {num_keys}] for vocab_size={vocab_size}")
         length = max(seq_len, 4 * pairs)
+        sampler = _mqar if kind == "mqar" else _zoology_mqar
         return Task(name, vocab_size, length, "accuracy", True,
-                    lambda b, gen, dev: _mqar(b, pairs, length, num_keys, gen, dev))
+                    lambda b, gen, dev: sampler(b, pairs, length, num_keys, gen, dev), chance=level)
     if seq_len < 64:
         raise ValueError(f"seq_len must be >= 64 for task {name!r}, got {seq_len}")
     if num_keys < MIN_KEYS[kind]:
@@ -78,10 +129,10 @@ def make_task(name: str, *, vocab_size: int = 512, seq_len: int = 256, lm_seq_le
             raise ValueError(f"task {name!r}: keys must be in [1, {min(num_keys, seq_len // 4)}] for "
                              f"vocab_size={vocab_size}, seq_len={seq_len}")
         return Task(name, vocab_size, seq_len, "accuracy", True,
-                    lambda b, gen, dev: _rebind(b, seq_len, num_keys, gen, dev, bound))
+                    lambda b, gen, dev: _rebind(b, seq_len, num_keys, gen, dev, bound), chance=level)
     sampler = {"switch": _switch, "twoscale": _twoscale}[kind]
     return Task(name, vocab_size, seq_len, "accuracy", True,
-                lambda b, gen, dev: sampler(b, seq_len, num_keys, gen, dev))
+                lambda b, gen, dev: sampler(b, seq_len, num_keys, gen, dev), chance=level)
 
 
 def _choose_distinct(batch_shape, pool: int, count: int, gen, device) -> torch.Tensor:
@@ -103,6 +154,31 @@ def _mqar(batch, pairs, length, num_keys, gen, device):
     targets = torch.full_like(inputs, -100)
     inputs.scatter_(1, positions, keys.gather(1, order))
     targets.scatter_(1, positions, values.gather(1, order))
+    return inputs, targets, targets != -100
+
+
+def _zoology_mqar(batch, pairs, length, num_keys, gen, device):
+    """Zoology's MQAR layout: pairs first, then the queries on even tail slots placed by a power law.
+
+    The tail after the ``2 pairs`` context tokens has ``(length - 2 pairs) // 2`` slots of two tokens; the
+    query of pair ``j`` goes to the first token of a slot drawn without replacement with weight ``i^(a - 1)``
+    for slot ``i = 1, 2, ...`` (Gumbel top-k: adding Gumbel noise to the log weights and keeping the
+    ``pairs`` largest draws without replacement in proportion to the weights). Every other tail token is a
+    random non-special token."""
+    keys = SPECIAL + _choose_distinct((batch,), num_keys, pairs, gen, device)
+    values = SPECIAL + num_keys + _choose_distinct((batch,), num_keys, pairs, gen, device)
+    context = 2 * pairs
+    slots = (length - context) // 2
+    log_weight = (ZOOLOGY_POWER_A - 1) * torch.arange(1, slots + 1, device=device, dtype=torch.float32).log()
+    uniform = torch.rand(batch, slots, generator=gen, device=device).clamp_min(1e-20)
+    gumbel = -(-uniform.log()).log()
+    slot = (log_weight + gumbel).topk(pairs, dim=-1).indices                                 # [B, pairs]
+    inputs = SPECIAL + _randint(2 * num_keys, (batch, length), gen, device)                  # random filler
+    inputs[:, 0:context:2], inputs[:, 1:context:2] = keys, values
+    positions = context + 2 * slot
+    targets = torch.full_like(inputs, -100)
+    inputs.scatter_(1, positions, keys)
+    targets.scatter_(1, positions, values)
     return inputs, targets, targets != -100
 
 
@@ -226,7 +302,7 @@ def _lm_task(length: int) -> Task:
         score[rows, code_at[:, None] - 1 + torch.arange(PROBE_LENGTH, device=device)] = True
         return inputs, targets.clone(), score
 
-    return Task("lm", 256, length, "val_bpb", False, sample)
+    return Task("lm", 256, length, "val_bpb", False, sample, chance=chance("lm"))
 
 
 _PROBE_BYTES = {}
