@@ -106,3 +106,14 @@ def test_a_variable_length_batch_keeps_the_chunk_size_rules():
     o_torch, s_torch = gated_delta_rule.chunked(q, k, v, g, beta, chunk_size=2, backend="torch", cu_seqlens=cu_seqlens)
     torch.testing.assert_close(o16, o_torch, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(s16, s_torch, atol=1e-4, rtol=1e-4)
+
+
+def test_head_widths_beyond_the_kernels_shared_memory_are_refused_by_name():
+    q = torch.randn(1, 8, 1, 160)
+    k = torch.nn.functional.normalize(torch.randn(1, 8, 1, 160), dim=-1)
+    v = torch.randn(1, 8, 1, 16)
+    beta = torch.rand(1, 8, 1)
+    with pytest.raises(ValueError, match=r"q, k head width must be at most 128.*got 160"):
+        kernels.chunked("delta_rule", q, k, v, None, beta)
+    with pytest.raises(ValueError, match=r"v head width must be at most 128.*got 160"):
+        kernels.chunked("delta_rule", k[..., :16], k[..., :16], torch.randn(1, 8, 1, 160), None, beta)

@@ -152,3 +152,13 @@ def test_only_a_compiled_kernel_is_wrapped_and_the_wrapper_still_shows_its_sourc
     fast = _launch.cached_launch(kernel)
     assert isinstance(fast, _launch.CachedLaunch) and fast.params == ["a", "b"]
     assert "def test_a_repeated_call" in listing.source(fast)
+
+
+def test_the_triangular_solve_keeps_fp16_digits():
+    """TF32 products (10-bit mantissa) in the solve cost fp16 inputs the digits an ill-conditioned I + Akk needs;
+    bf16 (7 bits) loses nothing to them, float32 needs IEEE products."""
+    from k3lite.kernels.chunk_fwd import solve_precision
+
+    assert solve_precision(torch.float16) == "ieee"
+    assert solve_precision(torch.float32) == "ieee"
+    assert solve_precision(torch.bfloat16) == "tf32"

@@ -122,7 +122,7 @@ VARIANTS = {
     "cumsum_rows16": {"CUMSUM_ROWS": 16},
     "cumsum_key_tile64": {"CUMSUM_KEY_TILE": 64},
     "cumsum_key_tile32": {"CUMSUM_KEY_TILE": 32},
-    "solve_ieee": {"HALF_SOLVE_PRECISION": "ieee"},
+    "solve_ieee": {"BF16_SOLVE_PRECISION": "ieee"},
     "a_in_float32": {"A_STORAGE": "float32"},
     "diagonal_slices64": {"DIAGONAL_BK": 64},
     "diagonal_slices32": {"DIAGONAL_BK": 32},

@@ -164,6 +164,18 @@ def check_call(kind, q, k, v, g, beta, state, *, state_name, time_axis, chunk_si
     return _validate.resolve_scale(scale, dims.K)
 
 
+# The chunked pipeline keeps a [K, V] state tile and [64, K] key tiles in shared memory; beyond 128 (a width of 200
+# pads to 256) a stage asks for more shared memory than a Hopper GPU has, and Triton fails at launch.
+MAX_CHUNKED_HEAD_WIDTH = 128
+
+
+def _check_chunk_widths(q, v):
+    for name, width in (("q, k", q.shape[-1]), ("v", v.shape[-1])):
+        if width > MAX_CHUNKED_HEAD_WIDTH:
+            raise ValueError(f"{name} head width must be at most {MAX_CHUNKED_HEAD_WIDTH} for the chunked Triton "
+                             f"kernels, got {width}; backend='torch' takes any width")
+
+
 def _check_kernel_inputs(kind, q, k, v, g, beta, state):
     """What the kernels need beyond the ops' checks: a known kind, their dtypes, one device."""
     _check_kind(kind)
@@ -301,6 +313,7 @@ def run_chunked(kind, q, k, v, g=None, beta=None, *, scale, initial_state=None, 
     if cu_seqlens is not None:
         return _run_padded(kind, q, k, v, g, beta, scale, initial_state, tuple(cu_seqlens.tolist()))
     _check_kernel_inputs(kind, q, k, v, g, beta, initial_state)
+    _check_chunk_widths(q, v)
     if not _validate.needs_grad(q, k, v, g, beta, initial_state):
         # Inference: no autograd node, no intermediates kept. At small shapes a call is host-bound (its Python sets
         # the pace), and an autograd node's bookkeeping is a large part of that Python.

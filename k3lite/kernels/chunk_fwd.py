@@ -49,7 +49,8 @@ changes nothing that survives. In the two-part form exponents are clamped with m
 exact where the value is used and keeps padded rows and masked entries finite.
 
 Every tl.dot takes its input precision from the DOT_PRECISION constexpr (see dot_precision below):
-"ieee" for float32 inputs, "tf32" otherwise; the triangular solve likewise (SOLVE_PRECISION, HALF_SOLVE_PRECISION).
+"ieee" for float32 inputs, "tf32" otherwise; the triangular solve "ieee" unless the inputs are bf16
+(solve_precision: TF32 there loses digits that fp16 inputs carry and an ill-conditioned I + Akk needs).
 """
 
 from __future__ import annotations
@@ -873,17 +874,19 @@ def dot_precision(dtype) -> str:
 
     On Hopper a float32 tl.dot defaults to TF32 (10-bit mantissa); that made a float32 model drift, so
     float32 runs ask for IEEE products. In bf16/fp16 runs the setting only touches the float32
-    intermediates (decayed keys, A matrices), where TF32 keeps the tensor cores busy.
+    intermediates (decayed keys, the A matrices' gradients), where TF32 keeps the tensor cores busy; the
+    triangular solve takes its own (solve_precision).
     """
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-# The triangular inverse (_merge_inverse) amplifies rounding in its inputs: exact products for float32 inputs.
+# The triangular inverse (_merge_inverse) amplifies rounding in its inputs. Akk is float32 for every input dtype;
+# TF32 products round it and each partial inverse to a 10-bit mantissa. That is below what bf16 inputs carry (7 bits),
+# so bf16 keeps the faster TF32 solve, as flash-linear-attention does. It is exactly what fp16 inputs carry: where keys
+# point alike and the decay is weak, I + Akk is ill-conditioned, its inverse magnifies the rounding, and fp16 outputs
+# and gradients missed the reference's tolerances by 2-4x. fp16 and float32 inputs therefore get IEEE products.
 SOLVE_PRECISION = "ieee"
-# For bf16/fp16 inputs TF32 (as flash-linear-attention): it makes the solve, and KDA's off-diagonal stage around
-# it, markedly faster, and the relative error of the output, the state and every gradient against the float32
-# pipeline stays what it is with IEEE products (the bf16/fp16 inputs set it, not the solve).
-HALF_SOLVE_PRECISION = "tf32"
+BF16_SOLVE_PRECISION = "tf32"
 # Where Aqk and Ai are stored for bf16/fp16 inputs: "input" (their own dtype) or "float32". The forward rounds
 # both to the input dtype anyway where it uses them (tl.dot operands beside V' and K), so its output is the
 # same; stored so, each is half the bytes to write and to read back, which the forward and the backward both gain
@@ -894,7 +897,8 @@ A_STORAGE = "input"
 
 
 def solve_precision(dtype) -> str:
-    return SOLVE_PRECISION if dtype == torch.float32 else HALF_SOLVE_PRECISION
+    """Input precision of the triangular solve's products for inputs of ``dtype`` (see SOLVE_PRECISION)."""
+    return BF16_SOLVE_PRECISION if dtype == torch.bfloat16 else SOLVE_PRECISION
 
 
 def a_dtype(dtype):
