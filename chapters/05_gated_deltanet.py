@@ -797,94 +797,109 @@ expect("at width 128 it fails MQAR with 128 pairs (mean below 0.1) where DeltaNe
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 8. Exercises
 #
-# ### Exercise 1: one step of the gated delta rule
+# ### Exercise 1 (predict, then run): how long does a memory last?
 #
-# Write `gated_delta_step(S, k, v, g, beta)` for one head: `S` is `[K, V]`, `k` `[K]`, `v` `[V]`,
-# `g` a float (the log of the decay) and `beta` a float. Return the new state. The order matters.
+# One head with 8 key channels. At token 0 the association $(k, v)$ is written with $\beta = 1$ under the unit key
+# $k = e_0$. Every later token writes a new association with $\beta = 1$ under another unit key, $e_1, e_2, \dots,
+# e_7$ in turn, and every token has the same gate $\alpha = 0.95$ ($g = \ln 0.95$). At which token does reading
+# with $q = k$ first return less than half of $v$? Return your prediction from `predicted_half_life()`
+# *before* running the cell after it; think about what the writes in between do to $k$'s association. The
+# checker accepts a prediction within 25 % of the measured token.
 
 # %% [markdown] tags=["notes"]
-# Three exercises in rising order: one step (the order of decay and write), the decay matrix (finite under a
-# full wipe), one chunk (section 6's equations). The first in class, the others as homework.
+# Three exercises: a prediction (ask the room for a show of hands: under 10, 10 to 20, over 20 tokens; the writes in
+# between are a distractor), a transfer (the chunked form of a gated rule with no delta correction, Mamba-2's
+# recurrence) and an open question for discussion: can a constant gate act as a sliding window?
 
 # %%
 from k3lite.exercises import ch05
 
 
-def gated_delta_step(S, k, v, g, beta):
-    raise NotImplementedError
 
+def predicted_half_life():
+    raise NotImplementedError  # return your prediction, in tokens, e.g. 25
 
 # %%
-ch05.check_gated_delta_step(gated_delta_step);
+DECAY, MEMORY_TOKENS, KEYS = 0.95, 60, 8
+key_index = torch.tensor([0] + [1 + t % (KEYS - 1) for t in range(MEMORY_TOKENS - 1)])
+k_mem = F.one_hot(key_index, KEYS).double().view(1, MEMORY_TOKENS, 1, KEYS)
+q_mem = F.one_hot(torch.zeros(MEMORY_TOKENS, dtype=torch.long), KEYS).double().view(1, MEMORY_TOKENS, 1, KEYS)
+v_mem = torch.zeros(1, MEMORY_TOKENS, 1, 1, dtype=torch.float64)
+v_mem[0, 0] = 1.0                                          # v = 1 under e_0; the other writes store 0
+g_mem = torch.full((1, MEMORY_TOKENS, 1), math.log(DECAY), dtype=torch.float64)
+beta_mem = torch.ones(1, MEMORY_TOKENS, 1, dtype=torch.float64)
+readback, _ = gated_delta_rule.recurrent(q_mem, k_mem, v_mem, g_mem, beta_mem, scale=1.0)
+readback = readback[0, :, 0, 0]
+measured_half_life = int((readback < 0.5).nonzero()[0])
+print("readback at tokens 0, 5, 10, 15, 20:", " ".join(f"{readback[t]:.3f}" for t in (0, 5, 10, 15, 20)))
+print(f"first token with less than half of v: {measured_half_life}")
 
+# %%
+ch05.check_half_life_prediction(predicted_half_life, measured_half_life, decay=DECAY);
 
 # %% tags=["solution"]
-# Solution
-def gated_delta_step_solution(S, k, v, g, beta):
-    S = math.exp(g) * S                          # forget first
-    return S + beta * torch.outer(k, v - S.T @ k)  # then correct the answer under k
+# Solution: only the gate shrinks k's association (the other keys are orthogonal to k), by 0.95 per token.
+def predicted_half_life_solution():
+    return math.ceil(math.log(2) / -math.log(DECAY))
 
 
-ch05.check_gated_delta_step(gated_delta_step_solution);
-
-# %% [markdown]
-# ### Exercise 2: the decay matrix
-#
-# Write `cumulative_decay(g)` for a 1-D tensor of log-gates `g [T]`: return `Γ [T, T]` (call it `gamma`) with
-# `gamma[r, i]` the factor an association written at step `i` carries when read at step `r`, and 0 where
-# `i > r`. It must stay finite when one gate is −1000 (a full wipe). Write it yourself rather than calling
-# section 5's `decay_matrix`.
-
-# %%
-def cumulative_decay(g):
-    raise NotImplementedError
-
-
-# %%
-ch05.check_cumulative_decay(cumulative_decay);
-
-
-# %% tags=["solution"]
-# Solution
-def cumulative_decay_solution(g):
-    G = torch.cumsum(g, dim=0)
-    lower = torch.ones(len(g), len(g), dtype=torch.bool).tril()
-    return torch.exp((G[:, None] - G[None, :]).masked_fill(~lower, float("-inf")))
-
-
-ch05.check_cumulative_decay(cumulative_decay_solution);
+ch05.check_half_life_prediction(predicted_half_life_solution, measured_half_life, decay=DECAY);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 3: one chunk of Gated DeltaNet
+# ### Exercise 2 (transfer): a gated rule without the delta correction
 #
-# Write `gated_delta_chunk(q, k, v, g, beta, state)` for one chunk of one head: `q, k [C, K]`, `v [C, V]`,
-# `g, beta [C]`, `state [K, V]` (the state the chunk starts from), no query scale. The checker passes float64
-# tensors, so create any identity or zeros with `dtype=q.dtype`. Return `(o [C, V], new_state [K, V])`
-# with section 6's matrix products, no loop over the tokens. The checker also runs a chunk of 32 tokens with
-# $g = -30$ at every token, where splitting $\Gamma$ into $e^{G_r} \cdot e^{-G_i}$ overflows even in float64.
+# Mamba-2 (Dao and Gu 2024, section 2) uses the same scalar decay without the delta rule:
+# $S_t = \alpha_t S_{t-1} + k_t v_t^\top$, $o_t = S_t^\top q_t$. Section 6 chunked the *gated delta* rule; derive
+# the chunked form of this simpler recurrence yourself. Write `gated_linear_chunk(q, k, v, g, state)` for one chunk
+# of one head: `q, k [C, K]`, `v [C, V]`, `g [C]` (log-gates), `state [K, V]` the state the chunk starts from, no
+# query scale. Return `(o [C, V], new_state [K, V])` with matrix products, no loop over the tokens. Ask yourself
+# which parts of section 6 are still needed, and whether token $r$ reads its own write. The checker passes float64
+# tensors and also runs 32 tokens with $g = -30$ at every token.
 
 # %%
-def gated_delta_chunk(q, k, v, g, beta, state):
+def gated_linear_chunk(q, k, v, g, state):
     raise NotImplementedError
 
 
 # %%
-ch05.check_gated_delta_chunk(gated_delta_chunk);
+ch05.check_gated_linear_chunk(gated_linear_chunk);
 
 
 # %% tags=["solution"]
-# Solution: section 6's equations, for one chunk.
-def gated_delta_chunk_solution(q, k, v, g, beta, state):
-    G, gamma = torch.cumsum(g, dim=0), cumulative_decay_solution(g)
-    eye = torch.eye(len(g), dtype=q.dtype)
-    ut = torch.linalg.solve_triangular(eye + torch.tril(beta[:, None] * (k @ k.T) * gamma, diagonal=-1), eye,
-                                       upper=False, unitriangular=True)
-    corrected = ut @ (beta[:, None] * v) - ut @ (beta[:, None] * torch.exp(G)[:, None] * k) @ state
-    o = torch.exp(G)[:, None] * (q @ state) + ((q @ k.T) * gamma) @ corrected
-    return o, torch.exp(G[-1]) * state + (torch.exp(G[-1] - G)[:, None] * k).T @ corrected
+# Solution: no correction, so no UT transform; Γ keeps its diagonal because o_t reads S_t after the write.
+def gated_linear_chunk_solution(q, k, v, g, state):
+    G = torch.cumsum(g, dim=0)
+    gamma = torch.exp((G[:, None] - G[None, :]).masked_fill(torch.ones(len(g), len(g)).triu(1).bool(), -math.inf))
+    o = torch.exp(G)[:, None] * (q @ state) + ((q @ k.T) * gamma) @ v
+    return o, torch.exp(G[-1]) * state + (torch.exp(G[-1] - G)[:, None] * k).T @ v
 
 
-ch05.check_gated_delta_chunk(gated_delta_chunk_solution);
+ch05.check_gated_linear_chunk(gated_linear_chunk_solution);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 (open question): a constant gate as a sliding window?
+#
+# You want a memory that keeps what the last 10 tokens wrote at 90 % strength or more, and keeps less than 1 % of
+# anything written more than 100 tokens ago, like attention over a window of 100 tokens. Can one constant gate
+# $\alpha$ do both? If not, what does a gate that depends on the token (as in Gated DeltaNet) do instead, and what
+# would a model need to know to set it well? Write a few sentences; use numbers.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# No. Keeping 90 % after 10 tokens needs $\alpha^{10} \ge 0.9$, so $\alpha \ge 0.9^{1/10} \approx 0.9895$; keeping
+# less than 1 % after 100 tokens needs $\alpha^{100} \le 0.01$, so $\alpha \le 0.01^{1/100} \approx 0.955$. The
+# two ranges do not meet: an exponential has one time scale, and a window has a sharp edge. With $\alpha = 0.955$
+# the last 10 tokens are kept at only 63 %; with $\alpha = 0.99$, 37 % of a write survives 100 tokens. A
+# data-dependent gate does not try to forget by age: it keeps $\alpha_t \approx 1$ while the context stays
+# relevant and drops towards 0 at a boundary (a new document, a new topic, a reassigned variable), so it
+# forgets by *event*. To set it the model must recognise those events from the current token (and, through
+# the short convolution, its neighbours), which is what its gate projection learns; a true window needs
+# attention, or a recurrence with a state per position. A good answer states the two inequalities, shows they
+# are incompatible, and names event-driven forgetting as what the learned gate buys.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw

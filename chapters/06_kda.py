@@ -520,25 +520,33 @@ for form in ("kimi_linear", "k3"):
     print(f"{form:<12} at initialisation (x = 0): strongest g = {strongest_at_init:.2g} "
           f"(alpha = {math.exp(strongest_at_init):.3f}), median g = {median_at_init:.2g} "
           f"(alpha = {math.exp(median_at_init):.3f});  at f = 50 the strongest is g = {strongest:.1f}")
+    glue(f"ch06_{form}_init_strongest_g", f"{strongest_at_init:.2g}", display=False)
+    glue(f"ch06_{form}_init_strongest_alpha", f"{math.exp(strongest_at_init):.3f}", display=False)
+    glue(f"ch06_{form}_init_median_g", f"{median_at_init:.2g}", display=False)
+    glue(f"ch06_{form}_init_median_alpha", f"{math.exp(median_at_init):.3f}", display=False)
+    glue(f"ch06_{form}_strongest_at_f50", f"{strongest:.1f}", display=False)
 print(f"K3's bounded gate keeps at least alpha = exp(-5) = {math.exp(-5):.4f} of a channel per step")
 softplus_inv = lambda y: math.log(math.expm1(y))                          # noqa: E731
 print(f"K3 bound at init, A = 1 and dt_bias <= softplus^-1(0.1) = {softplus_inv(0.1):.2f}: "
       f"g >= -5 sigmoid({softplus_inv(0.1):.2f}) = {-5 / (1 + math.exp(-softplus_inv(0.1))):.2f}")
 
 # %% [markdown]
-# Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows ($g = -791.0$
-# at $f = 50$ in this layer), so one step can wipe a channel completely, and the chunked form must then be careful
+# Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows
+# ($g =$ {glue:text}`ch06_kimi_linear_strongest_at_f50` at $f = 50$ in this layer), so one step can wipe a channel completely, and the chunked form must then be careful
 # (previous section). K3's saturates at $-5$: one step keeps at least $e^{-5} \approx 0.0067$ of a channel. At
 # initialisation (the Mamba initialisation of Gu and Dao 2023,
 # [arXiv:2312.00752](https://arxiv.org/abs/2312.00752), which Kimi Linear keeps: $A \in [1, 16]$ per head and
 # $b_{dt} = \mathrm{softplus}^{-1}(dt)$ with $dt \in [10^{-3}, 10^{-1}]$, so
 # $b_{dt} \le \mathrm{softplus}^{-1}(0.1) = -2.25$; 96 heads here, so 96 draws of $A$) the two forms start
-# differently. Kimi Linear's median channel keeps $\alpha = 0.910$ per step and its strongest $\alpha = 0.243$. In
-# K3's form $A$ does not scale the rate: it sharpens the sigmoid, and since $b_{dt}$ is negative, a larger $A$
-# pushes $\sigma(A\, b_{dt})$ towards 0, so a *smaller* $A$ forgets faster. The strongest possible K3 gate at
-# initialisation therefore sits at $A = 1$, $g \ge -5\,\sigma(-2.25) \approx -0.48$; in this layer the strongest is
-# $g = -0.34$ and the median $g = -8.6 \cdot 10^{-17}$. Most channels start at $\alpha \approx 1$; the fastest keep
-# $\approx 0.7$ per step ($\alpha = 0.713$).
+# differently. Kimi Linear's median channel keeps $\alpha =$ {glue:text}`ch06_kimi_linear_init_median_alpha` per step
+# and its strongest $\alpha =$ {glue:text}`ch06_kimi_linear_init_strongest_alpha`. In K3's form $A$ does not scale
+# the rate: it sharpens the sigmoid, and since $b_{dt}$ is negative, a larger $A$ pushes $\sigma(A\, b_{dt})$
+# towards 0, so a *smaller* $A$ forgets faster. With $A$ up to 16 most channels would start, and stay, at
+# retention 1; K3's form therefore starts every head from $A = 1$ ($A_{\log} = 0$, as the reference's bounded
+# gate does), where the strongest possible gate at initialisation is $g \ge -5\,\sigma(-2.25) \approx -0.48$. In this
+# layer the strongest is $g =$ {glue:text}`ch06_k3_init_strongest_g` ($\alpha =$
+# {glue:text}`ch06_k3_init_strongest_alpha`) and the median $g =$ {glue:text}`ch06_k3_init_median_g`
+# ($\alpha =$ {glue:text}`ch06_k3_init_median_alpha`): every channel starts close to remembering, none saturated.
 #
 # Now the layer by hand, from the parameters of a `k3lite.layers.kda_layer.KDALayer`, with
 # the token loop `kda_recurrent` of section 2 as the core:
@@ -703,7 +711,7 @@ expect("every DeltaNet and K3-hybrid seed passes 0.5 there",
        min(accuracies("twoscale", "delta_rule") + accuracies("twoscale", "k3_hybrid")) > 0.5)
 
 # %% tags=["plumbing"]
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+fig, axes = plt.subplots(3, 1, figsize=(7.2, 11.5))          # stacked: the site's column is 7.5 in wide
 plot_cell("twoscale", d_model=64, path=BAKEOFF, ax=axes[0], mixers=MIXERS)
 plot_cell("rebind", d_model=64, path=BAKEOFF, ax=axes[1], mixers=("gated_delta_rule", GDN_IN_KDA_LAYER, "kda"))
 plot_cell("mqar128", d_model=64, path=BAKEOFF, ax=axes[2], mixers=MIXERS)
@@ -718,7 +726,7 @@ plt.show()
 #   {glue:text}`ch06_rebind_kda`, Gated DeltaNet's recurrence in KDA's layer {glue:text}`ch06_rebind_gdn_in_kda_layer`:
 #   *{glue:text}`ch06_verdict_rebind_gated_delta_rule_in_kda_layer_kda`*. Expected: rebinding needs overwriting,
 #   not forgetting, so the shape of the gate should not matter there.
-# * **Two time scales**, the task built for this chapter's idea (left panel): the result does **not** follow the
+# * **Two time scales**, the task built for this chapter's idea (top panel): the result does **not** follow the
 #   story. KDA's seeds reach {glue:text}`ch06_twoscale_kda_seeds`: one learned to keep the facts, the others did
 #   not. DeltaNet, with no gate at all, reaches {glue:text}`ch06_twoscale_delta_rule`
 #   (*{glue:text}`ch06_verdict_twoscale_delta_rule_kda`*), and the K3 hybrid, whose fourth layer is softmax
@@ -726,7 +734,7 @@ plt.show()
 #   size and budget a learned per-channel gate is as likely to forget the slow facts as to keep them; the
 #   delta rule alone overwrites the fast pairs and keeps the facts. What would settle it: more seeds, longer
 #   runs, and the per-head variant on this task (not yet run).
-# * **MQAR with 128 pairs** (right panel; more pairs than a head's state can hold): DeltaNet
+# * **MQAR with 128 pairs** (bottom panel; more pairs than a head's state can hold): DeltaNet
 #   {glue:text}`ch06_mqar128_delta_rule`, KDA {glue:text}`ch06_mqar128_kda`
 #   (*{glue:text}`ch06_verdict_mqar128_delta_rule_kda`*); softmax attention {glue:text}`ch06_mqar128_softmax`
 #   (*{glue:text}`ch06_verdict_mqar128_kda_softmax`*). No "KDA worst", no "KDA best": at capacity the recurrent
@@ -761,9 +769,10 @@ expect("softmax attention keeps a mean above 0.99 at every size and number of pa
        min(mean_of["softmax", p, d] for p in PAIRS for d in (64, 128)) > 0.99)
 
 # %% tags=["plumbing"]
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+fig, axes = plt.subplots(2, 1, figsize=(7.2, 8.0), sharex=True)   # stacked: the site's column is 7.5 in wide
 for ax, d in zip(axes, (64, 128)):
     plot_cell("mqar", d_model=d, path=BAKEOFF, ax=ax)
+axes[0].set_xlabel("")
 fig.tight_layout()
 plt.show()
 
@@ -807,33 +816,48 @@ for mechanism, row in earlier_accuracies.items():
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 8. Exercises
 #
-# ### Exercise 1: one step of KDA
+# ### Exercise 1 (predict, then run): a key over fast and slow channels
 #
-# Write `kda_step(S, k, v, g, beta)` for one head: `S [K, V]`, `k [K]`, `v [V]`, `g [K]` (a log-decay
-# per key channel), `beta` a float. Return the new state, shape `[K, V]`: decay first, then the delta
-# correction against the decayed state; `beta` is a plain float and there is no `scale` (no query here).
+# One KDA head with 16 key channels. Channels 0–7 never forget ($\alpha = 1$); channels 8–15 halve every token
+# ($\alpha = 0.5$). At token 0 the association $(k, v)$ is written with $\beta = 1$ into an empty state, with the key
+# spread evenly over all 16 channels ($k_d = 1/4$); nothing is written afterwards. Ten tokens later the head reads
+# with $q = k$. What fraction of $v$ comes back? Return it from `predicted_fraction()` *before* running
+# the cell after it. The checker accepts a prediction within 0.1 of the measured fraction.
 
 # %% [markdown] tags=["notes"]
-# Two exercises: one KDA step (decay rows of S, then the delta correction) and a hand-built per-channel gate
-# that beats the best scalar gate on section 1's task.
+# Four exercises: a prediction (take a show of hands: about 0, about 0.06, about 0.5, about 1; averaging the gates is
+# the common mistake), the per-channel gate of section 1's task, a transfer (the same pairwise decay in gated linear
+# attention, which has no delta rule) and an open question on why a more expressive gate can train worse.
 
 # %%
-def kda_step(S, k, v, g, beta):
-    raise NotImplementedError
+def predicted_fraction():
+    raise NotImplementedError  # return your prediction, between 0 and 1
 
 
 # %%
-ch06.check_kda_step(kda_step);
+READ_CHANNELS, READ_STEPS = 16, 10
+channel_decay = torch.tensor([1.0] * (READ_CHANNELS // 2) + [0.5] * (READ_CHANNELS // 2), dtype=torch.float64)
+k_read = torch.full((1, READ_STEPS + 1, 1, READ_CHANNELS), READ_CHANNELS ** -0.5, dtype=torch.float64)
+v_read = torch.ones(1, READ_STEPS + 1, 1, 1, dtype=torch.float64)
+beta_read = torch.zeros(1, READ_STEPS + 1, 1, dtype=torch.float64)
+beta_read[0, 0] = 1.0                                                   # the one write, at token 0
+g_read = torch.log(channel_decay).expand(1, READ_STEPS + 1, 1, READ_CHANNELS).contiguous()
+read, _ = kda.recurrent(k_read, k_read, v_read, g_read, beta_read, scale=1.0)
+measured_fraction = read[0, -1, 0, 0].item()
+print(f"fraction of v read back after {READ_STEPS} tokens: {measured_fraction:.4f}")
 
+# %%
+ch06.check_readback_prediction(predicted_fraction, measured_fraction, kept_decay=1.0, fast_decay=0.5,
+                               steps=READ_STEPS);
 
 # %% tags=["solution"]
-# Solution
-def kda_step(S, k, v, g, beta):
-    S = torch.exp(g)[:, None] * S                    # row d of S belongs to key channel d
-    return S + beta * torch.outer(k, v - S.T @ k)
+# Solution: each channel keeps its own share k_d² of the association; the slow half keeps all of its share.
+def predicted_fraction_solution():
+    return 0.5 * 1.0 ** READ_STEPS + 0.5 * 0.5 ** READ_STEPS
 
 
-ch06.check_kda_step(kda_step);
+ch06.check_readback_prediction(predicted_fraction_solution, measured_fraction, kept_decay=1.0, fast_decay=0.5,
+                               steps=READ_STEPS);
 
 # %% [markdown]
 # ### Exercise 2: a gate for two time scales
@@ -862,6 +886,72 @@ def per_channel_gate(num_steps, num_channels, switch_steps, long_channels):
 
 
 ch06.check_two_timescale_gate(per_channel_gate);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 (transfer): the per-channel decay without the delta rule
+#
+# Gated Linear Attention (GLA; Yang, Wang, Shen, Panda and Kim, *Gated Linear Attention Transformers with
+# Hardware-Efficient Training*, ICML 2024, section 3, [arXiv:2312.06635](https://arxiv.org/abs/2312.06635)) has KDA's per-channel decay but no delta correction:
+# $S_t = \mathrm{Diag}(\alpha_t) S_{t-1} + k_t v_t^\top$, $o_t = S_t^\top q_t$. Write `gla_chunk(q, k, v, g)` for
+# one chunk of one head from an empty state: `q, k [C, K]`, `v [C, V]`, `g [C, K]` (log-gates), no scale; return
+# `o [C, V]` with no loop over the tokens. Carry section 5's pairwise factor over to the *scores*, and decide which
+# pairs $(r, i)$ they include. The checker passes **float32** tensors, including
+# 32 tokens with $g = -5$ (K3's bound) on every channel.
+
+# %%
+def gla_chunk(q, k, v, g):
+    raise NotImplementedError
+
+
+# %%
+ch06.check_gla_chunk(gla_chunk);
+
+
+# %% tags=["solution"]
+# Solution: P[r, i] = Σ_d q_rd k_id exp(G_rd − G_id) for i ≤ r (the diagonal too: o_t reads S_t after the write),
+# with the exponent masked before exp so that no factor overflows.
+def gla_chunk_solution(q, k, v, g):
+    G = torch.cumsum(g, dim=0)
+    later = torch.ones(len(g), len(g), dtype=torch.bool).triu(1)                     # i > r
+    pair_decay = torch.exp((G[:, None, :] - G[None, :, :]).masked_fill(later[:, :, None], -math.inf))
+    return torch.einsum("rd,id,rid->ri", q, k, pair_decay) @ v
+
+
+ch06.check_gla_chunk(gla_chunk_solution);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (open question): more expressive, trained worse?
+#
+# KDA's gate contains Gated DeltaNet's (equal channels) and DeltaNet's ($g = 0$), so the best KDA gate is never
+# worse on any task. Section 7's bake-off nevertheless found trained KDA no better than the simpler mixers on the
+# task built for it. Give two different reasons why a more expressive gate can *train* worse than a less
+# expressive one, and for each an experiment (a run you could do with `k3lite.bakeoff`) whose result would confirm
+# or rule it out.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# "Never worse at its best setting" is a statement about the optimum, not about where gradient descent ends up.
+# Reasons, each with a test:
+#
+# 1. **Forgetting cuts the gradient.** A gate that starts or drifts below 1 on the slow channels shrinks a fact
+#    written early by $lpha^t$ before it is read; the loss then carries almost no gradient back to the write or to
+#    the gate, and the model cannot discover that it should keep it (section 7's earlier sweep at 0.91 per token is
+#    this failure). Test: log the mean gate per channel during training, and rerun with gates initialised closer
+#    to 1 (a more negative decay bias): if more seeds learn, initialisation was the cause.
+# 2. **More freedom, more ways to go wrong.** A per-channel gate has K times as many outputs (and a low-rank
+#    projection to learn); with few steps and few seeds, a run can settle on forgetting the wrong channels. This
+#    shows as a high spread across seeds rather than a low mean. Test: more seeds and longer runs; the per-head
+#    variant in the *same* layer (so only the gate's shape differs).
+# 3. **The comparison is of layers, not gates.** The layers differ in output gate, normalisation and
+#    convolutions, so a difference can come from them (chapter 05 found exactly this). Test: swap only the
+#    recurrence inside one fixed layer.
+#
+# A good answer separates "can represent" from "will learn", names a concrete mechanism, and proposes a controlled
+# run that changes one thing.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw

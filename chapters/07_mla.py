@@ -547,7 +547,7 @@ expect("averaging tokens: the gated layer's error is no worse (within 10 %)", av
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# ### Exercise 1 — one cached group, several heads
+# ### Exercise 1 (transfer) — one cached group, several heads
 # The table at the top credits GQA with a cache of $2\,n_g d_h$ numbers instead of $2\,n_h d_h$: only $n_g$ key and
 # value heads are stored, and each serves $n_h / n_g$ query heads. Write `expand_kv_groups(kv, num_heads)` that takes
 # a cached `kv [B, T, n_g, d_h]` and returns `[B, T, num_heads, d_h]`, in which query head $h$ reads group
@@ -556,9 +556,10 @@ expect("averaging tokens: the gated layer's error is no worse (within 10 %)", av
 # with your expansion and compares each head with attention over its own group's cache.
 
 # %% [markdown] tags=["notes"]
-# Exercise 1 (expand cached groups for GQA) is a warm-up; exercises 2 and 3 are the two halves
+# Exercise 1 (expand cached groups for GQA) is a transfer and a warm-up; exercises 2 and 3 are the two halves
 # of absorption: the key projection moved into the query, the value projection after the sum. Do
-# exercise 2 in the room if time allows.
+# exercise 2 in the room if time allows. Exercise 4 is a prediction for a show of hands (about 1, about 10,
+# about 100?), exercise 5 an open question on the decoupled rope key.
 
 # %%
 from k3lite.exercises import ch07
@@ -628,6 +629,96 @@ def solution_absorbed_output(probs, latents, w_uv):
 
 
 ch07.check_absorbed_output(solution_absorbed_output);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (predict, then run) — what does absorption save?
+# One decoding step of one MLA layer with K3's sizes ($d_c = 512$, $d_{\text{nope}} = d_v = 128$) and 1,024 cached
+# latents. The *rebuilding* step multiplies every cached latent by $W_{UK,h}$ and $W_{UV,h}$ to get each head's
+# keys and values, then attends as MHA would; the *absorbed* step (exercises 2 and 3) never builds them. Leave the
+# rope part and the softmax out. How many times more multiply-adds does the rebuilding step do? Return your
+# prediction from `predicted_absorption_saving()` *before* running the cell after it; the checker accepts a
+# prediction within a factor of 1.5.
+
+# %%
+def predicted_absorption_saving():
+    raise NotImplementedError  # return your prediction, e.g. 3.0
+
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+seed_everything(7)
+STEP_HEADS, STEP_TOKENS, STEP_LATENT, STEP_NOPE, STEP_VALUE = 8, 1024, 512, 128, 128   # the ratio is per head
+step_latents = torch.randn(STEP_TOKENS, STEP_LATENT)
+step_q_nope = torch.randn(STEP_HEADS, STEP_NOPE)
+step_w_uk = torch.randn(STEP_HEADS, STEP_NOPE, STEP_LATENT) / STEP_LATENT ** 0.5
+step_w_uv = torch.randn(STEP_HEADS, STEP_VALUE, STEP_LATENT) / STEP_LATENT ** 0.5
+
+
+def rebuilding_step():
+    keys = torch.einsum("tc,hnc->htn", step_latents, step_w_uk)               # every cached key, every head
+    values = torch.einsum("tc,hvc->htv", step_latents, step_w_uv)
+    probs = torch.softmax(torch.einsum("hn,htn->ht", step_q_nope, keys) / STEP_NOPE ** 0.5, dim=-1)
+    return torch.einsum("ht,htv->hv", probs, values)
+
+
+def absorbed_step():
+    q_latent = torch.einsum("hn,hnc->hc", step_q_nope, step_w_uk)              # exercise 2
+    probs = torch.softmax(q_latent @ step_latents.T / STEP_NOPE ** 0.5, dim=-1)
+    return torch.einsum("hvc,hc->hv", step_w_uv, probs @ step_latents)          # exercise 3
+
+
+macs = {}
+for name, step in (("rebuilding", rebuilding_step), ("absorbed", absorbed_step)):
+    with FlopCounterMode(display=False) as counter:
+        step_output = step()
+    macs[name] = counter.get_total_flops() // 2
+    print(f"{name:>10}: {macs[name]:>13,d} multiply-adds")
+measured_absorption_saving = macs["rebuilding"] / macs["absorbed"]
+print(f"same output: {torch.allclose(rebuilding_step(), absorbed_step(), atol=1e-3)}; "
+      f"ratio {measured_absorption_saving:.1f}")
+
+# %%
+ch07.check_absorption_saving_prediction(predicted_absorption_saving, measured_absorption_saving,
+                                        cached_tokens=STEP_TOKENS, latent_dim=STEP_LATENT, nope_dim=STEP_NOPE,
+                                        value_dim=STEP_VALUE);
+
+
+# %% tags=["solution"]
+# Solution: per head and cached token, d_c (d_nope + d_v) to rebuild against 2 d_c absorbed, about 128; the
+# one-off projections of the absorbed step pull it a little lower.
+def predicted_absorption_saving_solution():
+    per_token_rebuild = STEP_LATENT * (STEP_NOPE + STEP_VALUE) + STEP_NOPE + STEP_VALUE
+    per_token_absorbed = 2 * STEP_LATENT
+    one_off = STEP_LATENT * (STEP_NOPE + STEP_VALUE)
+    return STEP_TOKENS * per_token_rebuild / (STEP_TOKENS * per_token_absorbed + one_off)
+
+
+ch07.check_absorption_saving_prediction(predicted_absorption_saving_solution, measured_absorption_saving,
+                                        cached_tokens=STEP_TOKENS, latent_dim=STEP_LATENT, nope_dim=STEP_NOPE,
+                                        value_dim=STEP_VALUE);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 5 (open question) — why a separate rope key?
+# MLA caches a second, small key $k^{\text{rope}}_s$ shared by all heads, next to the latent, instead of applying
+# rotary position embeddings to the key $W_{UK,h}\, c_s$ rebuilt from the latent. Explain what would go wrong with
+# absorption if the rotation were applied to that rebuilt key, and what the separate rope key costs in the cache.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# RoPE multiplies a key at position $s$ by a rotation $R_s$ that depends on $s$. With the rotation on the rebuilt
+# key the score is $q_h^\top R_t^\top R_s W_{UK,h}\, c_s = (W_{UK,h}^\top R_{s-t}\, q_h)^\top c_s$: the matrix between
+# the query and the latent now depends on the relative position $s - t$, so it cannot be folded into the query
+# once per step. Absorption would need a different absorbed query for every cached position, which is the
+# rebuilding cost again (or the keys would have to be cached, which is the MHA cache again). Keeping position in a
+# separate key (DeepSeek-V2, arXiv:2405.04434, section 2.1.3) leaves the latent part position-free, so $W_{UK}$
+# folds into the query, and rotates only a small shared key. The cost: $d_r = 64$ more numbers per token and layer
+# (576 instead of 512, 12.5 % more cache) and $d_r$ more multiply-adds per head and cached token for the score. A
+# good answer shows that the position dependence sits *between* $q$ and $c$, and prices the rope key.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

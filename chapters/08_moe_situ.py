@@ -527,7 +527,8 @@ if situ_bench:
 
 # %% [markdown] tags=["notes"]
 # Exercise 1 (routing with a selection-only bias) is the one to do in the room; exercises 2 (what
-# a latent saves) and 3 (SiTU) are short homework.
+# a latent saves) and 3 (SiTU) are short homework. Exercise 4 is a show of hands (near β, near β/2, or far below
+# β?), exercise 5 a transfer to the capacity limits that bias balancing replaced, exercise 6 a discussion.
 
 # %%
 from k3lite.exercises import ch08
@@ -594,6 +595,94 @@ def solution_situ(x, beta):
 
 
 ch08.check_situ(solution_situ);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (predict, then run) — where does SiTU stop being SiLU?
+# Take $\beta = 10$. For positive inputs, SiTU is below SiLU everywhere. Up to which input $x$ does it stay within
+# 1 % of SiLU? Return your prediction from `predicted_situ_departure()` *before* running the cell after it; the
+# checker accepts a prediction within 30 %.
+
+# %%
+def predicted_situ_departure():
+    raise NotImplementedError  # return your prediction, an input x
+
+
+# %%
+DEPARTURE_BETA = 10.0
+x_grid = torch.linspace(0.001, 3 * DEPARTURE_BETA, 30_001, dtype=torch.float64)
+relative_gap = 1 - situ(x_grid, DEPARTURE_BETA) / F.silu(x_grid)
+measured_situ_departure = x_grid[relative_gap > 0.01][0].item()
+for x_at in (1.0, 2.0, 5.0, 10.0):
+    print(f"x = {x_at:4.1f}: SiTU is {100 * (1 - situ(torch.tensor(x_at), DEPARTURE_BETA) / F.silu(torch.tensor(x_at))):5.2f} % below SiLU")
+print(f"first x more than 1 % below: {measured_situ_departure:.2f}")
+
+# %%
+ch08.check_situ_departure_prediction(predicted_situ_departure, measured_situ_departure, beta=DEPARTURE_BETA);
+
+
+# %% tags=["solution"]
+# Solution: tanh(u)/u ≈ 1 − u²/3, which is 0.99 at u = √0.03.
+def predicted_situ_departure_solution():
+    return DEPARTURE_BETA * 0.03 ** 0.5
+
+
+ch08.check_situ_departure_prediction(predicted_situ_departure_solution, measured_situ_departure, beta=DEPARTURE_BETA);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 5 (transfer) — what would a capacity limit drop?
+# Before bias balancing, MoE layers such as GShard and Switch Transformer (Fedus, Zoph and Shazeer 2021,
+# [arXiv:2101.03961](https://arxiv.org/abs/2101.03961), section 2.2) gave each expert a fixed *capacity* per batch and
+# dropped the assignments beyond it (the token then skips that expert). Write
+# `dropped_assignments(indices, num_experts, capacity)` for the chosen experts `indices [N, k]` of a batch:
+# return how many (token, expert) assignments are turned away. The cell after the checker applies it to section 1's
+# router before and after balancing, with a capacity of 1.25 times the mean load.
+
+# %%
+def dropped_assignments(indices, num_experts, capacity):
+    raise NotImplementedError
+
+
+# %%
+ch08.check_dropped_assignments(dropped_assignments);
+
+
+# %% tags=["solution"]
+# Solution: only an expert's own load counts against its capacity.
+def dropped_assignments_solution(indices, num_experts, capacity):
+    load = torch.bincount(indices.reshape(-1), minlength=num_experts)
+    return int((load - capacity).clamp_min(0).sum())
+
+
+ch08.check_dropped_assignments(dropped_assignments_solution);
+capacity = int(1.25 * indices.numel() / EXPERTS)
+for label, chosen in (("no bias", indices), ("balanced bias", balanced_indices)):
+    print(f"{label:>13}: {dropped_assignments_solution(chosen, EXPERTS, capacity) / chosen.numel():.1%} of the "
+          f"assignments dropped at capacity {capacity:,d}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 6 (open question) — why must the bias not weigh?
+# The selection bias picks the experts but the mixing weights are computed from the scores alone. Suppose the
+# bias were added to the weights too. What would change in what the layer computes, and why would that be a worse
+# way to balance than the auxiliary loss it replaces? And why is dropping tokens (exercise 5) not a good
+# alternative either?
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# The bias is set by a controller that looks only at load, not at the loss. If it entered the weights, balancing
+# would change the layer's output: an over-loaded expert's contribution would be scaled down for every token that
+# still picks it, and an idle expert's scaled up, regardless of whether that helps the prediction. The function
+# the model learned would then drift with the load statistics of the batch, and the gradient would have to fight
+# it, which is exactly the interference an auxiliary balancing loss causes and that the loss-free method
+# (Wang et al. 2024, arXiv:2408.15664) was designed to avoid. As a selection-only term the bias changes only
+# *which* experts a borderline token visits; the weights, and the gradient through them, are the model's own.
+# Dropping is worse still: a dropped token skips an expert it needed (only the residual and shared experts
+# carry it), so the output depends on its position in the batch and on what other tokens did, and the loss of
+# information grows with the imbalance. A good answer names both effects: balance without distorting the function,
+# and no token left behind.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

@@ -593,8 +593,9 @@ plt.show()
 # returning `(mixed [M, d], weights [S, M])` with RMS-normalised keys (no gain, eps = 1e-6) and unnormalised values.
 
 # %% [markdown] tags=["notes"]
-# Exercise 1 (the depth-attention read) is short enough to do in the room; exercises 2 and 3
-# (counting and listing the block sources) are homework.
+# Exercise 1 (the depth-attention read) is short enough to do in the room; exercises 2 and 3 (counting the
+# sources of any model and listing the block sources) are homework. Take exercise 4 as a show of hands (1, 0.28
+# or 0.08?) and use exercise 5 for discussion: attention over depth needs no cache across tokens.
 
 # %%
 from k3lite.exercises import ch09
@@ -618,9 +619,12 @@ def solution_depth_attention(values, query):
 ch09.check_depth_attention(solution_depth_attention);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 2 — counting sources
-# Write `block_count(layers, layers_per_block)` returning `(stored_sources, layers_in_partial_block)` after the
-# last layer, counting in decoder layers. For K3, `block_count(93, 12)` is `(8, 9)`.
+# ### Exercise 2 (transfer) — counting sources in any model
+# Section 6 counted K3's blocks. Write `block_count(layers, layers_per_block)` for any depth and block size,
+# returning `(stored_sources, layers_in_partial_block)` after the last layer, counting in decoder layers (the
+# embedding is a stored source; the partial block is not stored yet). The checker tries depths that are and are
+# not multiples of the block size, and a block longer than the model. Then use it on a model you know, e.g. a
+# 61-layer model with blocks of 8.
 
 # %%
 def my_block_count(layers, layers_per_block):
@@ -664,6 +668,66 @@ def solution_block_sources(embedding, outputs, sublayers_per_block):
 
 
 ch09.check_block_sources(solution_block_sources);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (predict, then run) — the scale of the read at initialisation
+# Take 13 sources (the embedding and 12 sub-layer outputs), each with RMS 1 and independent of the others. A plain
+# residual stream hands the next layer their sum, whose RMS is $\sqrt{13} \approx 3.6$. What is the RMS of what an
+# AttnRes reader hands on at initialisation (pseudo-query 0)? Return your prediction from `predicted_read_rms()`
+# *before* running the cell after it. The checker accepts a prediction within 25 %.
+
+# %%
+def predicted_read_rms():
+    raise NotImplementedError  # return your prediction, e.g. 2.0
+
+
+# %%
+seed_everything(9)
+NUM_SOURCES = 13
+sources = torch.randn(NUM_SOURCES, 4096, 64, dtype=torch.float64)       # [S, M, d], RMS 1 each
+pseudo_query = torch.zeros(64, dtype=torch.float64)                      # w_l at initialisation
+uniform = torch.softmax(F.rms_norm(sources, (64,), eps=1e-6) @ pseudo_query, dim=0)   # [S, M]
+read = (uniform.unsqueeze(-1) * sources).sum(0)
+measured_read_rms = read.square().mean().sqrt().item()
+print(f"RMS of one source {sources[0].square().mean().sqrt():.2f}, of the plain sum "
+      f"{sources.sum(0).square().mean().sqrt():.2f}, of the AttnRes read {measured_read_rms:.3f}")
+
+# %%
+ch09.check_read_scale_prediction(predicted_read_rms, measured_read_rms, num_sources=NUM_SOURCES);
+
+
+# %% tags=["solution"]
+# Solution: uniform weights make the read a mean; a mean of S independent unit sources has RMS 1/√S.
+def predicted_read_rms_solution():
+    return NUM_SOURCES ** -0.5
+
+
+ch09.check_read_scale_prediction(predicted_read_rms_solution, measured_read_rms, num_sources=NUM_SOURCES);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 5 (open question) — AttnRes while decoding
+# Softmax attention over tokens needs a KV cache when a model decodes one token at a time. Does attention over
+# *depth* need a cache across tokens too? What must a decoding step keep and read for block AttnRes in K3, and why
+# could its cost show up in decoding (where the worklog's "about 2 % latency" is measured) more than its FLOP
+# count suggests?
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# No cache across tokens: the sources of a reader are the outputs of earlier *layers for the same token*, all
+# computed within the same forward pass, so nothing about earlier tokens has to be kept for AttnRes (the KV
+# cache and the KDA states are unchanged). Within one decoding step, for each token in flight, the model keeps
+# the embedding, one sum per finished block and the running partial sum: at most 8 stored sources plus the
+# partial one in K3, each a vector of the model width, and every read before a sub-layer loads all of them,
+# normalises them as keys, takes a softmax over depth and mixes them. The FLOPs are tiny next to the experts and
+# attention, but a decode step is memory- and launch-bound: each read is one more small kernel (or more, unfused)
+# that loads several width-sized vectors per token, about 187 reads per token across the stack. So the cost is
+# traffic and kernel launches, which a fused implementation folds into neighbouring kernels. A good answer
+# separates "across tokens" (nothing) from "across layers within a step" (a handful of vectors), and names
+# memory traffic and launches, not FLOPs, as where a latency cost would come from.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

@@ -194,7 +194,7 @@ plt.show()
 
 # %%
 seed_reading = replace(k3, num_layers=k3.num_macrocycles * k3.layers_per_cycle)
-for label, config in [("seeds: 23 x 4", seed_reading), ("published", k3)]:
+for label, config in [("articles: 23 x 4", seed_reading), ("published", k3)]:
     print(f"{label:15s}: {config.num_layers} layers, {config.num_kda_layers} KDA + {config.num_mla_layers} MLA, "
           f"last layer {config.layer_types[-1].upper()}, "
           f"MLA cache {accounting.k3_mla_cache_bytes_per_token(config):,d} B/token (bf16)")
@@ -205,7 +205,7 @@ for label, config in [("seeds: 23 x 4", seed_reading), ("published", k3)]:
 # and one sum per finished block; the unfinished one is the running partial sum.
 
 # %%
-for label, num_layers in [("seeds: 92 layers", 92), ("published: 93", k3.num_layers)]:
+for label, num_layers in [("articles: 92 layers", 92), ("published: 93", k3.num_layers)]:
     stored, partial_sublayers = num_block_sources(2 * num_layers, 2 * k3.attnres_block_size)
     print(f"{label:17s}: {num_layers} / {k3.attnres_block_size} = {num_layers / k3.attnres_block_size:.2f} -> "
           f"{math.ceil(num_layers / k3.attnres_block_size)} blocks; stored sources {stored} "
@@ -593,7 +593,7 @@ print(f"then each layer reads K and V of shape [{gpt2_cache.length}, {width}]: "
 #
 # The three articles the course retells make many quantitative claims. Each one is checked below by a cell of
 # this chapter or an earlier one, with one of four verdicts: **holds**, **holds with a nuance**,
-# **does not hold**, or **not checkable here** (with the reason). The ledger's "seeds" column names the
+# **does not hold**, or **not checkable here** (with the reason). The ledger's "source" column names the
 # articles that make a claim: [A] the 机器之心 (Synced) summary *From GPT-2 to Kimi K3: Seven Years of
 # Architecture Upgrades That Go Far Beyond Parameter Count*, [B] a bilingual abstract of the worklog, [C] the
 # worklog *From GPT-2 to Kimi K3, Explained* (Sources, at the end, give their details and sections). First
@@ -960,7 +960,7 @@ expect("the hybrid beats pure KDA on two time scales and on no other task; KDA n
        hybrid_wins == ["twoscale d64"] and not kda_wins)
 
 # %% tags=["plumbing"]
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+fig, axes = plt.subplots(3, 1, figsize=(7.2, 11.5))          # stacked: the site's column is 7.5 in wide
 for ax, task in zip(axes, ("rebind", "switch", "twoscale")):
     plot_cell(task, d_model=64, path=BAKEOFF, ax=ax)
 fig.tight_layout()
@@ -1060,7 +1060,7 @@ expect("the hybrid and KDA are not separated by either rule, nor softmax attenti
        all(said.startswith("no call") for pair in (("k3_hybrid", "kda"), ("softmax", "k3_hybrid")) for said in lm_said[pair]))
 
 # %% tags=["plumbing"]
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+fig, axes = plt.subplots(2, 1, figsize=(7.2, 8.4))           # stacked: the site's column is 7.5 in wide
 plot_cell("lm", d_model=128, path=BAKEOFF, ax=axes[0])
 axes[0].set_ylim(1.2, None)
 plot_cell("lm", d_model=128, path=BAKEOFF, ax=axes[1], metric="probe_recall")
@@ -1110,13 +1110,13 @@ def bench_situ_ratios():
 
 
 def situ_row():
-    claim, seeds, where = "unfused SiTU runs almost 3x slower", "A C", "ch 08; benchmarks/results/bench_h200.json"
+    claim, sources, where = "unfused SiTU runs almost 3x slower", "A C", "ch 08; benchmarks/results/bench_h200.json"
     situ_bench, ratio = bench_situ_ratios()
     if not ratio:
-        return claim, seeds, "-", where, "not checkable here: benchmarks/results/bench_h200.json is not in this checkout"
+        return claim, sources, "-", where, "not checkable here: benchmarks/results/bench_h200.json is not in this checkout"
     rows, cols = situ_bench["shape"]
     dtype = situ_bench["dtype"].removeprefix("torch.").replace("bfloat16", "bf16")
-    return (claim, seeds, f"unfused SiTU / fused SiLU-and-mul: fwd+bwd {ratio['fwd+bwd']:.2f}x, fwd {ratio['fwd']:.1f}x",
+    return (claim, sources, f"unfused SiTU / fused SiLU-and-mul: fwd+bwd {ratio['fwd+bwd']:.2f}x, fwd {ratio['fwd']:.1f}x",
             where, f"holds with a nuance: the factor depends on the pass, {ratio['fwd+bwd']:.2f}x fwd+bwd (wall time, "
             f"launch-bound at this size), {ratio['fwd']:.1f}x forward only; H200, {dtype}, {rows}x{cols}")
 
@@ -1215,7 +1215,7 @@ ledger = [
      "not checkable here: needs a trained 2.8T model"),
     ("seven years from GPT-2 (2019) to K3 (2026)", "B C", f"{2026 - 2019}", "-", "holds"),
 ]
-lines = ["| claim | seeds | computed | checked in | verdict |", "|---|---|---|---|---|"]
+lines = ["| claim | source | computed | checked in | verdict |", "|---|---|---|---|---|"]
 lines += [f"| {c} | {s} | {v} | {w} | {x} |" for c, s, v, w, x in ledger]
 display(Markdown("\n".join(lines)))
 
@@ -1291,8 +1291,9 @@ else:
 # end when `final_mla` is true.
 
 # %% [markdown] tags=["notes"]
-# Three exercises on the whole model: count the layers, decode memory at context N, AttnRes sources per read.
-# Each is a few lines; the checkers give hints. Good for the last ten minutes of the lecture.
+# Six exercises on the whole model: count the layers, decode memory at context N, AttnRes sources per read (short,
+# homework), a prediction for the room (serving a batch: most forget that each sequence has its own state), a
+# design transfer (MLA layers under a memory budget) and an open question for a project (check a ledger row).
 
 # %%
 from k3lite.exercises import ch10
@@ -1367,6 +1368,105 @@ def solution_sources_per_read(num_sublayers, sublayers_per_block):
 ch10.check_sources_per_read(solution_sources_per_read);
 k3_reads = solution_sources_per_read(2 * k3.num_layers, 2 * k3.attnres_block_size)
 print(f"K3: {len(k3_reads)} reads, {sum(k3_reads):,d} sources in all; same as section 6: {k3_reads == sources_per_read}")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (predict, then run) — serving a batch
+# A server decodes **256 sequences at once, each 8,192 tokens long**, with the published K3. How many GiB of decode
+# memory do their caches and states take in all (MLA latents, KDA states and convolution tails; the weights
+# aside)? Return your prediction from `predicted_batch_gib()` *before* running the cell after it; section 5's
+# numbers are per sequence. The checker accepts a prediction within 25 %.
+
+# %%
+def predicted_batch_gib():
+    raise NotImplementedError  # return your prediction, in GiB
+
+
+# %%
+SERVE_CONTEXT, SERVE_BATCH = 8192, 256
+serving = accounting.k3_cache_bytes(k3, SERVE_CONTEXT, batch_size=SERVE_BATCH)
+measured_batch_gib = serving["total"] / GIB
+print(f"{SERVE_BATCH} sequences x {SERVE_CONTEXT:,d} tokens: " +
+      ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in serving.items()))
+
+# %%
+ch10.check_batch_memory_prediction(predicted_batch_gib, measured_batch_gib, context=SERVE_CONTEXT,
+                                   batch_size=SERVE_BATCH);
+
+
+# %% tags=["solution"]
+# Solution: per sequence about 414 MiB of KDA state plus 8,192 x 27,648 bytes of latents, times 256.
+def predicted_batch_gib_solution():
+    return SERVE_BATCH * (kda_state + SERVE_CONTEXT * k3_per_token) / GIB
+
+
+ch10.check_batch_memory_prediction(predicted_batch_gib_solution, measured_batch_gib, context=SERVE_CONTEXT,
+                                   batch_size=SERVE_BATCH);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 5 (transfer) — how many MLA layers fit a budget?
+# You design a new hybrid: every layer is either KDA (a fixed `kda_state_bytes` per sequence) or MLA
+# (`mla_bytes_per_token` for every token of context). Write `most_mla_layers(num_layers, context, budget_bytes,
+# kda_state_bytes, mla_bytes_per_token)` returning the largest number of MLA layers for which one sequence of
+# `context` tokens fits in `budget_bytes`, or `None` when no mix fits. More MLA layers give more exact recall
+# (section 6), so the designer wants as many as the memory allows. Think about short contexts before you code.
+
+# %%
+def most_mla_layers(num_layers, context, budget_bytes, kda_state_bytes, mla_bytes_per_token):
+    raise NotImplementedError
+
+
+# %%
+ch10.check_most_mla_layers(most_mla_layers);
+
+
+# %% tags=["solution"]
+# Solution: the cost (L − m)·S + m·N·b is linear in m; its slope N·b − S decides which end is cheap.
+def most_mla_layers_solution(num_layers, context, budget_bytes, kda_state_bytes, mla_bytes_per_token):
+    slope = context * mla_bytes_per_token - kda_state_bytes        # the price of turning one KDA layer into MLA
+    all_kda = num_layers * kda_state_bytes
+    if slope <= 0:                                                 # short context: MLA is the cheaper layer
+        return num_layers if all_kda + num_layers * slope <= budget_bytes else None
+    if all_kda > budget_bytes:
+        return None
+    return min(num_layers, (budget_bytes - all_kda) // slope)
+
+
+ch10.check_most_mla_layers(most_mla_layers_solution);
+k3_layer_state = kda_state // k3.num_kda_layers
+print(f"K3-shaped layers, 1M tokens, 40 GiB: at most "
+      f"{most_mla_layers_solution(k3.num_layers, 2 ** 20, 40 * GIB, k3_layer_state, k3_per_token // k3.num_mla_layers)}"
+      f" MLA layers of {k3.num_layers} (K3 has {k3.num_mla_layers})")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 6 (open question) — check a claim the ledger could not
+# Pick one row of the claim ledger marked **not checkable here**. Design the cheapest experiment that would turn
+# it into *holds* or *does not hold*: what you would run, on what hardware, what you would measure, which
+# comparison (and how many repeats) would decide it, and what result would make you change the verdict. Say
+# which part of the claim your experiment still could not reach.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# Any row will do; what matters is a controlled comparison with a decision rule. Two examples:
+#
+# * **"AttnRes adds about 2 % inference latency."** Serve the same model twice, with block AttnRes and with the
+#   plain residual sum (same weights elsewhere, the mixing weights folded out), on the GPUs and serving stack
+#   the claim refers to, at a few batch sizes and context lengths. Measure the time per decode step and per
+#   prefill token over many steps, repeated on separate runs, and report the ratio with its spread. The claim
+#   holds if the overhead sits near 2 % over the realistic settings; it is refuted if it is clearly larger at the
+#   batch sizes that matter. What stays out of reach: whether the authors' fused kernels or their serving
+#   system were used; a naive implementation would overstate the cost.
+# * **"AttnRes gives a 1.25x compute advantage."** Train models with and without AttnRes at three to five sizes
+#   (e.g. 10x apart in compute), each at its compute-optimal token count, and fit loss against compute per
+#   variant. The advantage is the horizontal gap between the fitted curves at equal loss; a few seeds per point
+#   give its error. It holds if the gap is about 1.25x with an interval that excludes 1. What stays out of
+#   reach: extrapolation to K3's scale.
+#
+# Marks for: a precise quantity to measure, a like-for-like baseline changing one thing, repeats and a
+# decision rule fixed in advance, and an honest limit.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

@@ -16,22 +16,32 @@ def not_attempted(*args, **kwargs):
 
 # ---------------------------------------------------------------- chapter 05
 
-def gated_delta_step(S, k, v, g, beta):
-    S = math.exp(g) * S
-    return S + beta * torch.outer(k, v - S.T @ k)
+def measured_half_life(decay):
+    """The chapter's measurement in closed form: the first t with decay**t < 1/2."""
+    return next(t for t in range(1000) if decay ** t < 0.5)
 
 
-def decay_after_writing(S, k, v, g, beta):
-    return math.exp(g) * (S + beta * torch.outer(k, v - S.T @ k))
+def test_ch05_half_life_accepts_a_reasoned_prediction(capsys):
+    measured = measured_half_life(0.95)
+    assert ch05.check_half_life_prediction(lambda: math.log(2) / -math.log(0.95), measured, decay=0.95) is True
+    out = capsys.readouterr().out
+    assert "correct" in out and "ln 2" in out
 
 
-def error_against_undecayed_state(S, k, v, g, beta):
-    return math.exp(g) * S + beta * torch.outer(k, v - S.T @ k)
+def test_ch05_half_life_not_attempted(capsys):
+    assert ch05.check_half_life_prediction(not_attempted, measured_half_life(0.95), decay=0.95) is False
+    assert "not attempted" in capsys.readouterr().out
 
 
-def gate_not_exponentiated(S, k, v, g, beta):
-    S = g * S
-    return S + beta * torch.outer(k, v - S.T @ k)
+@pytest.mark.parametrize("prediction, hint", [
+    (3, "fades too fast"),                      # the writes in between taken for erasures
+    (20, "1/e"),                                # 1 / (1 - alpha), the e-folding time
+    (60, "lasts too long"),
+    ("soon", "one number"),
+])
+def test_ch05_half_life_rejects_wrong_predictions(prediction, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch05.check_half_life_prediction(lambda: prediction, measured_half_life(0.95), decay=0.95)
 
 
 def cumulative_decay(g):
@@ -40,133 +50,43 @@ def cumulative_decay(g):
     return torch.exp((G[:, None] - G[None, :]).masked_fill(~lower, float("-inf")))
 
 
-def decay_including_the_write_step(g):
-    return cumulative_decay(g) * torch.exp(g)[None, :]
-
-
-def decay_without_mask(g):
-    G = torch.cumsum(g, dim=0)
-    return torch.exp(G[:, None] - G[None, :])
-
-
-def decay_from_separate_exponentials(g):
-    G = torch.cumsum(g, dim=0)
-    return torch.tril(torch.exp(G)[:, None] * torch.exp(-G)[None, :])
-
-
-def test_ch05_step_accepts_the_solution(capsys):
-    assert ch05.check_gated_delta_step(gated_delta_step) is True
-    assert "correct" in capsys.readouterr().out
-
-
-def test_ch05_step_not_attempted(capsys):
-    assert ch05.check_gated_delta_step(not_attempted) is False
-    assert "not attempted" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("wrong, hint", [
-    (decay_after_writing, "decay after writing"),
-    (error_against_undecayed_state, "decayed memory"),
-    (gate_not_exponentiated, "exp"),
-])
-def test_ch05_step_rejects_wrong_answers(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        ch05.check_gated_delta_step(wrong)
-
-
-def test_ch05_decay_accepts_the_solution():
-    assert ch05.check_cumulative_decay(cumulative_decay) is True
-
-
-@pytest.mark.parametrize("wrong, hint", [
-    (decay_including_the_write_step, "writing step"),
-    (decay_without_mask, "inf or nan|above the diagonal"),
-    (decay_from_separate_exponentials, "inf or nan"),
-    (lambda g: cumulative_decay(g)[:-1], "expected a"),
-])
-def test_ch05_decay_rejects_wrong_answers(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        ch05.check_cumulative_decay(wrong)
-
-
-def gated_delta_chunk(q, k, v, g, beta, state, *, split_gamma=False, undecayed_writes=False,
-                      ungated_a=False, undecayed_read=False):
-    """One chunk in the WY/UT form; each keyword switches on one typical mistake."""
+def gated_linear_chunk(q, k, v, g, state, *, split_gamma=False, strict_mask=False, undecayed_writes=False,
+                       undecayed_read=False, delta_correction=False):
+    """One chunk of gated linear attention; each keyword switches on one typical mistake."""
     G = torch.cumsum(g, dim=0)
     gamma = torch.tril(torch.exp(G)[:, None] * torch.exp(-G)[None, :]) if split_gamma else cumulative_decay(g)
-    eye = torch.eye(len(g), dtype=q.dtype)
-    a = torch.tril(beta[:, None] * (k @ k.T) * (1.0 if ungated_a else gamma), diagonal=-1)
-    ut = torch.linalg.solve_triangular(eye + a, eye, upper=False, unitriangular=True)
-    corrected = ut @ (beta[:, None] * v) - ut @ (beta[:, None] * torch.exp(G)[:, None] * k) @ state
-    o = (1.0 if undecayed_read else torch.exp(G)[:, None]) * (q @ state) + ((q @ k.T) * gamma) @ corrected
+    if strict_mask:
+        gamma = torch.tril(gamma, diagonal=-1)
+    if delta_correction:                         # section 6's UT transform carried over where it has no place
+        eye = torch.eye(len(g), dtype=q.dtype)
+        v = torch.linalg.solve_triangular(eye + torch.tril((k @ k.T) * gamma, -1), v, upper=False)
+    o = (1.0 if undecayed_read else torch.exp(G)[:, None]) * (q @ state) + ((q @ k.T) * gamma) @ v
     to_end = 1.0 if undecayed_writes else torch.exp(G[-1] - G)[:, None]
-    return o, torch.exp(G[-1]) * state + (to_end * k).T @ corrected
+    return o, torch.exp(G[-1]) * state + (to_end * k).T @ v
 
 
-def test_ch05_chunk_accepts_the_solution(capsys):
-    assert ch05.check_gated_delta_chunk(gated_delta_chunk) is True
+def test_ch05_linear_chunk_accepts_the_solution(capsys):
+    assert ch05.check_gated_linear_chunk(gated_linear_chunk) is True
     assert "correct" in capsys.readouterr().out
 
 
-def test_ch05_chunk_not_attempted():
-    assert ch05.check_gated_delta_chunk(not_attempted) is False
+def test_ch05_linear_chunk_not_attempted():
+    assert ch05.check_gated_linear_chunk(not_attempted) is False
 
 
 @pytest.mark.parametrize("mistake, hint", [
     ("split_gamma", "inf or nan"),
-    ("undecayed_writes", "undecayed"),
-    ("ungated_a", "state after the chunk"),
-    ("undecayed_read", "outputs of the chunk"),
+    ("strict_mask", "reads its own write"),
+    ("undecayed_writes", "reaches the end of the chunk"),
+    ("undecayed_read", "starts from has decayed"),
+    ("delta_correction", "no UT transform"),
 ])
-def test_ch05_chunk_rejects_wrong_answers(mistake, hint):
+def test_ch05_linear_chunk_rejects_wrong_answers(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        ch05.check_gated_delta_chunk(lambda *args: gated_delta_chunk(*args, **{mistake: True}))
+        ch05.check_gated_linear_chunk(lambda *args: gated_linear_chunk(*args, **{mistake: True}))
 
 
 # ---------------------------------------------------------------- chapter 06
-
-def kda_step(S, k, v, g, beta):
-    S = torch.exp(g)[:, None] * S
-    return S + beta * torch.outer(k, v - S.T @ k)
-
-
-def kda_step_scalar_decay(S, k, v, g, beta):
-    S = torch.exp(g.mean()) * S
-    return S + beta * torch.outer(k, v - S.T @ k)
-
-
-def kda_step_columns(S, k, v, g, beta):
-    S = S * torch.exp(g)[None, :] if S.shape[0] == S.shape[1] else S * torch.exp(g).mean()
-    return S + beta * torch.outer(k, v - S.T @ k)
-
-
-def kda_step_decay_last(S, k, v, g, beta):
-    return torch.exp(g)[:, None] * (S + beta * torch.outer(k, v - S.T @ k))
-
-
-def kda_step_transposed(S, k, v, g, beta):
-    return kda_step(S, k, v, g, beta).T
-
-
-def test_ch06_step_accepts_the_solution(capsys):
-    assert ch06.check_kda_step(kda_step) is True
-    assert "correct" in capsys.readouterr().out
-
-
-def test_ch06_step_not_attempted():
-    assert ch06.check_kda_step(not_attempted) is False
-
-
-@pytest.mark.parametrize("wrong, hint", [
-    (kda_step_scalar_decay, "Gated DeltaNet"),
-    (kda_step_columns, "columns|values differ"),
-    (kda_step_decay_last, "decay after writing"),
-    (kda_step_transposed, "shape"),
-])
-def test_ch06_step_rejects_wrong_answers(wrong, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        ch06.check_kda_step(wrong)
-
 
 def two_timescale_gate(num_steps, num_channels, switch_steps, long_channels):
     g = torch.zeros(num_steps, num_channels)
@@ -205,3 +125,58 @@ def test_ch06_task_matches_the_chapter_numbers():
     assert scalars.argmin().item() == 10
     wipe = two_timescale_gate(num_steps, 32, switch_steps, long_channels).clamp_min(-30.0)
     assert ch06.task_errors(wipe[None], keys, values).item() < scalars.min().item() - 0.03
+
+
+def test_ch06_readback_accepts_a_reasoned_prediction(capsys):
+    measured = 0.5 + 0.5 * 0.5 ** 10
+    assert ch06.check_readback_prediction(lambda: 0.5, measured, kept_decay=1.0, fast_decay=0.5, steps=10) is True
+    assert "correct" in capsys.readouterr().out
+
+
+def test_ch06_readback_not_attempted(capsys):
+    assert ch06.check_readback_prediction(not_attempted, 0.5, kept_decay=1.0, fast_decay=0.5, steps=10) is False
+    assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("prediction, hint", [
+    (0.75 ** 10, "averaged the gates"),         # one scalar gate, the mean of the two
+    (0.5 ** 10, "slow channels keep their half"),
+    (1.0, "fast channels forget their half"),
+    ("half", "one number"),
+])
+def test_ch06_readback_rejects_wrong_predictions(prediction, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch06.check_readback_prediction(lambda: prediction, 0.5 + 0.5 * 0.5 ** 10, kept_decay=1.0, fast_decay=0.5,
+                                       steps=10)
+
+
+def gla_chunk(q, k, v, g, *, split=False, strict=False, scalar=False):
+    """Gated linear attention over one chunk; each keyword switches on one typical mistake."""
+    if scalar:
+        g = g.mean(-1, keepdim=True).expand_as(g)
+    G = torch.cumsum(g, dim=0)
+    later = torch.ones(len(g), len(g), dtype=torch.bool).triu(0 if strict else 1)
+    if split:
+        pair_decay = torch.exp(G)[:, None, :] * torch.exp(-G)[None, :, :] * (~later)[:, :, None]
+    else:
+        pair_decay = torch.exp((G[:, None, :] - G[None, :, :]).masked_fill(later[:, :, None], -math.inf))
+    return torch.einsum("rd,id,rid->ri", q, k, pair_decay) @ v
+
+
+def test_ch06_gla_accepts_the_solution(capsys):
+    assert ch06.check_gla_chunk(gla_chunk) is True
+    assert "correct" in capsys.readouterr().out
+
+
+def test_ch06_gla_not_attempted():
+    assert ch06.check_gla_chunk(not_attempted) is False
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    ("split", "inf or nan"),
+    ("strict", "reads its own write"),
+    ("scalar", "every channel decayed alike"),
+])
+def test_ch06_gla_rejects_wrong_answers(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch06.check_gla_chunk(lambda *args: gla_chunk(*args, **{mistake: True}))

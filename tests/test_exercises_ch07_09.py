@@ -170,3 +170,117 @@ def test_ch08_situ():
         ch08.check_situ(lambda x, beta: beta * torch.tanh(x) * torch.sigmoid(x))
     with pytest.raises(ExerciseFailed, match="situ"):
         ch08.check_situ(lambda x, beta: x * torch.sigmoid(x))
+
+
+def test_ch09_read_scale_prediction_accepts_the_reasoned_rms(capsys):
+    assert ch09.check_read_scale_prediction(lambda: 13 ** -0.5, 0.278, num_sources=13) is True
+    assert "correct" in capsys.readouterr().out
+
+
+def test_ch09_read_scale_prediction_not_attempted(capsys):
+    def stub():
+        raise NotImplementedError
+
+    assert ch09.check_read_scale_prediction(stub, 0.278, num_sources=13) is False
+    assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("prediction, hint", [
+    (13 ** 0.5, "That is the plain sum"),
+    (1.0, "partly cancel"),
+    (1 / 13, "add in quadrature"),
+    (2.0, "is the mean of the 13 sources"),
+    ("small", "one number"),
+])
+def test_ch09_read_scale_prediction_rejects_typical_mistakes(prediction, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch09.check_read_scale_prediction(lambda: prediction, 0.278, num_sources=13)
+
+
+# ---------------------------------------------------------------- chapter 07, the prediction
+
+SAVING_SIZES = dict(cached_tokens=1024, latent_dim=512, nope_dim=128, value_dim=128)
+
+
+def _counted_saving(cached_tokens, latent_dim, nope_dim, value_dim):
+    """The step's multiply-adds per head, as FlopCounterMode counts them (softmax aside)."""
+    rebuild = cached_tokens * (latent_dim * (nope_dim + value_dim) + nope_dim + value_dim)
+    absorbed = latent_dim * (nope_dim + value_dim) + 2 * cached_tokens * latent_dim
+    return rebuild / absorbed
+
+
+def test_ch07_absorption_saving_accepts_the_limit(capsys):
+    assert ch07.check_absorption_saving_prediction(lambda: 128, _counted_saving(**SAVING_SIZES), **SAVING_SIZES)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_ch07_absorption_saving_not_attempted(capsys):
+    def stub():
+        raise NotImplementedError
+
+    assert ch07.check_absorption_saving_prediction(stub, _counted_saving(**SAVING_SIZES), **SAVING_SIZES) is False
+    assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("prediction, hint", [
+    (1.0, "saves nothing"),                     # absorption taken for a mere reordering
+    (1024.0, "still visits every cached token"),  # one rebuild per token, the absorbed step taken as free
+    (8.0, "two d_c x d matrices"),              # the number of heads
+    ("lots", "one number"),
+])
+def test_ch07_absorption_saving_rejects_typical_mistakes(prediction, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch07.check_absorption_saving_prediction(lambda: prediction, _counted_saving(**SAVING_SIZES), **SAVING_SIZES)
+
+
+# ---------------------------------------------------------------- chapter 08, prediction and transfer
+
+def _situ_departure(beta):
+    """The smallest x on a fine grid where SiTU falls more than 1 % below SiLU."""
+    x = torch.linspace(0.001, 3 * beta, 30_001, dtype=torch.float64)
+    gap = 1 - beta * torch.tanh(x / beta) / x
+    return x[gap > 0.01][0].item()
+
+
+def test_ch08_situ_departure_accepts_the_series_estimate(capsys):
+    assert ch08.check_situ_departure_prediction(lambda: 10 * 0.03 ** 0.5, _situ_departure(10.0), beta=10.0)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_ch08_situ_departure_not_attempted(capsys):
+    def stub():
+        raise NotImplementedError
+
+    assert ch08.check_situ_departure_prediction(stub, _situ_departure(10.0), beta=10.0) is False
+    assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("prediction, hint", [
+    (10.0, "Too late"),                         # the cap taken to matter only near beta
+    (0.5, "Too early"),
+    ("soon", "one number"),
+])
+def test_ch08_situ_departure_rejects_typical_mistakes(prediction, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch08.check_situ_departure_prediction(lambda: prediction, _situ_departure(10.0), beta=10.0)
+
+
+def _dropped(indices, num_experts, capacity):
+    load = torch.bincount(indices.reshape(-1), minlength=num_experts)
+    return int((load - capacity).clamp_min(0).sum())
+
+
+def test_ch08_dropped_assignments_accepts_the_solution(capsys):
+    assert ch08.check_dropped_assignments(_dropped) is True
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda i, e, c: int((torch.bincount(i.reshape(-1), minlength=e) - c).sum()), "does not take the overflow"),
+    (lambda i, e, c: max(0, i.numel() - c * e), "does not take the overflow"),
+    (lambda i, e, c: int((torch.bincount(i.reshape(-1), minlength=e) > c).sum()), "number of experts over"),
+    (lambda i, e, c: _dropped(i, e, c) + 1, "dropped assignments"),
+])
+def test_ch08_dropped_assignments_rejects_typical_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch08.check_dropped_assignments(wrong)

@@ -77,3 +77,84 @@ def test_sources_per_read():
 def test_sources_per_read_wrong(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ch10.check_sources_per_read(wrong)
+
+
+def _batch_parts(context=8192, batch=256):
+    from k3lite.course import accounting
+    from k3lite.models.k3 import K3Config
+
+    parts = accounting.k3_cache_bytes(K3Config.published(), context, batch_size=batch)
+    return {name: size / 2 ** 30 for name, size in parts.items()}
+
+
+def test_batch_memory_prediction_accepts_the_reasoned_sum(capsys):
+    parts = _batch_parts()
+    reasoned = parts["kda_states"] + parts["mla_latents"]          # the convolution tails left out
+    assert ch10.check_batch_memory_prediction(lambda: reasoned, parts["total"], context=8192, batch_size=256)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_batch_memory_prediction_not_attempted(capsys):
+    def stub():
+        raise NotImplementedError
+
+    assert ch10.check_batch_memory_prediction(stub, _batch_parts()["total"], context=8192, batch_size=256) is False
+    assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    ("state once", "counted once for the whole batch"),
+    ("states only", "the states alone"),
+    ("tenfold", "more than 25% off"),
+    ("text", "one number"),
+])
+def test_batch_memory_prediction_rejects_typical_mistakes(mistake, hint):
+    parts = _batch_parts()
+    fixed = parts["kda_states"] + parts["conv_tails"]
+    prediction = {"state once": parts["mla_latents"] + fixed / 256, "states only": fixed,
+                  "tenfold": 10 * parts["total"], "text": "a lot"}[mistake]
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch10.check_batch_memory_prediction(lambda: prediction, parts["total"], context=8192, batch_size=256)
+
+
+def test_batch_memory_prediction_rejects_a_wrong_measurement():
+    parts = _batch_parts()
+    with pytest.raises(ExerciseFailed, match="is not accounting"):
+        ch10.check_batch_memory_prediction(lambda: parts["total"], parts["mla_latents"], context=8192, batch_size=256)
+
+
+def _most_mla_layers(layers, context, budget, state, per_token):
+    slope = context * per_token - state
+    if slope <= 0:
+        return layers if layers * state + layers * slope <= budget else None
+    if layers * state > budget:
+        return None
+    return min(layers, (budget - layers * state) // slope)
+
+
+def _states_never_freed(layers, context, budget, state, per_token):
+    if layers * state > budget:
+        return None
+    return min(layers, (budget - layers * state) // (context * per_token))
+
+
+def _short_context_ignored(layers, context, budget, state, per_token):
+    slope = context * per_token - state
+    if slope <= 0:
+        return None if layers * state > budget else 0
+    return _most_mla_layers(layers, context, budget, state, per_token)
+
+
+def test_most_mla_layers_accepts_the_solution(capsys):
+    assert ch10.check_most_mla_layers(_most_mla_layers) is True
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_states_never_freed, "stops holding its KDA state"),
+    (_short_context_ignored, "no larger than a KDA state"),
+    (lambda *case: float(_most_mla_layers(*case) or 0), "whole number"),
+])
+def test_most_mla_layers_rejects_typical_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch10.check_most_mla_layers(wrong)

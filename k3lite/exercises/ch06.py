@@ -1,8 +1,9 @@
 """Checkers for chapter 06 (Kimi Delta Attention).
 
-* :func:`check_kda_step` - one token of KDA for one head (a decay per key channel).
+* :func:`check_readback_prediction` - a prediction: what a key spread over fast and slow channels reads back.
 * :func:`check_two_timescale_gate` - a per-channel gate that beats every scalar gate on the
   chapter's two-timescale memory task.
+* :func:`check_gla_chunk` - transfer: the per-channel pairwise decay in gated linear attention (no delta rule).
 """
 
 from __future__ import annotations
@@ -11,58 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from k3lite.exercises import ExerciseFailed, attempt, expect_close
-
-
-def reference_kda_step(state, k, v, g, beta):
-    """S ← Diag(exp g)·S (row d of S belongs to key channel d), then the delta correction."""
-    decayed = torch.exp(g)[:, None] * state
-    return decayed + beta * torch.outer(k, v - decayed.T @ k)
-
-
-def _step_cases():
-    generator = torch.Generator().manual_seed(7)
-    cases = []
-    for K, V, beta in [(4, 3, 0.6), (6, 6, 1.0), (5, 2, 0.3)]:
-        state = torch.randn(K, V, generator=generator, dtype=torch.float64)
-        k = F.normalize(torch.randn(K, generator=generator, dtype=torch.float64), dim=0)
-        v = torch.randn(V, generator=generator, dtype=torch.float64)
-        g = -2.0 * torch.rand(K, generator=generator, dtype=torch.float64)
-        cases.append((state, k, v, g, beta))
-    return cases
-
-
-def check_kda_step(kda_step) -> bool:
-    """``kda_step(S [K, V], k [K], v [V], g [K], beta: float) -> new S [K, V]``."""
-
-    def check():
-        for state, k, v, g, beta in _step_cases():
-            got = kda_step(state.clone(), k, v, g.clone(), beta)
-            expected = reference_kda_step(state, k, v, g, beta)
-            got = torch.as_tensor(got, dtype=torch.float64)
-            if got.shape != expected.shape:
-                raise ExerciseFailed(f"the new state must have shape {tuple(expected.shape)} = [K, V], got "
-                                     f"{tuple(got.shape)}. The decay scales rows (key channels), not columns.")
-            K, V = state.shape
-            if K == V and torch.allclose(got, _columns_decayed(state, k, v, g, beta)):
-                raise ExerciseFailed("you scaled the columns of S. Row d of S is what key channel d stores: "
-                                     "multiply row d by exp(g[d]), i.e. exp(g)[:, None] * S.")
-            scalar = reference_kda_step(state, k, v, torch.full_like(g, g.mean().item()), beta)
-            if torch.allclose(got, scalar):
-                raise ExerciseFailed("all channels decayed by the same factor: that is Gated DeltaNet. "
-                                     "Use g[d] for channel d.")
-            late = torch.exp(g)[:, None] * (state + beta * torch.outer(k, v - state.T @ k))
-            if torch.allclose(got, late):
-                raise ExerciseFailed("you decay after writing. Decay first, then correct against the decayed S.")
-            expect_close(got, expected, what=f"new state for K={K}, V={V}",
-                         hint="S ← exp(g)[:, None] * S, then S + beta · k (v − Sᵀk)ᵀ.")
-
-    return attempt("KDA step", check)
-
-
-def _columns_decayed(state, k, v, g, beta):
-    decayed = state * torch.exp(g)[None, :]
-    return decayed + beta * torch.outer(k, v - decayed.T @ k)
-
 
 # ---------------------------------------------------------------- the two-timescale task
 
@@ -139,3 +88,91 @@ def check_two_timescale_gate(per_channel_gate) -> bool:
                                  "hold stale associations at each switch, and what should happen to them there?")
 
     return attempt("Two-timescale gate", check)
+
+
+# ---------------------------------------------------------------- prediction: a read through fast and slow channels
+
+def check_readback_prediction(predict, measured_fraction, *, kept_decay: float, fast_decay: float,
+                              steps: int) -> bool:
+    """``predict() -> float``: the fraction of v read back after ``steps`` tokens from a key spread evenly over
+    channels that decay by ``kept_decay`` and ``fast_decay`` per token (half each); right within 0.1 of the
+    measurement."""
+
+    def check():
+        prediction = predict()
+        try:
+            predicted = float(prediction)
+        except (TypeError, ValueError):
+            raise ExerciseFailed("return your prediction as one number between 0 and 1, e.g. 0.3.") from None
+        why = (f"Reading with q = k gives Σ_d k_d² α_d^{steps} · v: each channel keeps its own share of the "
+               f"association, so half of the key's weight keeps {kept_decay}^{steps} and half "
+               f"{fast_decay}^{steps}: 0.5 · {kept_decay ** steps:.3g} + 0.5 · {fast_decay ** steps:.3g}.")
+        if abs(predicted - measured_fraction) > 0.1:
+            mean_gate = ((kept_decay + fast_decay) / 2) ** steps
+            if abs(predicted - mean_gate) < 0.05 and abs(mean_gate - measured_fraction) > 0.1:
+                gap = "You averaged the gates first: a mean gate is what a scalar gate would do, not KDA. "
+            elif predicted < measured_fraction:
+                gap = "The slow channels keep their half of the association: it is not lost with the fast half. "
+            else:
+                gap = "The fast channels forget their half of the association within a few tokens. "
+            raise ExerciseFailed(f"you predicted {predicted:g}, the run read back {measured_fraction:.3f}. {gap}{why}")
+        print(f"Predicted {predicted:g}, read back {measured_fraction:.3f}. {why}")
+
+    return attempt("Read-back prediction", check)
+
+
+# ---------------------------------------------------------------- transfer: gated linear attention's chunk
+
+def _gla_by_tokens(q, k, v, g):
+    """Gated linear attention from a zero state: S_t = Diag(exp g_t) S_{t-1} + k_t v_tᵀ, o_t = S_tᵀ q_t."""
+    q, k, v, g = (x.double() for x in (q, k, v, g))
+    state = q.new_zeros(q.shape[1], v.shape[1])
+    outputs = []
+    for t in range(q.shape[0]):
+        state = torch.exp(g[t])[:, None] * state + torch.outer(k[t], v[t])
+        outputs.append(state.T @ q[t])
+    return torch.stack(outputs)
+
+
+def _gla_cases():
+    """(name, q, k, v, g) in float32: mild gates, and K3's strongest gate (-5) at every token of 32."""
+    generator = torch.Generator().manual_seed(9)
+    cases = []
+    for name, chunk, strongest in (("mild gates", 6, False), ("g = -5 on every channel and token", 32, True)):
+        q = torch.randn(chunk, 4, generator=generator)
+        k = F.normalize(torch.randn(chunk, 4, generator=generator), dim=-1)
+        v = torch.randn(chunk, 3, generator=generator)
+        g = torch.full((chunk, 4), -5.0) if strongest else -torch.rand(chunk, 4, generator=generator)
+        cases.append((name, q, k, v, g))
+    return cases
+
+
+def check_gla_chunk(gla_chunk) -> bool:
+    """``gla_chunk(q [C,K], k [C,K], v [C,V], g [C,K]) -> o [C,V]`` from a zero state, no scale, float32 inputs."""
+
+    def check():
+        for name, q, k, v, g in _gla_cases():
+            expected = _gla_by_tokens(q, k, v, g)
+            got = torch.as_tensor(gla_chunk(q.clone(), k.clone(), v.clone(), g.clone())).double()
+            if got.shape != expected.shape:
+                raise ExerciseFailed(f"{name}: the outputs must have shape {tuple(expected.shape)} = [C, V], "
+                                     f"got {tuple(got.shape)}.")
+            if not torch.isfinite(got).all():
+                raise ExerciseFailed(f"{name}: inf or nan in your outputs. In float32, e^(−G_i) overflows once "
+                                     "|G| passes about 88: form exp(G_r − G_i) per channel, masked for i > r, "
+                                     "before you sum over the channels.")
+            if name == "mild gates":
+                G = torch.cumsum(g.double(), dim=0)
+                decay = torch.exp(G[:, None, :] - G[None, :, :])            # [r, i, K]
+                scores = torch.einsum("rd,id,rid->ri", q.double(), k.double(), decay)
+                if torch.allclose(got, torch.tril(scores, -1) @ v.double(), atol=1e-4):
+                    raise ExerciseFailed("token r reads its own write: with no delta correction the diagonal "
+                                         "(i = r, decay 1) belongs to the scores; mask only i > r.")
+                scalar = _gla_by_tokens(q, k, v, g.mean(-1, keepdim=True).expand_as(g))
+                if torch.allclose(got, scalar, atol=1e-4):
+                    raise ExerciseFailed("every channel decayed alike: the decay belongs inside the sum over "
+                                         "channels, P[r, i] = Σ_d q_rd k_id exp(G_rd − G_id).")
+            expect_close(got, expected, what=f"{name}: outputs of the chunk", atol=1e-4, rtol=1e-3,
+                         hint="O = P V with P[r, i] = Σ_d q_rd k_id exp(G_rd − G_id) for i ≤ r, G = cumsum(g).")
+
+    return attempt("Gated linear attention chunk", check)

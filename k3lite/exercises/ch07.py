@@ -3,6 +3,8 @@
 1. :func:`check_expand_kv_groups` — serve GQA's cached key/value groups to every query head.
 2. :func:`check_absorb_query` — fold the key up-projection into the query (scores from the latent).
 3. :func:`check_absorbed_output` — apply the value up-projection once, after the attention sum.
+4. :func:`check_absorption_saving_prediction` — a prediction: how many times fewer multiply-adds an absorbed
+   decoding step does than one that rebuilds every cached key and value.
 """
 
 from __future__ import annotations
@@ -105,3 +107,41 @@ def check_absorbed_output(absorbed_output) -> bool:
                           "then apply that head's W_UV ([d_v, d_c]).")
 
     return attempt("Exercise 3 (apply W_UV after the attention sum)", check)
+
+
+# ---------------------------------------------------------------- exercise 4: predict what absorption saves
+
+SAVING_FACTOR = 1.5
+
+
+def check_absorption_saving_prediction(predict, measured_ratio: float, *, cached_tokens: int, latent_dim: int,
+                                       nope_dim: int, value_dim: int) -> bool:
+    """``predict() -> float``: multiply-adds of a decoding step that rebuilds every cached key and value from the
+    latent, over those of the absorbed step; right within a factor of 1.5 of ``measured_ratio``."""
+
+    def check():
+        prediction = predict()
+        try:
+            predicted = float(prediction)
+        except (TypeError, ValueError):
+            raise ExerciseFailed(f"return your prediction as one number, got {prediction!r}.") from None
+        limit = (nope_dim + value_dim) / 2
+        rebuild = latent_dim * (nope_dim + value_dim)
+        why = (f"Per head and cached token, rebuilding costs d_c (d_nope + d_v) = {rebuild:,} "
+               f"multiply-adds (a key and a value from the latent), the absorbed step d_c for the score and d_c for "
+               f"the mix = {2 * latent_dim:,}. The ratio tends to (d_nope + d_v) / 2 = {limit:g} as the context grows; "
+               f"at {cached_tokens:,} tokens the one-off absorbed projections (W_UK into the query, W_UV after the "
+               f"sum) bring it to {measured_ratio:.0f}.")
+        if predicted <= 0 or not (measured_ratio / SAVING_FACTOR <= predicted <= measured_ratio * SAVING_FACTOR):
+            if predicted <= 1.5:
+                gap = ("Absorption is not a reordering that saves nothing: it removes the per-token rebuild "
+                       "(section 3 found it costs more multiply-adds than MHA per number read, not more than "
+                       "rebuilding). ")
+            elif predicted > measured_ratio:
+                gap = "The absorbed step still visits every cached token: 2 d_c multiply-adds per head for each. "
+            else:
+                gap = "The rebuild multiplies every cached latent by two d_c x d matrices per head. "
+            raise ExerciseFailed(f"you predicted {predicted:g}, the count gives {measured_ratio:.0f}. {gap}{why}")
+        print(f"Predicted {predicted:g}, counted {measured_ratio:.0f}. {why}")
+
+    return attempt("Exercise 4 (prediction: what absorption saves)", check)

@@ -3,6 +3,8 @@
 1. :func:`check_route` — sigmoid scores, top-k on score + bias, weights renormalised from the scores alone.
 2. :func:`check_routed_macs` — multiply-adds per token of the routed experts, with or without a latent space.
 3. :func:`check_situ` — the SiTU activation ``beta * tanh(x / beta) * sigmoid(x)``.
+4. :func:`check_situ_departure_prediction` — a prediction: where SiTU stops being SiLU.
+5. :func:`check_dropped_assignments` — transfer: what a capacity limit per expert drops.
 """
 
 from __future__ import annotations
@@ -119,3 +121,74 @@ def check_situ(situ) -> bool:
                          hint="beta * tanh(x / beta) * sigmoid(x).")
 
     return attempt("Exercise 3 (SiTU)", check)
+
+
+# ---------------------------------------------------------------- exercise 4: predict where SiTU departs from SiLU
+
+DEPARTURE_TOLERANCE = 0.3
+
+
+def check_situ_departure_prediction(predict, measured_x: float, *, beta: float) -> bool:
+    """``predict() -> float``: the smallest x > 0 where SiTU_beta falls more than 1 % below SiLU; right within 30 %
+    of ``measured_x``."""
+
+    def check():
+        prediction = predict()
+        try:
+            predicted = float(prediction)
+        except (TypeError, ValueError):
+            raise ExerciseFailed(f"return your prediction as one number, got {prediction!r}.") from None
+        why = (f"SiTU / SiLU = β tanh(x/β) / x (the sigmoid cancels), and tanh(u)/u ≈ 1 − u²/3 for small u: 1 % "
+               f"below at u ≈ √0.03 ≈ 0.17, so x ≈ 0.17 β = {0.17 * beta:.2f}. The cap bends the curve long before "
+               f"it reaches β = {beta:g}: at x = β SiTU is already {100 * (1 - 0.7616):.0f} % below SiLU.")
+        if abs(predicted - measured_x) > DEPARTURE_TOLERANCE * measured_x:
+            if predicted > measured_x:
+                gap = "Too late: tanh is not flat until it nears 1, it starts to bend at once. "
+            else:
+                gap = "Too early: for x ≪ β, β tanh(x/β) is x to second order. "
+            raise ExerciseFailed(f"you predicted {predicted:g}, the run measured {measured_x:.2f}. {gap}{why}")
+        print(f"Predicted {predicted:g}, measured {measured_x:.2f}. {why}")
+
+    return attempt("Exercise 4 (prediction: where SiTU departs from SiLU)", check)
+
+
+# ---------------------------------------------------------------- exercise 5: what a capacity limit drops
+
+def _dropped_reference(indices, num_experts, capacity):
+    load = torch.bincount(torch.as_tensor(indices).reshape(-1), minlength=num_experts)
+    return int((load - capacity).clamp_min(0).sum())
+
+
+def _capacity_cases():
+    generator = torch.Generator().manual_seed(5)
+    skewed = torch.multinomial(torch.tensor([8.0, 4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]), 64, replacement=True,
+                               generator=generator).reshape(32, 2)
+    balanced = torch.arange(64).remainder(8).reshape(32, 2)
+    spread = torch.stack([torch.randperm(16, generator=generator)[:4] for _ in range(50)])
+    # (indices [N, k], num_experts, capacity)
+    return [(skewed, 8, 10), (balanced, 8, 8), (balanced, 8, 5), (spread, 16, 12), (skewed, 8, 0)]
+
+
+def check_dropped_assignments(dropped_assignments) -> bool:
+    """``dropped_assignments(indices [N, k], num_experts, capacity) -> int``: the (token, expert) assignments an
+    expert turns away because it already holds ``capacity`` of them."""
+
+    def check():
+        for indices, num_experts, capacity in _capacity_cases():
+            expected = _dropped_reference(indices, num_experts, capacity)
+            got = dropped_assignments(indices.clone(), num_experts, capacity)
+            got = int(got) if isinstance(got, torch.Tensor) and got.numel() == 1 else got
+            case = f"{tuple(indices.shape)} indices, {num_experts} experts, capacity {capacity}"
+            load = torch.bincount(indices.reshape(-1), minlength=num_experts)
+            pooled = {int((load - capacity).sum()), max(0, indices.numel() - capacity * num_experts)}
+            if got in pooled and got != expected:
+                raise ExerciseFailed(f"{case}: an expert below its capacity does not take the overflow of another "
+                                     "(that would be re-routing): count max(0, load − capacity) per expert.")
+            if got == int((load > capacity).sum()) and got != expected:
+                raise ExerciseFailed(f"{case}: that is the number of experts over capacity; count the assignments "
+                                     "they turn away.")
+            expect_equal(got, expected, what=f"dropped assignments for {case}",
+                         hint="Count each expert's load (torch.bincount over the flattened indices), then sum "
+                              "max(0, load − capacity).")
+
+    return attempt("Exercise 5 (what a capacity limit drops)", check)

@@ -3,6 +3,7 @@
 1. :func:`check_depth_attention` — the AttnRes read: a softmax over depth with RMS-normalised keys.
 2. :func:`check_block_count` — how many sources block AttnRes stores for a given depth and block size.
 3. :func:`check_block_sources` — the source list ``[embedding, completed blocks..., partial block]``.
+4. :func:`check_read_scale_prediction` — a prediction: the scale of an AttnRes read at initialisation.
 """
 
 from __future__ import annotations
@@ -124,3 +125,39 @@ def check_block_sources(block_sources) -> bool:
                              hint="A block's source is the sum of its sub-layer outputs.")
 
     return attempt("Exercise 3 (the block source list)", check)
+
+
+# ---------------------------------------------------------------- exercise 4: predict the scale at initialisation
+
+SCALE_TOLERANCE = 0.25
+
+
+def check_read_scale_prediction(predict, measured_rms: float, *, num_sources: int) -> bool:
+    """``predict() -> float``: the RMS of an AttnRes read at initialisation (pseudo-query 0) of ``num_sources``
+    independent sources of RMS 1; right within 25 % of ``measured_rms``."""
+
+    def check():
+        prediction = predict()
+        try:
+            predicted = float(prediction)
+        except (TypeError, ValueError):
+            raise ExerciseFailed(f"return your prediction as one number, got {prediction!r}.") from None
+        root = num_sources ** 0.5
+        why = (f"With the pseudo-query at 0 every score is 0, so the read is the mean of the {num_sources} sources. "
+               f"Independent sources add in variance: their sum has RMS √{num_sources} = {root:.2f} (what a plain "
+               f"residual stream hands on), their mean √{num_sources} / {num_sources} = {1 / root:.2f}. The plain "
+               "stream grows with depth; the AttnRes read does not, and a trained query can pick one source at its "
+               "full scale.")
+        if abs(predicted - measured_rms) > SCALE_TOLERANCE * measured_rms:
+            if abs(predicted - root) <= SCALE_TOLERANCE * root:
+                gap = "That is the plain sum; the AttnRes read at initialisation is the mean. "
+            elif abs(predicted - 1) <= SCALE_TOLERANCE:
+                gap = "A mean keeps the scale only of sources that agree; independent ones partly cancel. "
+            elif abs(predicted - 1 / num_sources) <= SCALE_TOLERANCE / num_sources:
+                gap = "RMS values of independent sources add in quadrature, not linearly. "
+            else:
+                gap = ""
+            raise ExerciseFailed(f"you predicted {predicted:g}, the run measured {measured_rms:.3f}. {gap}{why}")
+        print(f"Predicted {predicted:g}, measured {measured_rms:.3f}. {why}")
+
+    return attempt("Exercise 4 (prediction: the scale of the read at initialisation)", check)

@@ -3,6 +3,8 @@
 1. :func:`check_layer_counts` — KDA and MLA layers of a stack of macrocycles (with or without a final MLA).
 2. :func:`check_decode_cache_bytes` — decode memory of one sequence: MLA latents plus KDA states.
 3. :func:`check_sources_per_read` — how many sources each block-AttnRes read attends over.
+4. :func:`check_batch_memory_prediction` — a prediction: K3's decode memory for a batch of sequences.
+5. :func:`check_most_mla_layers` — transfer: the most MLA layers a hybrid can have within a memory budget.
 """
 
 from __future__ import annotations
@@ -156,3 +158,107 @@ def check_sources_per_read(sources_per_read) -> bool:
                               "partly filled).")
 
     return attempt("Exercise 3 (sources seen by each AttnRes read)", check)
+
+
+# ---------------------------------------------------------------- exercise 4: predict a batch's decode memory
+
+BATCH_TOLERANCE = 0.25
+GIB = 2 ** 30
+
+
+def check_batch_memory_prediction(predict, measured_gib: float, *, context: int, batch_size: int) -> bool:
+    """``predict() -> float``: K3's decode memory in GiB for ``batch_size`` sequences of ``context`` tokens;
+    right within 25 % of ``measured_gib`` (the notebook's ``accounting.k3_cache_bytes``)."""
+    from k3lite.course import accounting
+    from k3lite.models.k3 import K3Config
+
+    parts = accounting.k3_cache_bytes(K3Config.published(), context, batch_size=batch_size)
+
+    def check():
+        prediction = predict()
+        try:
+            predicted = float(prediction)
+        except (TypeError, ValueError):
+            raise ExerciseFailed(f"return your prediction as one number of GiB, got {prediction!r}.") from None
+        if abs(measured_gib - parts["total"] / GIB) > 1e-6 * measured_gib:
+            raise ExerciseFailed(f"the measured {measured_gib:.2f} GiB is not accounting.k3_cache_bytes for the "
+                                 "published configuration at this context and batch.")
+        fixed = (parts["kda_states"] + parts["conv_tails"]) / GIB
+        latents = parts["mla_latents"] / GIB
+        why = (f"measured {measured_gib:.1f} GiB: the MLA latents {latents:.1f} GiB and the KDA states (with the "
+               f"convolution tails) {fixed:.1f} GiB. Each sequence keeps its own state, so at {context:,} tokens the "
+               f"fixed part is {fixed / measured_gib:.0%} of the total: a state that does not grow with the context "
+               "still grows with the batch.")
+        if abs(predicted - measured_gib) > BATCH_TOLERANCE * measured_gib:
+            state_once = latents + fixed / batch_size
+            if abs(predicted - state_once) <= BATCH_TOLERANCE * state_once:
+                raise ExerciseFailed(f"you predicted {predicted:.1f} GiB: the KDA state counted once for the whole "
+                                     f"batch. {why}")
+            if abs(predicted - fixed) <= BATCH_TOLERANCE * fixed:
+                raise ExerciseFailed(f"you predicted {predicted:.1f} GiB: the states alone. The MLA latents grow with "
+                                     f"every token of every sequence. {why}")
+            raise ExerciseFailed(f"you predicted {predicted:.1f} GiB, more than {BATCH_TOLERANCE:.0%} off. {why}")
+        print(f"You predicted {predicted:.1f} GiB; {why}")
+
+    return attempt("Exercise 4 (prediction: decode memory of a batch)", check)
+
+
+# ---------------------------------------------------------------- exercise 5: the most MLA layers within a budget
+
+# (num_layers, context, budget_bytes, kda_state_bytes, mla_bytes_per_token)
+_BUDGET_CASES = [
+    (93, 2 ** 20, 40 * 2 ** 30, 96 * 128 * 128 * 4, 1152),      # K3-shaped, 1M tokens, 40 GiB
+    (93, 2 ** 17, 8 * 2 ** 30, 96 * 128 * 128 * 4, 1152),
+    (48, 4096, 2 ** 30, 32 * 128 * 128 * 4, 1152),              # short context: an MLA layer is the cheaper one
+    (48, 4096, 2 ** 20, 32 * 128 * 128 * 4, 1152),              # nothing fits
+    (12, 100_000, 10 ** 8, 10 ** 6, 100),
+    (12, 100_000, 11 * 10 ** 6, 10 ** 6, 100),                  # only all-KDA fits
+    (12, 100_000, 10 ** 6, 10 ** 6, 100),
+    (4, 10, 1000, 100, 10),                                     # a tie: both kinds of layer cost 100
+]
+
+
+def _most_mla_layers_reference(num_layers, context, budget_bytes, kda_state_bytes, mla_bytes_per_token):
+    def cost(num_mla):
+        return (num_layers - num_mla) * kda_state_bytes + num_mla * context * mla_bytes_per_token
+
+    fitting = [m for m in range(num_layers + 1) if cost(m) <= budget_bytes]
+    return max(fitting) if fitting else None
+
+
+def check_most_mla_layers(most_mla_layers) -> bool:
+    """``most_mla_layers(num_layers, context, budget_bytes, kda_state_bytes, mla_bytes_per_token) -> int | None``.
+
+    Every layer of the stack is either KDA (a fixed ``kda_state_bytes`` per sequence) or MLA
+    (``mla_bytes_per_token`` per token of context). Return the largest number of MLA layers for which one
+    sequence of ``context`` tokens fits in ``budget_bytes``, or ``None`` if no mix fits.
+    """
+
+    def check():
+        for case in _BUDGET_CASES:
+            num_layers, context, budget, state, per_token = case
+            expected = _most_mla_layers_reference(*case)
+            got = most_mla_layers(*case)
+            if got is not None and not isinstance(got, int):
+                raise ExerciseFailed(f"most_mla_layers{case}: return a whole number of layers (or None), "
+                                     f"got {got!r}.")
+            if got == expected:
+                continue
+            states_kept = num_layers * state
+            kept_answer = None if states_kept > budget else min(num_layers, (budget - states_kept)
+                                                                 // (context * per_token))
+            if got == kept_answer:
+                raise ExerciseFailed(f"most_mla_layers{case}: a layer that becomes MLA stops holding its KDA "
+                                     "state: the stack costs (L − m)·state + m·context·per_token.")
+            if context * per_token <= state:
+                raise ExerciseFailed(f"most_mla_layers{case}: here an MLA layer's cache ({context * per_token:,} "
+                                     f"bytes) is no larger than a KDA state ({state:,}): every layer switched to MLA "
+                                     "saves memory, so the answer is all layers if the all-MLA stack fits.")
+            if expected is None or got is None:
+                raise ExerciseFailed(f"most_mla_layers{case}: got {got!r}, but "
+                                     + ("no mix fits the budget (even the cheapest stack is over it)."
+                                        if expected is None else "some mix does fit the budget."))
+            expect_equal(got, expected, what=f"most_mla_layers{case}",
+                         hint="Solve (L − m)·state + m·context·per_token ≤ budget for the largest whole m in 0 … L.")
+
+    return attempt("Exercise 5 (the most MLA layers within a budget)", check)
