@@ -32,8 +32,8 @@
 # 3. compute the cumulative decay matrix $\Gamma_{ri} = \exp(G_r - G_i)$ from a prefix sum of log-gates, and explain
 #    why it must never be formed as $e^{G_r} e^{-G_i}$;
 # 4. derive and implement one chunk of Gated DeltaNet in the WY/UT form with the decay folded in;
-# 5. explain how the bake-off traced Gated DeltaNet's failure to its layer's SiLU output gate rather than to its
-#    recurrence.
+# 5. check whether a trained gate ever gated, from its retention at initialisation and after training, and say
+#    why a layer named after a published layer must match its initialisation.
 #
 # **Prerequisites.**
 #
@@ -554,13 +554,13 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
       f"vs token loop {agreement(o_long, o_long_loop, 1e-5)}")
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 7. Trained: what the gate buys, and why Gated DeltaNet did not learn
+# ## 7. Trained: what the gate buys, and a gate that never gated
 #
 # Sections 1 and 4 set the gate by hand. The course's bake-off (`k3lite.bakeoff`, small models that differ
-# only in their token mixer, trained on an H200 through k3lite's Triton kernels; every run with its
-# provenance in `figures/bakeoff.json`) asks whether a *trained* gate does the job. Its **switch** task is
-# section 1 as a training task: episodes start with a reset marker, and a query for a key bound only
-# before the last reset must answer "none". A model without a gate has to forget some other way.
+# only in their token mixer, trained on a GPU through k3lite's Triton kernels; every run with its
+# provenance in `figures/bakeoff.json`) asks whether a *trained* gate does the job. Before reading any trained
+# number, one question comes first: **did the gate take part?** A decay that starts at retention 1 and gets no
+# gradient leaves a Gated DeltaNet that is a DeltaNet with an output gate, whatever its name says.
 #
 # The rule for "better", the same in every chapter: **A beats B when the difference of their mean accuracies
 # is larger than two standard errors of that difference** (`k3lite.bakeoff.stats.beats`; sample standard
@@ -568,18 +568,15 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
 # All numbers are read from the committed file, so they are exact.
 
 # %% [markdown] tags=["notes"]
-# Trained evidence, good and bad. Say the rule before the numbers. On the switch task the delta rule alone
-# already forgets well, so the scalar gate adds nothing measurable. Then the detective story: Gated DeltaNet
-# fails three tasks; the learning rate, the kernels and the weight decay are ruled out one by one, and the
-# culprit is its layer's SiLU output gate.
+# Trained evidence, and how it misled us. Ask the room first: "what would a decay look like if it never took
+# part?" (expected: retention 1 everywhere, and a gate parameter with no gradient). Then the stored runs'
+# retention, the two initialisations side by side, and the toy run with the layer built as published.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff import store, summarize
+from k3lite.bakeoff import store
 from k3lite.bakeoff.plots import (
-    GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
-    print_cell_table, rule_verdict, run_setup,
+    GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_summary, final_cells, print_cell_table, rule_verdict, run_setup,
 )
-from k3lite.bakeoff.runs import NO_DECAY_NAMES
 from k3lite.course.checks import expect
 from functools import partial
 
@@ -588,211 +585,143 @@ bakeoff_runs = store.load(BAKEOFF)
 bakeoff_cells = final_cells(bakeoff_runs)  # (task, d_model, mixer) -> runs at the cell's chosen lr
 MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 
-
 accuracies = partial(cell_metrics, bakeoff_cells)   # (task, mixer, d_model=64) -> the stored seeds' accuracies
 verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -> the rule's call, in words
-
 
 setup = bakeoff_cells["switch", 64, "gated_delta_rule"][0]
 print(run_setup(setup))
 print_cell_table(bakeoff_cells, ("switch", "rebind", "mqar128", "twoscale"), MIXERS)
 for task in ("switch", "rebind", "mqar128", "twoscale"):
-    for mixer in MIXERS:
+    for mixer in ("delta_rule", "gated_delta_rule"):
         glue(f"ch05_{task}_{mixer}", cell_summary(bakeoff_cells, task, mixer), display=False)
-for a, b in (("linear_attention", "gated_delta_rule"), ("delta_rule", "gated_delta_rule"), ("delta_rule", "kda")):
-    said = verdict("switch", a, b)
-    glue(f"ch05_switch_verdict_{a}_{b}", said, display=False)
-    print(f"switch: {LABELS[a]} vs {LABELS[b]}: {said}")
-glue("ch05_seeds", str(min(len(accuracies("switch", m)) for m in MIXERS)), display=False)
 glue("ch05_steps", str(setup["steps"]), display=False)
 expect("every switch cell has at least 3 seeds", min(len(accuracies("switch", m)) for m in MIXERS) >= 3)
 
+# %% [markdown]
+# Read as a table of mechanisms, this says Gated DeltaNet's layer failed where DeltaNet succeeded: at width 64
+# it sits at {glue:text}`ch05_rebind_gated_delta_rule` on rebinding against DeltaNet's
+# {glue:text}`ch05_rebind_delta_rule`, and at {glue:text}`ch05_mqar128_gated_delta_rule` on MQAR with 128 pairs
+# against {glue:text}`ch05_mqar128_delta_rule` ({glue:text}`ch05_steps` steps). Every stored run also recorded
+# how much memory its trained gates keep: the mean retention $e^{g}$ per layer, over the tokens of an
+# evaluation batch.
+
 # %% tags=["plumbing"]
-fig, ax = plt.subplots(figsize=(7.0, 4.2))
-plot_cell("switch", d_model=64, path=BAKEOFF, ax=ax, mixers=MIXERS)
-ax.set_ylim(0.8, 1.01)
-plt.show()
+def trained_retention(mixer, d_model):
+    """Each stored run's smallest per-layer mean retention, for one (mixer, width)."""
+    return [min(run["metrics"]["retention_mean"]) for run in bakeoff_runs.values()
+            if run["mixer"] == mixer and run["d_model"] == d_model and "retention_mean" in run.get("metrics", {})]
+
+
+stored_gdn = trained_retention("gated_delta_rule", 64)
+print(f"Gated DeltaNet, width 64: {len(stored_gdn)} stored runs; the most forgetful layer of any run keeps "
+      f"{min(stored_gdn):.3f} of its memory per token on average")
+glue("ch05_stored_gdn_runs", str(len(stored_gdn)), display=False)
+glue("ch05_stored_gdn_min_retention", f"{min(stored_gdn):.3f}", display=False)
+expect("every stored width-64 Gated DeltaNet layer kept over 0.95 of its memory per token", min(stored_gdn) > 0.95)
 
 # %% [markdown]
-# On the switch task (mean ± std over {glue:text}`ch05_seeds` seeds, {glue:text}`ch05_steps` steps; the y axis
-# starts at 0.8) every mixer does well, and the differences are small:
-#
-# * Gated DeltaNet ({glue:text}`ch05_switch_gated_delta_rule`) against linear attention
-#   ({glue:text}`ch05_switch_linear_attention`): *{glue:text}`ch05_switch_verdict_linear_attention_gated_delta_rule`*.
-# * But the step this chapter takes is from DeltaNet, and DeltaNet ({glue:text}`ch05_switch_delta_rule`) against
-#   Gated DeltaNet: *{glue:text}`ch05_switch_verdict_delta_rule_gated_delta_rule`*. On this task the delta rule
-#   already forgets well: each episode's writes overwrite the previous episode's keys, which section 1's
-#   hand-built test (one key per slot, a few writes) could not show.
-# * KDA ({glue:text}`ch05_switch_kda`), with a gate per key channel, against DeltaNet:
-#   *{glue:text}`ch05_switch_verdict_delta_rule_kda`*.
-#
-# So the trained gate's benefit on forgetting is real but small at this size. What is not small is
-# Gated DeltaNet's failure elsewhere: on **rebinding** it is at {glue:text}`ch05_rebind_gated_delta_rule` (chance)
-# where DeltaNet reaches {glue:text}`ch05_rebind_delta_rule`; on MQAR with 128 pairs at
-# {glue:text}`ch05_mqar128_gated_delta_rule` against {glue:text}`ch05_mqar128_delta_rule`; on the two-timescale task at
-# {glue:text}`ch05_twoscale_gated_delta_rule` against {glue:text}`ch05_twoscale_delta_rule`. A decay gate that starts
-# near 1 should cost nothing. The cells below take the suspects one at a time.
+# In all {glue:text}`ch05_stored_gdn_runs` stored runs at width 64 the most forgetful layer keeps
+# {glue:text}`ch05_stored_gdn_min_retention` per token or more: its decay barely moved from 1 in training. The
+# cause is the initialisation those runs used. Their layer computed the decay in K3's bounded form,
+# $g = -5\,\sigma\big(e^{A_{\log}} (W x + b)\big)$, but initialised it with the recipe of the *softplus* form:
+# $A = e^{A_{\log}}$ drawn from $[1, 16]$ and $b = \mathrm{softplus}^{-1}(\Delta t)$ with $\Delta t$ log-uniform in
+# $[10^{-3}, 10^{-1}]$ (Mamba's recipe, Gu and Dao 2023, section 3.6). Then $A\,b$ lies between $-110$ and $-2.3$,
+# the sigmoid is flat, $g \approx 0$, and the gradient reaching $A_{\log}$ vanishes with it. The published Gated
+# DeltaNet layer (Yang, Kautz and Hatamizadeh 2024, section 3; its layer in flash-linear-attention) computes
+# $g = -e^{A_{\log}}\,\mathrm{softplus}(W x + b)$ with $A \sim U(0, 16)$; `k3lite.bakeoff` now builds that
+# layer. The cell below takes one freshly built model and evaluates both formulas on the same projections.
 
 # %% tags=["plumbing"]
-def sweep_of(mixer, task, d_model=64):
-    """Seed-0 accuracy at every learning rate stored for one (mixer, task, width)."""
-    points = sorted((run["lr"], run["metric"]) for run in bakeoff_runs.values()
-                    if run["mixer"] == mixer and run["task"] == task and run["d_model"] == d_model and run["seed"] == 0)
-    return points
+from k3lite.bakeoff.models import build_model, lower_bound_gate, softplus_gate
+from k3lite.bakeoff.tasks import make_task
 
 
-print("1. The learning rate. Gated DeltaNet's seed-0 accuracy at every learning rate run:")
-for task, d in (("mqar128", 64), ("mqar128", 128), ("rebind", 64), ("twoscale", 64)):
-    cells = ", ".join(f"lr {lr:g}: {acc:.3f}" for lr, acc in sweep_of("gated_delta_rule", task, d))
-    print(f"   {task:<9} d_model {d:<4} {cells}")
-gdn_best = max(acc for task, d in (("mqar128", 64), ("rebind", 64), ("twoscale", 64))
-               for _, acc in sweep_of("gated_delta_rule", task, d))
-glue("ch05_gdn_best_any_lr", f"{gdn_best:.3f}", display=False)
-print(f"2. Weight decay. Parameters the optimiser does not decay (besides norms, biases, embeddings): {NO_DECAY_NAMES}")
-layer_variant = accuracies("rebind", GDN_IN_KDA_LAYER)
+def initial_retentions(seed):
+    """Per-token retention at initialisation of a width-64 bake-off model: the published softplus form it is built
+    with, and the bounded form with A in [1, 16] (the recipe of the stored runs), on the same projections."""
+    torch.manual_seed(seed)
+    model = build_model("gated_delta_rule", vocab_size=512, d_model=64, num_layers=4)
+    inputs, _, _ = make_task("rebind").sample(8, torch.Generator().manual_seed(seed), "cpu")
+    seen = {}
+    hooks = [b.mixer.register_forward_pre_hook(lambda m, args: seen.__setitem__(m, args[0])) for b in model.blocks]
+    with torch.no_grad():
+        model(inputs)
+    for hook in hooks:
+        hook.remove()
+    published, saturated = [], []
+    A_log_old = torch.empty(2).uniform_(1.0, 16.0, generator=torch.Generator().manual_seed(seed)).log()
+    for mixer, x in seen.items():
+        with torch.no_grad():
+            f = mixer.decay(x).float().unflatten(-1, (2, -1))
+            published.append(softplus_gate(f, mixer.A_log.float()).exp().flatten())
+            saturated.append(lower_bound_gate(f, A_log_old).exp().flatten())
+    return torch.cat(published), torch.cat(saturated)
+
+
+rows = [initial_retentions(seed) for seed in range(5)]
+print(f"{'seed':<6}{'published: median':>20}{'share >= 0.99':>15}{'stored recipe: median':>24}{'share >= 0.99':>15}")
+for seed, (published, saturated) in enumerate(rows):
+    print(f"{seed:<6}{published.median():>20.3f}{(published >= 0.99).float().mean():>15.2f}"
+          f"{saturated.median():>24.4f}{(saturated >= 0.99).float().mean():>15.2f}")
+published_all = torch.cat([p for p, _ in rows])
+saturated_all = torch.cat([s for _, s in rows])
+glue("ch05_init_published_median", f"{published_all.median():.2f}", display=False)
+glue("ch05_init_saturated_share", f"{(saturated_all >= 0.99).float().mean():.0%}", display=False)
+expect("built as published, the median retention at initialisation is below 0.99 on every seed",
+       all(p.median() < 0.99 for p, _ in rows))
+expect("with the stored runs' recipe, most retentions start at 0.99 or above on every seed",
+       all((s >= 0.99).float().mean() > 0.5 for _, s in rows))
+
+# %% [markdown]
+# Built as published, the median token keeps {glue:text}`ch05_init_published_median` of the memory per step from
+# the first step, and the gate learns from there. With the stored runs' recipe,
+# {glue:text}`ch05_init_saturated_share` of the retentions start at 0.99 or above. So the stored "Gated DeltaNet"
+# column measured a DeltaNet wrapped in Gated DeltaNet's layer, not the gate. What it can still speak to is that
+# layer: the same stored grid has the same recurrence (gate saturated alike) inside KDA's layer, whose output gate
+# is a sigmoid instead of a SiLU.
+
+# %% tags=["plumbing"]
 glue("ch05_rebind_gdn_in_kda_layer", cell_summary(bakeoff_cells, "rebind", GDN_IN_KDA_LAYER), display=False)
 said = verdict("rebind", "gated_delta_rule", GDN_IN_KDA_LAYER)
 glue("ch05_verdict_layer", said, display=False)
-print(f"3. The layer. Gated DeltaNet's recurrence inside KDA's layer, rebinding: "
-      f"{cell_summary(bakeoff_cells, 'rebind', GDN_IN_KDA_LAYER)}; its own layer: "
-      f"{cell_summary(bakeoff_cells, 'rebind', 'gated_delta_rule')} -> {said}")
-expect("Gated DeltaNet stays below 0.1 on mqar128, rebind and twoscale at every learning rate run", gdn_best < 0.1)
-expect("in KDA's layer the same recurrence beats its own layer on rebinding",
-       said == f"{LABELS[GDN_IN_KDA_LAYER]} beats {LABELS['gated_delta_rule']}")
-
-# %% tags=["plumbing"]
-fig, ax = plt.subplots(figsize=(7.0, 4.2))
-plot_cell("rebind", d_model=64, path=BAKEOFF, ax=ax,
-          mixers=("delta_rule", "gated_delta_rule", GDN_IN_KDA_LAYER, "kda"))
-ax.set_ylim(0, 1.05)
-plt.show()
-
-# %% tags=["plumbing"]
-# NBVAL_IGNORE_OUTPUT
-from k3lite.bakeoff.models import build_model
-from k3lite.bakeoff.tasks import make_task
-
-CPU_CHECK = viz.FIGURES_DIR / "bakeoff_cpu_reference.json"
-cpu_runs = store.load(CPU_CHECK)
-cpu_gdn = [run for run in cpu_runs.values() if run["mixer"] == "gated_delta_rule" and run["task"] == "rebind"]
-glue("ch05_cpu_gdn_rebind", f"{cpu_gdn[0]['metric']:.3f}", display=False)
-glue("ch05_cpu_minutes", f"{cpu_gdn[0]['wall_s'] / 60:.0f}", display=False)
-cpu_kda = [run for run in cpu_runs.values() if run["mixer"] == "kda" and run["task"] == "rebind"]
-glue("ch05_cpu_kda_rebind", f"{cpu_kda[0]['metric']:.3f}", display=False)
-print(f"CPU reference runs (PyTorch, float32), rebinding: Gated DeltaNet {cpu_gdn[0]['metric']:.3f}, "
-      f"KDA {cpu_kda[0]['metric']:.3f}; {cpu_gdn[0]['provenance']['device_name']}")
-
-
-def projection_gradients(mixer, seed):
-    """Gradient norm reaching each layer's q/k/v projection at initialisation, one rebinding batch."""
-    torch.manual_seed(seed)
-    model = build_model(mixer, vocab_size=512, d_model=64, num_layers=4)
-    inputs, targets, score = make_task("rebind").sample(8, torch.Generator().manual_seed(seed), "cpu")
-    F.cross_entropy(model(inputs)[score], targets[score]).backward()
-    return torch.stack([block.mixer.qkv.weight.grad.norm() for block in model.blocks])
-
-
-ratios = torch.stack([projection_gradients("gated_delta_rule", seed) / projection_gradients(GDN_IN_KDA_LAYER, seed)
-                      for seed in range(3)]).mean(0)
-print("gradient at initialisation, SiLU-gated layer / sigmoid-gated layer, per layer:",
-      ", ".join(f"{r:.2f}" for r in ratios.tolist()))
-glue("ch05_init_gradient_ratio", f"{ratios.min():.2f}–{ratios.max():.2f}", display=False)
-
-# %%
-expect("on the CPU reference Gated DeltaNet also stays at chance on rebinding and KDA learns it",
-       cpu_gdn[0]["metric"] < 0.05 and cpu_kda[0]["metric"] > 0.5)
-expect("at initialisation the SiLU-gated layer gets at least half the gradient of the sigmoid-gated one",
-       bool((ratios > 0.5).all()))
+print(f"rebinding, width 64: {LABELS[GDN_IN_KDA_LAYER]} {cell_summary(bakeoff_cells, 'rebind', GDN_IN_KDA_LAYER)}; "
+      f"{LABELS['gated_delta_rule']} in its own layer {cell_summary(bakeoff_cells, 'rebind', 'gated_delta_rule')}"
+      f" -> {said}")
 
 # %% [markdown]
-# Reading the evidence, one suspect at a time:
-#
-# 1. **The learning rate is not it.** At every rate tried on every task (printed above), Gated DeltaNet never
-#    passes {glue:text}`ch05_gdn_best_any_lr` at width 64.
-# 2. **Weight decay is not it.** The optimiser already leaves `A_log` and the decay's bias undecayed, as
-#    published recipes do (printed above; Mamba-2's reference layer marks `A_log` and `dt_bias`
-#    `_no_weight_decay`).
-# 3. **The kernels are not it.** The same model trained on a CPU through the PyTorch reference (float32, no
-#    Triton) also stayed at chance on rebinding: {glue:text}`ch05_cpu_gdn_rebind`, while KDA in the same CPU run
-#    reached {glue:text}`ch05_cpu_kda_rebind` (one seed each, {glue:text}`ch05_cpu_minutes` minutes of CPU per run,
-#    stored in `figures/bakeoff_cpu_reference.json`; `python -m
-#    k3lite.bakeoff --device cpu --tasks rebind --d-models 64 --mixers gated_delta_rule,kda --lrs 3e-3 --seeds 1
-#    --steps rebind=1000 --out figures/bakeoff_cpu_reference.json`).
-# 4. **The layer is.** Gated DeltaNet's published layer differs from KDA's in two places: one decay per head
-#    instead of one per channel, and a **SiLU output gate** (fla's `FusedRMSNormGated`, github.com/fla-org/flash-linear-attention) instead of
-#    a sigmoid.
-#    `k3lite.bakeoff.variants.gated_delta_rule_in_kda_layer` keeps the per-head recurrence and swaps only the
-#    layer around it. It reaches {glue:text}`ch05_rebind_gdn_in_kda_layer` on rebinding; the rule:
-#    *{glue:text}`ch05_verdict_layer`*. The scalar gate stores and overwrites just fine; the output gate is what
-#    stalls training.
-#
-# The toy version of the same experiment runs here (chapter 03's live set-up: rebinding with 4 keys, width 32,
-# one layer, 300 steps, three seeds; a few seconds each): Gated DeltaNet in its own layer against its
-# recurrence in KDA's layer.
+# Inside KDA's layer the same (ungated) recurrence reaches {glue:text}`ch05_rebind_gdn_in_kda_layer` on rebinding:
+# *{glue:text}`ch05_verdict_layer`*. That points at the output gate, but only for a layer whose decay did nothing.
+# Does it hold for the layer built as published? The toy below trains it on the CPU (chapter 03's live set-up:
+# rebinding with 4 keys, width 32, one layer, 300 steps, three seeds; a few seconds each), once with its SiLU
+# output gate and once with a sigmoid output gate, everything else equal.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from k3lite.bakeoff.plots import live_demo
 
-live = live_demo("rebind4", ("gated_delta_rule", GDN_IN_KDA_LAYER), d_model=32, num_layers=1, steps=300,
+SIGMOID_GATED = "gated_delta_rule_sigmoid_gate"
+live = live_demo("rebind4", ("gated_delta_rule", SIGMOID_GATED), d_model=32, num_layers=1, steps=300,
                  seeds=(0, 1, 2))
 for mixer, scores in live.items():
-    print(f"{LABELS[mixer]:<31} " + "  ".join(f"{a:.2f}" for a in scores))
+    print(f"{mixer:<31} " + "  ".join(f"{a:.2f}" for a in scores))
 
 # %%
-own_layer, kda_layer = live["gated_delta_rule"], live[GDN_IN_KDA_LAYER]
-expect("live: every seed of the recurrence in KDA's layer learns the task (accuracy > 0.95)", min(kda_layer) > 0.95)
-expect("live: in its own layer Gated DeltaNet averages over 0.3 lower, and its worst seed stays below 0.5",
-       sum(own_layer) / len(own_layer) < sum(kda_layer) / len(kda_layer) - 0.3 and min(own_layer) < 0.5)
+silu_gated, sigmoid_gated = live["gated_delta_rule"], live[SIGMOID_GATED]
+expect("live: every seed of the sigmoid-gated layer learns the task (accuracy > 0.9)", min(sigmoid_gated) > 0.9)
+expect("live: the SiLU-gated layer averages at least 0.2 lower", sum(silu_gated) / 3 < sum(sigmoid_gated) / 3 - 0.2)
 
 # %% [markdown]
-# In KDA's layer every seed learns the task. In its own layer the outcome depends on the seed, and even on the
-# processor: the same three seeds end at different accuracies on different CPUs (their float rounding differs, and
-# 300 steps of training amplify it), and on some one seed gets most of the way. So the check above claims what held
-# everywhere we ran it: one seed that stalls and a mean far below. What the toy shows is a layer that makes learning
-# unreliable at this size; the width-64 cells of the bake-off, where no seed of Gated DeltaNet learned rebinding,
-# show the same layer at a larger size.
+# With the decay working, the sigmoid-gated layer learns the toy task on every seed within 300 steps, and the
+# SiLU-gated one, which is the published layer, lags on average (the exact numbers differ between CPUs: their
+# float rounding differs, and 300 steps of training amplify it). Two limits keep this from being a verdict:
+# 300 steps measure how fast a model leaves its plateau, not what it can learn given time, and three seeds of an
+# outcome that is either learned or not say little. The trained columns of Gated DeltaNet, KDA and the hybrid
+# (chapters 06 and 10) were all recorded with the saturated recipe and must be trained again with the layers
+# built as published, with budgets long enough to converge and five seeds or more per cell, before they can say
+# what the gate buys.
 #
-# Why a SiLU gate stalls a small model when a sigmoid does not is still open. The gradient reaching the
-# q/k/v projections at initialisation is {glue:text}`ch05_init_gradient_ratio` times the sigmoid-gated layer's
-# (per layer, cell above), so it is not simply a vanishing signal at the start.
-#
-# Size matters, and the bake-off measured it. Every cell above is at width 64: two heads of 32 channels. The
-# MQAR grid also ran at width 128 (two heads of 64), same steps, same learning-rate sweep:
-
-# %% tags=["plumbing"]
-PAIRS = (16, 32, 64, 128)
-print(f"{'MQAR pairs':<12}" + "".join(f"{f'd {d}: Gated DeltaNet':>24}{f'd {d}: DeltaNet':>18}" for d in (64, 128)))
-for pairs in PAIRS:
-    row = "".join(f"{cell_summary(bakeoff_cells, f'mqar{pairs}', m, d):>24}" if m == "gated_delta_rule" else
-                  f"{cell_summary(bakeoff_cells, f'mqar{pairs}', m, d):>18}"
-                  for d in (64, 128) for m in ("gated_delta_rule", "delta_rule"))
-    print(f"{pairs:<12}{row}")
-    for d in (64, 128):
-        glue(f"ch05_gdn_mqar{pairs}_d{d}", cell_summary(bakeoff_cells, f"mqar{pairs}", "gated_delta_rule", d),
-             display=False)
-glue("ch05_dn_mqar128_d128", cell_summary(bakeoff_cells, "mqar128", "delta_rule", 128), display=False)
-gdn_mean = {(p, d): summarize(accuracies(f"mqar{p}", "gated_delta_rule", d)).mean for p in PAIRS for d in (64, 128)}
-gdn_seeds = min(len(accuracies(f"mqar{p}", "gated_delta_rule", d)) for p in PAIRS for d in (64, 128))
-glue("ch05_gdn_mqar_seeds", str(gdn_seeds), display=False)
-expect("at width 64 Gated DeltaNet's layer stays below 0.1 on MQAR at every number of pairs",
-       max(gdn_mean[p, 64] for p in PAIRS) < 0.1)
-expect("at width 128 the same layer learns MQAR with 16 to 64 pairs (every mean above 0.75)",
-       min(gdn_mean[p, 128] for p in PAIRS[:3]) > 0.75)
-expect("at width 128 it fails MQAR with 128 pairs (mean below 0.1) where DeltaNet's mean passes 0.9",
-       gdn_mean[128, 128] < 0.1 and summarize(accuracies("mqar128", "delta_rule", 128)).mean > 0.9)
-
-# %% [markdown]
-# At width 128 the same SiLU-gated layer learns: {glue:text}`ch05_gdn_mqar16_d128` with 16 pairs,
-# {glue:text}`ch05_gdn_mqar32_d128` with 32, {glue:text}`ch05_gdn_mqar64_d128` with 64 (against
-# {glue:text}`ch05_gdn_mqar16_d64`, {glue:text}`ch05_gdn_mqar32_d64` and {glue:text}`ch05_gdn_mqar64_d64` at width 64;
-# {glue:text}`ch05_gdn_mqar_seeds` seeds or more per cell). With 128 pairs it fails again
-# ({glue:text}`ch05_gdn_mqar128_d128`) where DeltaNet reaches {glue:text}`ch05_dn_mqar128_d128`. So the layer is not
-# broken: it trains with heads of 64 channels, and stalls with heads of 32 or on the hardest task. What was not
-# run, and would separate the two: the head size varied at a fixed width, and the sigmoid-gated variant at
-# width 128 on MQAR with 128 pairs. The lesson for reading any bake-off: a mixer is always trained *inside a
-# layer* and *at a size*, and a difference between layers, or between sizes, can pass for a difference between
-# mechanisms.
+# The lesson reaches beyond this chapter: a layer named after a published layer must *be* that layer, down to
+# its initialisation, and the first thing to check of a trained gate is whether it ever gated.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 8. Exercises
@@ -915,10 +844,10 @@ ch05.check_gated_linear_chunk(gated_linear_chunk_solution);
 #   $O = (e^{G} \odot Q)S_0 + (QK^\top \odot \Gamma)V'$, checked against `k3lite.ops.gated_delta_rule.chunked`.
 # * What a scalar gate cannot do is keep *some* of the past: it decays every association alike.
 #   Chapter 06 gives each key channel its own gate (KDA).
-# * Trained (GPU bake-off): on a context-switch task the delta rule alone already forgets well, and the scalar
-#   gate adds nothing the rule can call. Gated DeltaNet's layer failed rebinding, MQAR and the two-timescale
-#   task at every learning rate tried; its recurrence inside KDA's layer learns rebinding, so the SiLU output
-#   gate, not the scalar decay, is what stalled it.
+# * Trained (GPU bake-off): the stored Gated DeltaNet runs began with their decay saturated at retention 1 (an
+#   initialisation that did not match the published layer) and their gates barely moved, so they measured the
+#   layer without its gate. Built as published, the gate starts in use; a toy run points at the SiLU output gate
+#   as what slows the layer, and the full grid has to be trained again before it can say what the gate buys.
 
 # %% [markdown] tags=["notes"]
 # Recap the formula, the prefix sum, the chunk, and the honest trained result. Bridge to chapter 06: a
@@ -933,8 +862,8 @@ ch05.check_gated_linear_chunk(gated_linear_chunk_solution);
 # 2. What does the gated delta rule reduce to with $g_t = 0$ at every token, and with $g_t \to -\infty$ at one
 #    token?
 # 3. Restarting $G$ at each chunk keeps it from growing over the whole sequence. Why is that not enough?
-# 4. What evidence points at the layer's SiLU output gate, and not at the scalar decay, as the reason Gated DeltaNet
-#    did not learn?
+# 4. How can you tell from a trained model that its decay gate never took part, and what in the initialisation
+#    caused it in the stored Gated DeltaNet runs?
 #
 # <details>
 # <summary>Short answers</summary>
@@ -944,8 +873,9 @@ ch05.check_gated_linear_chunk(gated_linear_chunk_solution);
 # 2. DeltaNet; and a memory that is cleared at that token, then written with $\beta_t k_t v_t^\top$.
 # 3. Inside one chunk strong gates still reach a large $|G|$ (64 gates of $-5$ give $-320$), so $e^{-G_i}$ overflows
 #    and $e^{G_r}$ underflows; $\Gamma$ must be formed from the differences $G_r - G_i \le 0$.
-# 4. The same recurrence inside KDA's layer (sigmoid output gate) learns rebinding, while the learning rate, the
-#    kernels (a float32 CPU run) and weight decay were each ruled out.
+# 4. Its retention $e^{g}$ stays at 1 (every stored layer kept over 0.95 per token) and $A_{\log}$ gets almost no
+#    gradient. K3's bounded form $-5\,\sigma(A(Wx + b))$ was initialised with the softplus form's $A \in [1, 16]$ and
+#    $b = \mathrm{softplus}^{-1}(\Delta t) < -2.3$, so $A\,b \ll 0$ and the sigmoid is flat.
 #
 # </details>
 
