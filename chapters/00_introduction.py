@@ -228,19 +228,24 @@ print(f"profile on this machine: {runtime.profile()}; a size chosen by pick(smal
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# Every chapter ends with exercises. You write the body of a function; a checker from
-# `k3lite.exercises` runs it and says *correct*, *not attempted yet*, or what is wrong. The
-# solution cell below each exercise is folded in the book; try first.
+# Every chapter ends with exercises of three kinds. In a **prediction** you write down what you expect
+# before a cell measures it; the checker accepts a prediction within a stated range and explains the gap.
+# In a **transfer** you apply the chapter's idea to a case the chapter did not show. An **open question**
+# has no checker: write a paragraph; a model answer for the lecturer is folded below it. A checker from
+# `k3lite.exercises` says *correct*, *not attempted yet*, or what is wrong. The solution cell below each
+# exercise is folded in the book and empty in the student edition; try first.
 #
 # ### Exercise 1: what each step fixes
 #
 # Map every step of the lineage after GPT-2 to the failure (of the step before it) that it fixes.
-# Return a dict whose keys are exactly the five steps printed below and whose values are letters,
-# for example `{"linear attention": "a", ...}`.
+# The failures below are in no particular order, and one of them is fixed by no step. Return a dict whose
+# keys are exactly the five steps printed below and whose values are letters, for example
+# `{"linear attention": "x", ...}`.
 
 # %% [markdown] tags=["notes"]
-# Do the first exercise together in the room: it is the lineage slide again, as a quiz. The
-# second one is a one-liner that shows how rounded the article's 22,580 is; leave it as homework.
+# Do the first exercise together in the room: it is the lineage slide again, as a quiz, with a decoy
+# failure. Then take the prediction as a show of hands (how much of K3 are its mixers?) before anyone
+# runs the cell: most guesses are far too high. The transfer and the 22,580 count are homework.
 
 # %%
 print("steps:", ", ".join(repr(step) for step in ch00.STEPS))
@@ -258,23 +263,79 @@ def match():
 ch00.check_lineage(match);
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
-def match():
+def match_solution():
     return {
-        "linear attention": "a",
-        "DeltaNet": "b",
-        "Gated DeltaNet": "c",
+        "linear attention": "c",
+        "DeltaNet": "e",
+        "Gated DeltaNet": "a",
         "KDA": "d",
-        "K3 (KDA + MLA hybrid)": "e",
+        "K3 (KDA + MLA hybrid)": "b",
     }
 
 
-ch00.check_lineage(match);
+ch00.check_lineage(match_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 2: the GPT-2 behind 22,580
+# ### Exercise 2 (prediction): how much of K3 mixes tokens?
+#
+# Every chapter of this course is about the token mixers: the KDA and MLA layers that decide what a
+# token can remember. What fraction of K3's parameters sit in them? Use what section 1 printed, write
+# your prediction as a fraction (0.05 for 5 %), then run the measurement. The checker accepts a
+# prediction within a factor of three.
+
+# %%
+def predicted_mixer_share():
+    raise NotImplementedError  # return your prediction, e.g. 0.05
+
+
+# %%
+k3_parts = accounting.k3_parameter_breakdown(k3_config)
+measured_mixer_share = (k3_parts["kda mixers"] + k3_parts["mla mixers"]) / sum(k3_parts.values())
+ch00.check_mixer_share_prediction(predicted_mixer_share, measured=measured_mixer_share);
+
+
+# %% tags=["solution"]
+# Solution: the routed experts hold almost everything (section 1), so the mixers' share must be below the
+# small rest; a few KDA and MLA projection matrices per layer against 896 experts per layer.
+def predicted_mixer_share_solution():
+    return 0.01
+
+
+ch00.check_mixer_share_prediction(predicted_mixer_share_solution, measured=measured_mixer_share);
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 (transfer): a router that picks a different number of experts
+#
+# Section 1 counted K3's *active* parameters for its router's choice of 16 experts per token. Write
+# `active_with_top_k(top_k)`: the active parameters per token of a K3 that is the same in every respect
+# except that its router picks `top_k` routed experts. Use `k3_config` and `k3_counts` from section 1;
+# the checker tries `top_k` = 1, 8, 16, 32 and 896.
+
+# %%
+def active_with_top_k(top_k):
+    raise NotImplementedError
+
+
+# %%
+ch00.check_active_with_top_k(active_with_top_k);
+
+
+# %% tags=["solution"]
+# Solution: only the routed experts scale with top_k; the rest of the active count stays.
+def active_with_top_k_solution(top_k):
+    routed_expert_size = k3_counts["routed_experts"] // (k3_config.num_experts)  # one expert, all MoE layers
+    return k3_counts["active"] + (top_k - k3_config.top_k) * routed_expert_size
+
+
+ch00.check_active_with_top_k(active_with_top_k_solution);
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4: the GPT-2 behind 22,580
 #
 # Taking the article's 2.8e12 for K3, what GPT-2 parameter count makes the ratio exactly 22,580?
 # Return that count as a number (an int or a float; the checker accepts it to within one
@@ -289,15 +350,41 @@ def implied_count():
 ch00.check_implied_gpt2_count(implied_count);
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
-def implied_count():
+def implied_count_solution():
     return 2.8e12 / 22_580
 
 
-ch00.check_implied_gpt2_count(implied_count);
-print(f"implied: {implied_count():,.0f}; exact: {gpt2_exact:,}; "
-      f"the implied count is {gpt2_exact - implied_count():,.0f} smaller")
+ch00.check_implied_gpt2_count(implied_count_solution);
+print(f"implied: {implied_count_solution():,.0f}; exact: {gpt2_exact:,}; "
+      f"the implied count is {gpt2_exact - implied_count_solution():,.0f} smaller")
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 5 (open question): just scale?
+#
+# The article asks whether the seven years from GPT-2 to K3 were *just* scale. Using the numbers of this
+# chapter (the ratio of totals, the active parameters, the mixers' share from Exercise 2) argue one side
+# in a paragraph. Then name one measurement that would change your mind, and say which chapter of the
+# course could make it.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# A strong answer separates *how many* parameters from *what they do*. In totals K3 is four orders of
+# magnitude larger, but a token uses only its active parameters, several hundred GPT-2 smalls' worth, because
+# routing was added (a change of architecture, not of size). The token mixers hold only about a percent of
+# the parameters and were replaced almost entirely (softmax attention with a growing cache became three
+# KDA layers with a fixed-size state for every MLA layer with a compressed cache), so "the parameters
+# grew" and "the architecture changed" are both true and measure different things. A measurement that
+# would decide it: train models of equal size and data that differ only in their mixer and compare loss,
+# recall and decode memory per token (chapters 03, 05, 06 and 10 do this at toy size on the bake-off tasks,
+# chapters 01, 02 and 07 count the memory). Good answers also note what a parameter count hides: memory
+# read per generated token, context length and training data are not in the ratio. Give credit for a
+# clear position with a number from the chapter behind it; the side taken does not matter.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Next

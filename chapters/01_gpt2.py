@@ -590,60 +590,49 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# ### Exercise 1: the cache of any GPT-2
+# Three kinds: a **prediction** (write down what you expect, then run the measurement; the checker accepts
+# a range and explains the gap), a **transfer** (the chapter's idea on a case it did not show) and an
+# **open question** (a paragraph; the model answer for the lecturer is folded below it).
 #
-# Write `kv_bytes_per_token(config, bytes_per_element)` for a `GPT2Config`: the number of bytes
-# one token adds to the KV cache.
+# ### Exercise 1 (prediction): when does the cache outweigh the model?
+#
+# GPT-2 XL has $L = 48$ blocks of width $d = 1600$ with 25 heads, and the same vocabulary and context as
+# GPT-2 small. In bf16, after how many tokens of *one* sequence does its KV cache hold as many bytes as the
+# model's own weights? Estimate it from sections 2 and 4 without computing the exact count (a rough count
+# of the blocks' weights is enough), return your number, then run the measurement. The checker accepts a
+# prediction within 30 %.
 
 # %% [markdown] tags=["notes"]
-# Do exercise 1 in the room: it is the cache formula again, for any configuration. Exercises 2
-# and 3 (a block's parameters, one decoding step of attention) are homework; the checker says
-# what is wrong, so students can iterate alone.
+# Take the prediction as a show of hands first: most guesses are either far too small or scale with the
+# number of layers. The point is that the layer count cancels, about 6d tokens. Exercise 2 (one decoding
+# step against a cache) is the core skill; exercise 3 transfers it to sliding-window attention. The open
+# question makes a good five-minute discussion at the end of the lecture.
 
 # %%
-def kv_bytes_per_token(config, bytes_per_element):
-    raise NotImplementedError
+def predicted_crossover_tokens():
+    raise NotImplementedError  # return your estimate, a number of tokens
 
 
 # %%
-ch01.check_kv_bytes_per_token(kv_bytes_per_token);
+xl = GPT2Config.xl()
+xl_weight_bytes = accounting.gpt2_parameter_count(xl) * 2                   # bf16: 2 bytes per parameter
+xl_cache_bytes_per_token = accounting.gpt2_kv_bytes_per_token(xl, "bf16")
+ch01.check_cache_outweighs_prediction(predicted_crossover_tokens,
+                                      measured=xl_weight_bytes / xl_cache_bytes_per_token);
 
-# %% tags=["hide-input"]
-# Solution
-def kv_bytes_per_token(config, bytes_per_element):
-    return 2 * config.n_layer * config.n_head * config.head_dim * bytes_per_element
+
+# %% tags=["solution"]
+# Solution: 12·L·d² weights in the blocks (plus V·d for the embedding) against 2·L·d cached numbers per token:
+# about 6d + V/(2L) tokens, whatever L is.
+def predicted_crossover_tokens_solution():
+    return 6 * 1600 + 50_257 / (2 * 48)
 
 
-ch01.check_kv_bytes_per_token(kv_bytes_per_token);
+ch01.check_cache_outweighs_prediction(predicted_crossover_tokens_solution,
+                                      measured=xl_weight_bytes / xl_cache_bytes_per_token);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 2: parameters of one block
-#
-# Write `block_parameters(n_embd)`: the parameters of one GPT-2 block of width `n_embd` (MLP
-# four times wider, biases everywhere, two LayerNorms). For 768 it must give 7,087,872.
-
-# %%
-def block_parameters(n_embd):
-    raise NotImplementedError
-
-
-# %%
-ch01.check_block_parameters(block_parameters);
-
-# %% tags=["hide-input"]
-# Solution
-def block_parameters(n_embd):
-    d = n_embd
-    layer_norms = 2 * (2 * d)
-    attention_part = (d * 3 * d + 3 * d) + (d * d + d)
-    mlp_part = (d * 4 * d + 4 * d) + (4 * d * d + d)
-    return layer_norms + attention_part + mlp_part
-
-
-ch01.check_block_parameters(block_parameters);
-
-# %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 3: one decoding step of attention
+# ### Exercise 2: one decoding step of attention
 #
 # Write `attention_step(q, k_cache, v_cache)`: a single new query `[B, 1, H, d_h]` attends to all
 # `T` cached keys and values `[B, T, H, d_h]` (its own key is already the last one), each head on
@@ -658,14 +647,71 @@ def attention_step(q, k_cache, v_cache):
 # %%
 ch01.check_attention_step(attention_step);
 
-# %% tags=["hide-input"]
+
+# %% tags=["solution"]
 # Solution: the newest token may see every cached token, so nothing is masked.
-def attention_step(q, k_cache, v_cache):
+def attention_step_solution(q, k_cache, v_cache):
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k_cache) / math.sqrt(q.shape[-1])
     return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(dim=-1), v_cache)
 
 
-ch01.check_attention_step(attention_step);
+ch01.check_attention_step(attention_step_solution);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 3 (transfer): a decoding step of sliding-window attention
+#
+# Some models bound the cache by letting each token attend only to the last $W$ tokens, its own included
+# (sliding-window attention: Beltagy et al. 2020, Longformer, §3.1; Jiang et al. 2023, Mistral 7B, §2, whose
+# "rolling buffer" cache holds $W$ tokens). Write `window_attention_step(q, k_cache, v_cache, window)`: the
+# decoding step of exercise 2 for such a model, given a cache that still holds all `T` tokens. When fewer
+# than `window` tokens are cached, the step sees all of them. Then answer for yourself: how much cache does
+# this model hold after a million tokens, and what has it given up?
+
+# %%
+def window_attention_step(q, k_cache, v_cache, window):
+    raise NotImplementedError
+
+
+# %%
+ch01.check_window_attention_step(window_attention_step);
+
+
+# %% tags=["solution"]
+# Solution: the newest `window` tokens are the last ones; slicing past the start keeps them all. The cache
+# never holds more than W tokens (a fixed size, like the state of the next chapter), and a token further back
+# than W positions can no longer be read at all, however important it was.
+def window_attention_step_solution(q, k_cache, v_cache, window):
+    k_recent, v_recent = k_cache[:, -window:], v_cache[:, -window:]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k_recent) / math.sqrt(q.shape[-1])
+    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(dim=-1), v_recent)
+
+
+ch01.check_window_attention_step(window_attention_step_solution);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (open question): when is the cache not worth it?
+#
+# The KV cache trades memory for compute. Describe a situation in which generating *without* a cache (or
+# with a cache that is partly thrown away and recomputed) is the better choice, and say which quantities
+# from this chapter decide it.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# The cache saves recomputing the keys and values of the prefix, at the price of holding them and reading
+# all of them at every step. It stops paying when memory, not arithmetic, is the limit: (1) very long
+# contexts or large batches whose cache no longer fits next to the weights (section 4: the cache grows
+# linearly and, with a batch, its reads overtake the weight reads), where one recomputes evicted parts,
+# shrinks the batch or offloads; (2) very short generations from a short prompt, where the prefix costs
+# almost nothing to recompute and the cache's bookkeeping is overhead; (3) serving many users, where
+# memory spent on one user's cache is a batch slot taken from another. The deciding quantities are the
+# bytes per token ($2 L H d_h$ times the element size), the number of tokens and sequences, the memory
+# left after the weights, and the ratio of the recomputation's FLOPs to the cache's bytes read per step.
+# Give credit for any situation argued from these numbers; a strong answer adds that the rest of the course
+# attacks the same trade-off from the other side, with a state of fixed size.
+#
+# </details>
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Summary

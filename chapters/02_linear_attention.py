@@ -486,14 +486,19 @@ print(f"state: {tuple(state_after.shape)} {state_after.dtype}")
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
+# Three kinds: a **prediction** (write down what you expect, then run the measurement; the checker accepts
+# a range and explains the gap), a **transfer** (the chapter's idea on a case it did not show) and an
+# **open question** (a paragraph; the model answer for the lecturer is folded below it).
+#
 # ### Exercise 1: the size of a KV cache
 # Write `kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element)`: the bytes of the
 # cache of one sequence after `num_tokens` tokens in a multi-head attention model.
 
 # %% [markdown] tags=["notes"]
-# Exercise 1 (cache bytes) is a warm-up for the room; exercise 2 (one decode step with the
-# normaliser) is the recurrent form in four lines. Exercise 3, the chunked form from scratch, is
-# the preparation for chapter 04: assign it as homework.
+# Exercise 1 (cache bytes) is a warm-up. Take exercise 3's prediction as a show of hands before anyone
+# runs it: "how wrong is a read after 20 writes into a 16-dimensional state?" Most people guess small;
+# the answer (noise as large as the signal) is the opening of the next lecture. Exercise 2, a decode
+# step with another feature map, is homework: the state's shape is the thing to notice.
 
 # %%
 from k3lite.exercises import ch02
@@ -507,7 +512,7 @@ def kv_cache_bytes(num_tokens, layers, heads, head_dim, bytes_per_element):
 ch02.check_kv_cache_bytes(kv_cache_bytes);
 
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def kv_cache_bytes_solution(num_tokens, layers, heads, head_dim, bytes_per_element):
     keys_and_values = 2
@@ -518,10 +523,12 @@ ch02.check_kv_cache_bytes(kv_cache_bytes_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 2: one decode step of normalised linear attention
-# Write `decode_step(state, normalizer, q, k, v)` for one head with $\phi = \mathrm{ELU}+1$:
-# `state [K, V]`, `normalizer [K]`, `q, k [K]`, `v [V]`; return `(o [V], new_state, new_normalizer)`.
-# (`ch02.elu1` is the feature map.)
+# ### Exercise 2 (transfer): a decode step with another feature map
+# Any map to non-negative features gives a kernel $\phi(q)^\top\phi(k) \ge 0$ and so a valid normalised
+# average. Take $\phi(x) = [\mathrm{ReLU}(x), \mathrm{ReLU}(-x)]$, the positive parts of $x$ followed by the
+# positive parts of $-x$ (`ch02.split_relu`). Write `decode_step(state, normalizer, q, k, v)` for one head of
+# normalised linear attention with this map: `q, k [K]`, `v [V]`; return `(o [V], new_state, new_normalizer)`.
+# What shapes must `state` and `normalizer` have? (The checker starts them at zeros of those shapes.)
 
 # %%
 def decode_step(state, normalizer, q, k, v):
@@ -529,50 +536,81 @@ def decode_step(state, normalizer, q, k, v):
 
 
 # %%
-ch02.check_decode_step(decode_step);
+ch02.check_split_relu_decode_step(decode_step);
 
 
-# %% tags=["hide-input"]
-# Solution
+# %% tags=["solution"]
+# Solution: φ has 2K features, so the state is [2K, V] and the normaliser [2K]; the recurrence is unchanged.
+# The kernel φ(q)ᵀφ(k) adds |q_i||k_i| over the channels where q and k have the same sign: zero for keys
+# pointing the opposite way, which ELU + 1 never gives.
 def decode_step_solution(state, normalizer, q, k, v):
-    phi_q, phi_k = ch02.elu1(q), ch02.elu1(k)
+    phi_q, phi_k = ch02.split_relu(q), ch02.split_relu(k)
     state = state + torch.outer(phi_k, v)
     normalizer = normalizer + phi_k
     return state.T @ phi_q / (normalizer @ phi_q), state, normalizer
 
 
-ch02.check_decode_step(decode_step_solution);
+ch02.check_split_relu_decode_step(decode_step_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 3: the chunked form from scratch
-# Write `chunked(q, k, v, chunk_size)` for one head, `q, k [T, K]`, `v [T, V]`, without feature map or
-# scale: $o_t = \sum_{j\le t} (q_t^\top k_j)\, v_j$, computed chunk by chunk with
-# $O = QS + (QK^\top\odot M)V$ and $S \leftarrow S + K^\top V$. Return the outputs `o [T, V]` only, not the
-# state. The checker tries chunk sizes that do and do not divide $T$.
+# ### Exercise 3 (prediction): 20 writes into a 16-dimensional state
+# Drop the feature map and the normaliser and store 20 pairs in one head with $D = 16$: random *unit*
+# keys, random Gaussian values, $S = \sum_i k_i v_i^\top$. Then read every pair back with its own key.
+# Predict the mean relative error $\lVert S^\top k_j - v_j\rVert / \lVert v_j\rVert$ before you run the
+# measurement below (0 would be perfect recall, 1 as bad as reading nothing). The checker accepts a
+# prediction within 30 % of the measurement.
 
 # %%
-def chunked(q, k, v, chunk_size):
-    raise NotImplementedError
+def predicted_retrieval_error():
+    raise NotImplementedError  # return your prediction, a number
 
 
 # %%
-ch02.check_chunked(chunked);
+def additive_retrieval_error(num_pairs=20, key_dim=16, trials=200):
+    memory_generator = torch.Generator().manual_seed(0)
+    total = 0.0
+    for _ in range(trials):
+        keys = F.normalize(torch.randn(num_pairs, key_dim, generator=memory_generator, dtype=torch.float64), dim=-1)
+        values = torch.randn(num_pairs, key_dim, generator=memory_generator, dtype=torch.float64)
+        state = keys.T @ values                                   # S = Σ k vᵀ: every write adds
+        total += ((keys @ state - values).norm(dim=-1) / values.norm(dim=-1)).mean().item()
+    return total / trials
 
 
-# %% tags=["hide-input"]
-# Solution
-def chunked_solution(q, k, v, chunk_size):
-    state = torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype)
-    outputs = []
-    for start in range(0, len(q), chunk_size):
-        q_c, k_c, v_c = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size]
-        outputs.append(q_c @ state + (q_c @ k_c.T).tril() @ v_c)
-        state = state + k_c.T @ v_c
-    return torch.cat(outputs)
+ch02.check_interference_prediction(predicted_retrieval_error, measured=additive_retrieval_error());
 
 
-ch02.check_chunked(chunked_solution);
+# %% tags=["solution"]
+# Solution: 19 stray terms (k_i·k_j) v_i, each dot product of size about 1/√16, add up to about √(19/16).
+def predicted_retrieval_error_solution():
+    return (19 / 16) ** 0.5
+
+
+ch02.check_interference_prediction(predicted_retrieval_error_solution, measured=additive_retrieval_error());
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (open question): making linear attention focus
+# Section 5 showed that a kernel of positive features cannot concentrate its weight the way the exponential
+# does. Propose one change to the feature map (or to the layer) that would let linear attention focus more
+# sharply, and say what it costs in the size of the state or in the work per token.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# Expected directions, any one argued with its cost earns full credit. (1) *More features*: approximate
+# $\exp(q^\top k)$ with many random positive features (FAVOR+ of Choromanski et al. 2021, *Rethinking
+# Attention with Performers*, §3) or a Taylor expansion (a second-order one has about $D^2/2$ features); the kernel
+# sharpens, but the state grows from $D\times D_v$ to $D_\phi \times D_v$ and every step reads and writes it.
+# (2) *A sharper map*, e.g. a higher power or temperature on the features: focuses more but amplifies
+# noise and makes the normaliser unstable. (3) *Keep a few exact softmax layers or a sliding window* next
+# to the linear ones (the hybrid that K3 ends with): exact focus where needed, paid with a cache that grows
+# (or is bounded by the window). (4) Changing *what is written* rather than how it is read, the delta rule
+# of the next chapter, reduces interference but does not make the kernel itself sharper; a strong answer
+# notices the difference.
+#
+# </details>
 
 # %% [markdown]
 # ## Summary

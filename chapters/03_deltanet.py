@@ -197,8 +197,8 @@ print(f"eigenvalues of I - 0.7·kkᵀ: smallest {eigenvalues.min().item():.3f} (
       f"the other {D - 1} equal {eigenvalues[1:].mean().item():.3f}")
 
 # %% [markdown]
-# One write with $\beta$ leaves a residual $v - S_t^\top k = (1-\beta\lVert k\rVert^2)\,(v - S_{t-1}^\top k)$
-# (Exercise 2 derives it). With a unit key and $\beta=1$ the residual is zero: right after the write, the
+# How much of the old error $v - S_{t-1}^\top k$ does one write leave behind? Exercise 2 asks you to derive it
+# for any $\beta$ and any key length. For a unit key and $\beta=1$ it leaves none: right after the write, the
 # memory returns exactly $v_t$, whatever was stored before. The overwrite that failed above now works:
 
 # %%
@@ -416,13 +416,13 @@ accuracies = partial(cell_metrics, bakeoff_cells)   # (task, mixer, d_model=64) 
 verdict = partial(rule_verdict, bakeoff_cells)      # (task, a, b, d_model=64) -> the rule's call, in words
 
 
-REBIND_MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
+REBIND_MIXERS = ("softmax", "linear_attention", "delta_rule")  # the mixers taught so far
 setup = bakeoff_cells["rebind", 64, "delta_rule"][0]
 print(run_setup(setup))
 print_cell_table(bakeoff_cells, ["rebind"], REBIND_MIXERS)
 for mixer in REBIND_MIXERS:
     glue(f"ch03_rebind_{mixer}", cell_summary(bakeoff_cells, "rebind", mixer), display=False)
-for a, b in (("linear_attention", "delta_rule"), ("delta_rule", "kda"), ("delta_rule", "softmax")):
+for a, b in (("linear_attention", "delta_rule"), ("delta_rule", "softmax")):
     said = verdict("rebind", a, b)
     glue(f"ch03_verdict_{a}_{b}", said, display=False)
     print(f"{LABELS[a]} vs {LABELS[b]}: {said}")
@@ -448,11 +448,8 @@ plt.show()
 #   This is section 2's overwrite test, passed by a model that had to learn its own keys and write strengths.
 # * **Softmax attention** ({glue:text}`ch03_rebind_softmax`) keeps every token; against DeltaNet the rule says
 #   *{glue:text}`ch03_verdict_delta_rule_softmax`*. A fixed-size memory pays something even when it overwrites.
-# * **The later steps of the story do not improve on DeltaNet here.** KDA ({glue:text}`ch03_rebind_kda`) and the
-#   hybrid ({glue:text}`ch03_rebind_k3_hybrid`) learn the task too (against KDA: *{glue:text}`ch03_verdict_delta_rule_kda`*);
-#   rebinding needs overwriting, not forgetting, so a decay gate has nothing to add. Gated DeltaNet
-#   ({glue:text}`ch03_rebind_gated_delta_rule`) does not learn it at all. Chapter 05 finds out why: not its
-#   recurrence, but the output gate of its layer.
+#
+# Chapters 05 and 06 come back to this task with the mixers that add forgetting.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### The same task, live on this CPU
@@ -484,33 +481,46 @@ expect("live: every DeltaNet seed is above 0.9 and every linear-attention seed b
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# ### Exercise 1: the delta write
-# Write `delta_write_exercise(state, k, v, beta)` for `state [K, V]`, `k [K]` (unit norm), `v [V]`, and a
-# float `beta`; return the new state.
+# Three kinds: a **prediction** (write down what you expect, then run the measurement; the checker accepts
+# a range and explains the gap), a **transfer** (the chapter's idea on a case it did not show) and an
+# **open question** (a paragraph; the model answer for the lecturer is folded below it).
+#
+# ### Exercise 1 (prediction): overwriting at half strength
+# Section 3 overwrote $v_{\text{old}}$ with $v_{\text{new}}$ under one unit key at $\beta = 1$, and the key then
+# read $v_{\text{new}}$ exactly. Do the same at $\beta = 0.5$: start from an empty state, write
+# $(k, v_{\text{old}})$, then $(k, v_{\text{new}})$, both at $\beta = 0.5$. Predict the relative error
+# $\lVert S^\top k - v_{\text{new}}\rVert / \lVert v_{\text{new}}\rVert$ of the read for two unrelated random
+# values of the same size, then run the measurement (it uses section 2's $v_{\text{old}}, v_{\text{new}}$).
+# The checker accepts a prediction within 0.05 of the error averaged over many random values.
 
 # %% [markdown] tags=["notes"]
-# Three short exercises: the write itself, the residual factor (why keys are normalised and why beta
-# stays below 2), and the fast-weight gradient. Give five minutes for the first; the other two are homework.
+# Take the prediction as a show of hands: zero, a half, or something else? Then exercise 2 turns the
+# answer into a formula (why keys are normalised, why beta stays below 2). Exercise 3 connects the fast
+# weights to weight decay, which is the bridge to chapter 05's gate. The open question is a good
+# closing discussion.
 
 # %%
 from k3lite.exercises import ch03
 
 
-def delta_write_exercise(state, k, v, beta):
-    raise NotImplementedError
+def predicted_overwrite_error():
+    raise NotImplementedError  # return your prediction, a number
 
 
 # %%
-ch03.check_delta_write(delta_write_exercise);
+half_strength = delta_write(delta_write(torch.zeros(D, D), k_unit, v_old, 0.5), k_unit, v_new, 0.5)
+measured_overwrite_error = ((half_strength.T @ k_unit - v_new).norm() / v_new.norm()).item()
+ch03.check_overwrite_prediction(predicted_overwrite_error, measured=measured_overwrite_error);
 
 
 # %% tags=["solution"]
-# Solution
-def delta_write_solution(state, k, v, beta):
-    return state + beta * torch.outer(k, v - state.T @ k)
+# Solution: the first write stores ½v_old; the second writes ½(v_new − ½v_old); the key reads ½v_new + ¼v_old,
+# off by ¼v_old − ½v_new, whose size for unrelated values of equal norm is √(1/16 + 1/4) ≈ 0.56 of v_new's.
+def predicted_overwrite_error_solution():
+    return (1 / 16 + 1 / 4) ** 0.5
 
 
-ch03.check_delta_write(delta_write_solution);
+ch03.check_overwrite_prediction(predicted_overwrite_error_solution, measured=measured_overwrite_error);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
@@ -540,26 +550,57 @@ ch03.check_residual_factor(residual_factor_solution);
 
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 3: the fast-weight gradient
-# Write `fast_weight_gradient(state, k, v)`: the gradient of $\tfrac12\lVert S^\top k - v\rVert^2$ with
-# respect to $S$ (shape `[K, V]`), without autograd.
+# ### Exercise 3 (transfer): fast weights with weight decay
+# Section 3 read the delta rule as one step of gradient descent on $\tfrac12\lVert S^\top k - v\rVert^2$.
+# Training a network's *slow* weights usually adds weight decay. Do the same for the fast weights: write
+# `decayed_delta_write(state, k, v, beta, weight_decay)`, one step of gradient descent with learning rate
+# $\beta$ on
+#
+# $$ \mathcal{L}(S) = \tfrac12\lVert S^\top k - v\rVert^2 + \tfrac{\lambda}{2}\lVert S\rVert_F^2 ,
+#    \qquad \lambda = \texttt{weight\_decay}, $$
+#
+# and return the new state `[K, V]`. What does the new term do to the associations that $k$ does not touch?
 
 # %%
-def fast_weight_gradient(state, k, v):
+def decayed_delta_write(state, k, v, beta, weight_decay):
     raise NotImplementedError
 
 
 # %%
-ch03.check_fast_weight_gradient(fast_weight_gradient);
+ch03.check_decayed_delta_write(decayed_delta_write);
 
 
 # %% tags=["solution"]
-# Solution
-def fast_weight_gradient_solution(state, k, v):
-    return torch.outer(k, state.T @ k - v)
+# Solution: the gradient gains λS, so S ← (1 − βλ) S + β k (v − Sᵀk)ᵀ. Every association, touched or not,
+# shrinks by the same factor 1 − βλ at every step: the memory forgets in bulk. Chapter 05's Gated DeltaNet
+# makes that factor a learned gate per token, and applies it before the read.
+def decayed_delta_write_solution(state, k, v, beta, weight_decay):
+    return (1.0 - beta * weight_decay) * state + beta * torch.outer(k, v - state.T @ k)
 
 
-ch03.check_fast_weight_gradient(fast_weight_gradient_solution);
+ch03.check_decayed_delta_write(decayed_delta_write_solution);
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 4 (open question): when "most recent wins" is wrong
+# Section 5 showed that past capacity the delta rule keeps the newest associations and loses the oldest.
+# Describe a task on which this eviction policy is the wrong one, and say what a layer would need (in
+# the write, in the state or around the layer) to do well on it.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# Any task where an *early* fact must survive many *later* writes: an instruction or a definition at the
+# start of a long document, a needle followed by pages of filler, a key-value table followed by a long
+# stream of unrelated tokens and then a query about the table. Under "most recent wins" the filler
+# overwrites the early fact wherever its keys overlap. What would help, in increasing cost: (1) a learned
+# write strength $\beta_t$ near zero for unimportant tokens, so they do not write at all (the write, not
+# the state, chooses what to keep); (2) a larger state (more heads or a wider key dimension) to push the
+# capacity limit out; (3) exact retrieval from a cache for a few layers (the hybrid of chapter 10), which
+# holds every token at the price of a growing memory. A decay gate (chapter 05) answers the opposite
+# problem, forgetting stale facts on purpose, so a strong answer notices that it does not help here.
+#
+# </details>
 
 # %% [markdown]
 # ## Summary

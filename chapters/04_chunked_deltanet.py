@@ -214,13 +214,22 @@ print(f"T·(I + A) = I: {agree(T_ut @ (torch.eye(C) + A), torch.eye(C))}")
 print(f"T by forward substitution and torch.linalg.inv {agree(T_ut, torch.linalg.inv(torch.eye(C) + A))}")
 print(f"shapes: A {tuple(A.shape)}, T {tuple(T_ut.shape)}, W {tuple(W.shape)}, U {tuple(U.shape)}")
 
-# %%
-fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
+# %% tags=["plumbing"]
+fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.2))
 viz.heatmap(axes[0], A, title="A = StrictTril(Diag(β) K Kᵀ)", xlabel="earlier token i", ylabel="token r", signed=True)
 viz.heatmap(axes[1], T_ut, title="T = (I + A)⁻¹", xlabel="token i", ylabel="token r", signed=True)
-viz.heatmap(axes[2], W, title="W = T Diag(β) K", xlabel="key channel", ylabel="token r", signed=True)
-viz.heatmap(axes[3], U, title="U = T Diag(β) V", xlabel="value channel", ylabel="token r", signed=True)
-fig.suptitle("The UT transform of chunk 2 (tokens 4–7)", y=1.02)
+fig.suptitle("Chunk 2 (tokens 4–7): the triangular system and its inverse")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# $T$ turns the chunk's keys and values into the two WY factors, one row per token:
+
+# %% tags=["plumbing"]
+fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.2))
+viz.heatmap(axes[0], W, title="W = T Diag(β) K", xlabel="key channel", ylabel="token r", signed=True)
+viz.heatmap(axes[1], U, title="U = T Diag(β) V", xlabel="value channel", ylabel="token r", signed=True)
+fig.suptitle("Chunk 2 (tokens 4–7): the WY factors")
 fig.tight_layout()
 plt.show()
 
@@ -630,19 +639,63 @@ for mode in ("fwd", "fwd+bwd"):
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# ### Exercise 1: the UT transform
-# Write `ut_transform(k, beta)` for one chunk, `k [C, K]`, `beta [C]`: return $T = (I + A)^{-1}$ with
-# $A = \mathrm{StrictTril}(\mathrm{Diag}(\beta)KK^\top)$. Use forward substitution (no general matrix inverse).
+# Three kinds: a **prediction** (write down what you expect, then run the measurement; the checker accepts
+# a range and explains the gap), a **transfer** (the chapter's idea on a case it did not show) and an
+# **open question** (a paragraph; the model answer for the lecturer is folded below it).
+#
+# ### Exercise 1 (prediction): one key, written four times
+# A chunk of four tokens writes the *same* unit key four times, each with $\beta = 1$ (four values for one
+# key). Before running the cell below, write down $T = (I + A)^{-1}$ for this chunk as a $4\times4$ nested
+# list. Hint: what is $A$ here, and what does token $r$'s correction $u_r$ have to be, given what the state
+# returns for that key after token $r-1$? The checker accepts your matrix when every entry is within 0.05.
 
 # %% [markdown] tags=["notes"]
-# Exercise 1, the UT transform, is the heart of the chapter: give the room five minutes with
-# forward substitution. Exercises 2 (one full chunk) and 3 (the FLOP split) are homework.
+# The prediction is quick at the board: A is all ones below the diagonal, and most people write I − A.
+# The overwrite reading gives the right answer in one line. Exercise 2 transfers the derivation of section
+# 2 to a constant decay, the step before chapter 05's learned gate: give it as homework, with the hint to
+# write the states inside the chunk first. The open question is about why nobody uses C = L.
 
 # %%
 from k3lite.exercises import ch04
 
 
-def ut_transform(k, beta):
+def predicted_t():
+    raise NotImplementedError  # return a 4 x 4 nested list, e.g. [[1, 0, 0, 0], [...], [...], [...]]
+
+
+# %%
+one_key = torch.zeros(4, K)
+one_key[:, 0] = 1.0                                                 # the same unit key, four times
+t_one_key = forward_substitution_inverse(strict_a(one_key, torch.ones(4)))
+ch04.check_repeated_key_prediction(predicted_t, measured=t_one_key);
+
+
+# %% tags=["solution"]
+# Solution: A has ones below the diagonal. The state returns v_(r−1) for the key after token r − 1, so at
+# β = 1 token r writes u_r = v_r − v_(r−1): T is I with −1 on the first subdiagonal.
+def predicted_t_solution():
+    return [[1, 0, 0, 0], [-1, 1, 0, 0], [0, -1, 1, 0], [0, 0, -1, 1]]
+
+
+ch04.check_repeated_key_prediction(predicted_t_solution, measured=t_one_key);
+
+
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 2 (transfer): the UT transform with a decay
+# Give the delta rule a constant decay $\gamma \in (0, 1]$ that shrinks the whole state before each write:
+#
+# $$ S_t = \gamma\,(I - \beta_t k_t k_t^\top)\,S_{t-1} + \beta_t k_t v_t^\top
+#    \quad\Longleftrightarrow\quad
+#    u_t = \beta_t\big(v_t - \gamma\, S_{t-1}^\top k_t\big),\qquad S_t = \gamma S_{t-1} + k_t u_t^\top . $$
+#
+# Redo section 2's derivation for one chunk: write $S_{r-1}$ inside the chunk as the decayed start state plus
+# the chunk's earlier writes, each decayed since it was made, put it into $u_r$, and read off the new
+# strictly lower-triangular $A$. Then write `ut_transform(k, beta, decay)` for one chunk, `k [C, K]`,
+# `beta [C]`, returning $T = (I + A)^{-1}$ by forward substitution. With `decay = 1` it must give the
+# chapter's $T$.
+
+# %%
+def ut_transform(k, beta, decay):
     raise NotImplementedError
 
 
@@ -650,10 +703,13 @@ def ut_transform(k, beta):
 ch04.check_ut_transform(ut_transform);
 
 
-# %% tags=["hide-input"]
-# Solution
-def ut_transform_solution(k, beta):
-    a = torch.tril(beta[:, None] * (k @ k.T), diagonal=-1)
+# %% tags=["solution"]
+# Solution: S_(r−1) = γ^r S_0 + Σ_(i<r) γ^(r−1−i) k_i u_iᵀ (tokens counted from 0 inside the chunk), so
+# u_r + Σ_(i<r) β_r γ^(r−i) (k_r·k_i) u_i = β_r (v_r − γ^(r+1) S_0ᵀ k_r): A[r, i] = β_r γ^(r−i) k_r·k_i.
+def ut_transform_solution(k, beta, decay):
+    positions = torch.arange(len(k), dtype=k.dtype)
+    decays = decay ** (positions[:, None] - positions[None, :]).clamp(min=0)
+    a = torch.tril(beta[:, None] * decays * (k @ k.T), diagonal=-1)
     t = torch.eye(len(k), dtype=k.dtype)
     for r in range(1, len(k)):
         t[r] = t[r] - a[r, :r] @ t[:r]
@@ -662,58 +718,28 @@ def ut_transform_solution(k, beta):
 
 ch04.check_ut_transform(ut_transform_solution);
 
-
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 2: one chunk of DeltaNet
-# Write `delta_chunk(q, k, v, beta, state)` for one chunk (`q, k [C, K]`, `v [C, V]`, `beta [C]`,
-# `state [K, V]`, no query scale) that returns `(o [C, V], new_state [K, V])` with matrix products only:
-# no loop over the tokens except inside the forward substitution.
+# ### Exercise 3 (open question): why not one big chunk?
+# Section 6 showed that in FLOPs $C = 1$ is cheapest, and section 5 that $C = L$ turns the chunk into an
+# attention-like quadratic form. Argue which chunk size you would pick for training on a GPU with
+# matrix units that work on $16\times16$ tiles, and name two things, other than FLOPs, that grow when $C$ grows.
 
-# %%
-def delta_chunk(q, k, v, beta, state):
-    raise NotImplementedError
-
-
-# %%
-ch04.check_delta_chunk(delta_chunk);
-
-
-# %% tags=["hide-input"]
-# Solution
-def delta_chunk_solution(q, k, v, beta, state):
-    t = ut_transform_solution(k, beta)
-    w, u = t @ (beta[:, None] * k), t @ (beta[:, None] * v)
-    corrected = u - w @ state
-    o = q @ state + (q @ k.T).tril() @ corrected
-    return o, state + k.T @ corrected
-
-
-ch04.check_delta_chunk(delta_chunk_solution);
-
-
-# %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Exercise 3: the FLOP split
-# Write `chunk_flops(seq_len, chunk_size, head_dim)` returning `(state_flops, intra_chunk_flops)` per head
-# for chunked *linear attention*, in FLOPs with both products of each part, as `k3lite.course.flops` counts them in
-# section 6 (take `chunk_size` dividing `seq_len`). At which $C$ are the two equal?
-
-# %%
-def chunk_flops(seq_len, chunk_size, head_dim):
-    raise NotImplementedError
-
-
-# %%
-ch04.check_chunk_flops(chunk_flops);
-
-
-# %% tags=["hide-input"]
-# Solution: two products of 2·L·d·d FLOPs, and two of 2·C·C·d per chunk (L/C chunks).
-# The parts are equal when 4Ld² = 4LCd, i.e. at C = d.
-def chunk_flops_solution(seq_len, chunk_size, head_dim):
-    return 4 * seq_len * head_dim ** 2, 4 * seq_len * chunk_size * head_dim
-
-
-ch04.check_chunk_flops(chunk_flops_solution);
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# Pick the smallest $C$ that keeps the matrix units busy: a multiple of the tile (16) and, in practice, 64
+# (what `k3lite.kernels` uses), so that $QK^\top$, $KK^\top$ and the products with $T$ are real tensor-core
+# matrix products and the number of sequential state updates, $L/C$, is small. $C = 1$ is cheapest in FLOPs
+# but is $L$ tiny dependent steps (no parallelism, no tensor cores, launch and memory traffic per token).
+# What grows with $C$, besides the intra-chunk FLOPs ($\propto LCd$): (1) the on-chip memory per chunk
+# ($C\times C$ score and $T$ tiles next to $C\times d$ blocks), which limits occupancy; (2) the sequential
+# depth of the forward substitution ($C$ dependent row steps per chunk); (3) the numerical error of the
+# triangular solve: with many similar keys the entries of $T$ can grow, and float32 or bf16 rounding grows
+# with them. A strong answer names the trade-off (parallel work inside a chunk against sequential steps
+# across chunks) and says that hardware, not arithmetic, sets $C$.
+#
+# </details>
 
 # %% [markdown]
 # ## Summary

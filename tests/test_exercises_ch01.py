@@ -1,4 +1,4 @@
-"""Checkers of chapters 00 and 01: right answers pass, wrong ones fail with a hint, stubs are 'not attempted'."""
+"""Checkers of chapter 01: right answers pass, wrong ones fail with a targeted hint, stubs are 'not attempted'."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import math
 import pytest
 import torch
 
-from k3lite.exercises import ExerciseFailed, ch00, ch01
+from k3lite.course import accounting
+from k3lite.exercises import ExerciseFailed, ch01
+from k3lite.models.gpt2 import GPT2Config
 
 
 def _stub(*args):
     raise NotImplementedError
-
-
-def _kv_right(config, element_size):
-    return 2 * config.n_layer * config.n_head * (config.n_embd // config.n_head) * element_size
 
 
 def _attention_right(q, k, v):
@@ -23,35 +21,35 @@ def _attention_right(q, k, v):
     return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v)
 
 
+def _window_right(q, k, v, window):
+    return _attention_right(q, k[:, -window:], v[:, -window:])
+
+
 @pytest.mark.parametrize("checker", [
-    ch01.check_kv_bytes_per_token, ch01.check_block_parameters, ch01.check_attention_step,
-    ch00.check_lineage, ch00.check_implied_gpt2_count,
+    ch01.check_cache_outweighs_prediction, ch01.check_attention_step, ch01.check_window_attention_step,
 ])
 def test_stub_is_not_attempted(checker, capsys):
     assert checker(_stub) is False
     assert "not attempted yet" in capsys.readouterr().out
 
 
-def test_kv_bytes_right_and_wrong():
-    assert ch01.check_kv_bytes_per_token(_kv_right) is True
-    with pytest.raises(ExerciseFailed, match="key AND a value"):
-        ch01.check_kv_bytes_per_token(lambda c, b: _kv_right(c, b) // 2)
-    with pytest.raises(ExerciseFailed, match="bytes_per_element"):
-        ch01.check_kv_bytes_per_token(lambda c, b: _kv_right(c, b) // b)
-    with pytest.raises(ExerciseFailed, match="layer"):
-        ch01.check_kv_bytes_per_token(lambda c, b: _kv_right(c, b) // c.n_layer)
-    with pytest.raises(ExerciseFailed):
-        ch01.check_kv_bytes_per_token(lambda c, b: 2 * c.n_layer * c.n_embd * b + 1)
+def test_crossover_is_weights_over_cache_bytes():
+    xl = GPT2Config.xl()
+    expected = accounting.gpt2_parameter_count(xl) * 2 / accounting.gpt2_kv_bytes_per_token(xl, "bf16")
+    assert ch01.cache_outweighs_weights_at(xl) == pytest.approx(expected)
 
 
-def test_block_parameters_right_and_wrong():
-    assert ch01.check_block_parameters(lambda d: 12 * d * d + 13 * d) is True
-    with pytest.raises(ExerciseFailed, match="bias"):
-        ch01.check_block_parameters(lambda d: 12 * d * d + 4 * d)
-    with pytest.raises(ExerciseFailed, match="LayerNorm"):
-        ch01.check_block_parameters(lambda d: 12 * d * d + 9 * d)
-    with pytest.raises(ExerciseFailed):
-        ch01.check_block_parameters(lambda d: 8 * d * d + 13 * d)
+def test_crossover_prediction_range_and_explanations(capsys):
+    measured = ch01.cache_outweighs_weights_at(GPT2Config.xl())
+    assert ch01.check_cache_outweighs_prediction(lambda: 6 * 1600, measured=measured) is True
+    assert "6d + V/(2L)" in capsys.readouterr().out
+    assert ch01.check_cache_outweighs_prediction(lambda: measured * 1.25) is True
+    with pytest.raises(ExerciseFailed, match="more than 30%"):
+        ch01.check_cache_outweighs_prediction(lambda: 1024)  # "about the context length"
+    with pytest.raises(ExerciseFailed, match="off by about 2x"):
+        ch01.check_cache_outweighs_prediction(lambda: measured * 2)  # a key or a value forgotten
+    with pytest.raises(ExerciseFailed, match="not the crossover"):
+        ch01.check_cache_outweighs_prediction(lambda: measured, measured=measured * 2)
 
 
 def test_attention_step_right_and_wrong():
@@ -64,34 +62,13 @@ def test_attention_step_right_and_wrong():
         ch01.check_attention_step(lambda q, k, v: _attention_right(q, k, v).transpose(1, 2))
 
 
-_LINEAGE_RIGHT = {
-    "linear attention": "a",
-    "DeltaNet": "b",
-    "Gated DeltaNet": "c",
-    "KDA": "d",
-    "K3 (KDA + MLA hybrid)": "e",
-}
-
-
-def test_lineage_right_and_wrong():
-    assert set(_LINEAGE_RIGHT) == set(ch00.STEPS)
-    assert ch00.check_lineage(lambda: dict(_LINEAGE_RIGHT)) is True
-    swapped = dict(_LINEAGE_RIGHT, DeltaNet="c", **{"Gated DeltaNet": "b"})
-    with pytest.raises(ExerciseFailed, match="DeltaNet"):
-        ch00.check_lineage(lambda: swapped)
-    with pytest.raises(ExerciseFailed, match="keys"):
-        ch00.check_lineage(lambda: {"DeltaNet": "b"})
-
-
-def test_lineage_answer_key_is_not_public():
-    public = {name for name in dir(ch00) if not name.startswith("_")}
-    assert not any(isinstance(getattr(ch00, name), dict) and set(getattr(ch00, name)) == set(ch00.STEPS)
-                   for name in public)
-
-
-def test_implied_count_right_and_wrong():
-    assert ch00.check_implied_gpt2_count(lambda: 2.8e12 / 22_580) is True
-    with pytest.raises(ExerciseFailed, match="exact count"):
-        ch00.check_implied_gpt2_count(lambda: 124_439_808)
-    with pytest.raises(ExerciseFailed, match="not 22,580"):
-        ch00.check_implied_gpt2_count(lambda: 124e6)
+def test_window_attention_step_right_and_wrong():
+    assert ch01.check_window_attention_step(_window_right) is True
+    with pytest.raises(ExerciseFailed, match="full attention"):
+        ch01.check_window_attention_step(lambda q, k, v, w: _attention_right(q, k, v))
+    with pytest.raises(ExerciseFailed, match="oldest"):
+        ch01.check_window_attention_step(lambda q, k, v, w: _attention_right(q, k[:, :w], v[:, :w]))
+    with pytest.raises(ExerciseFailed, match="one token too few"):
+        ch01.check_window_attention_step(lambda q, k, v, w: _window_right(q, k, v, max(w - 1, 1)))
+    with pytest.raises(ExerciseFailed, match="output with window=1 "):
+        ch01.check_window_attention_step(lambda q, k, v, w: _window_right(q, k, v, w) * 1.01)

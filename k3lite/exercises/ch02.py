@@ -1,8 +1,9 @@
 """Checkers for chapter 02 (linear attention).
 
 1. :func:`check_kv_cache_bytes` — the size of a KV cache, the memory linear attention removes.
-2. :func:`check_decode_step` — one decode step of normalised linear attention with the ELU+1 map.
-3. :func:`check_chunked` — the chunked form ``O = Q S + (Q Kᵀ ⊙ M) V``, ``S ← S + Kᵀ V``.
+2. :func:`check_split_relu_decode_step` — a transfer: one decode step of normalised linear attention with
+   another feature map, φ(x) = [ReLU(x), ReLU(−x)].
+3. :func:`check_interference_prediction` — a prediction: the retrieval error after 20 additive writes.
 """
 
 from __future__ import annotations
@@ -47,88 +48,115 @@ def check_kv_cache_bytes(kv_cache_bytes) -> bool:
     return attempt("Exercise 1 (KV cache bytes)", check)
 
 
-# ---------------------------------------------------------------- exercise 2: one decode step
+# ---------------------------------------------------------------- exercise 2: another feature map
 
-def _decode_reference(state, normalizer, q, k, v):
-    phi_q, phi_k = elu1(q), elu1(k)
+def split_relu(x: torch.Tensor) -> torch.Tensor:
+    """φ(x) = [ReLU(x), ReLU(−x)]: 2K non-negative features for a K-dimensional input."""
+    return torch.cat([F.relu(x), F.relu(-x)], dim=-1)
+
+
+def _decode_reference(state, normalizer, q, k, v, feature_map=split_relu):
+    phi_q, phi_k = feature_map(q), feature_map(k)
     state = state + torch.outer(phi_k, v)
     normalizer = normalizer + phi_k
     return state.T @ phi_q / (normalizer @ phi_q), state, normalizer
 
 
-def _run_steps(step, q, k, v):
-    state = torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype)
-    normalizer = torch.zeros(q.shape[1], dtype=q.dtype)
+def _run_steps(step, q, k, v, features):
+    state = torch.zeros(features, v.shape[1], dtype=q.dtype)
+    normalizer = torch.zeros(features, dtype=q.dtype)
     outputs = []
     for t in range(q.shape[0]):
         o, state, normalizer = step(state, normalizer, q[t], k[t], v[t])
-        outputs.append(o)
+        outputs.append(torch.as_tensor(o))
     return torch.stack(outputs), state, normalizer
 
 
-def check_decode_step(decode_step) -> bool:
-    """``decode_step(state [K,V], normalizer [K], q [K], k [K], v [V]) -> (o [V], state, normalizer)``."""
+def check_split_relu_decode_step(decode_step) -> bool:
+    """``decode_step(state [2K,V], normalizer [2K], q [K], k [K], v [V]) -> (o [V], state, normalizer)``:
+    one decode step of normalised linear attention with the feature map φ(x) = [ReLU(x), ReLU(−x)]."""
 
     def check():
-        generator = torch.Generator().manual_seed(2)
-        q = torch.randn(6, 5, generator=generator, dtype=torch.float64)
-        k = torch.randn(6, 5, generator=generator, dtype=torch.float64)
+        generator = torch.Generator().manual_seed(3)  # every step's denominator is well away from zero
+        q = torch.randn(6, 6, generator=generator, dtype=torch.float64)
+        k = torch.randn(6, 6, generator=generator, dtype=torch.float64)
         v = torch.randn(6, 3, generator=generator, dtype=torch.float64)
-        expected, expected_state, expected_norm = _run_steps(_decode_reference, q, k, v)
-        got, got_state, got_norm = _run_steps(decode_step, q, k, v)
+        key_dim = q.shape[1]
+        expected, expected_state, expected_norm = _run_steps(_decode_reference, q, k, v, 2 * key_dim)
+        try:
+            got, got_state, got_norm = _run_steps(decode_step, q, k, v, 2 * key_dim)
+        except NotImplementedError:
+            raise
+        except RuntimeError as error:  # a shape mismatch: the state was treated as [K, V]
+            raise ExerciseFailed(f"the step failed on a state of shape [2K, V] = {(2 * key_dim, v.shape[1])}: "
+                                 f"{error}. φ doubles the key dimension, so the state has 2K rows.") from error
+        if tuple(torch.as_tensor(got_state).shape) != tuple(expected_state.shape):
+            raise ExerciseFailed(f"the state has shape {tuple(torch.as_tensor(got_state).shape)}; with 2K features "
+                                 f"it is [2K, V] = {tuple(expected_state.shape)}.")
         expect_close(got_state, expected_state, what="state after 6 steps", atol=1e-8,
-                     hint="The state gathers φ(k) vᵀ for every token, with φ(x) = ELU(x) + 1.")
+                     hint="The state gathers φ(k) vᵀ with φ(k) = [ReLU(k), ReLU(−k)]: the positive parts first, "
+                          "then the negative parts with their sign flipped.")
         expect_close(got_norm, expected_norm, what="normalizer after 6 steps", atol=1e-8,
                      hint="The normalizer z gathers φ(k) for every token.")
-        unnormalised = torch.stack(list(_unnormalised(q, k, v)))
-        if torch.as_tensor(got).shape == unnormalised.shape and torch.allclose(
-                torch.as_tensor(got, dtype=torch.float64), unnormalised, atol=1e-8):
+        unnormalised = torch.stack([s.T @ split_relu(q_t) for s, q_t in zip(_states(k, v), q)])
+        if got.shape == unnormalised.shape and torch.allclose(got.double(), unnormalised, atol=1e-8):
             raise ExerciseFailed("your output is Sᵀφ(q) without the denominator: divide by zᵀφ(q).")
         expect_close(got, expected, what="outputs of 6 decode steps", atol=1e-8,
                      hint="Write the current token first, then read with φ(q) and divide by zᵀφ(q).")
 
-    return attempt("Exercise 2 (decode step)", check)
+    return attempt("Transfer: a decode step with another feature map", check)
 
 
-def _unnormalised(q, k, v):
-    state = torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype)
-    for t in range(q.shape[0]):
-        state = state + torch.outer(elu1(k[t]), v[t])
-        yield state.T @ elu1(q[t])
+def _states(k, v):
+    state = torch.zeros(2 * k.shape[1], v.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        state = state + torch.outer(split_relu(k[t]), v[t])
+        yield state
 
 
-# ---------------------------------------------------------------- exercise 3: chunked form
+# ---------------------------------------------------------------- exercise 3: a prediction
 
-def _recurrent_reference(q, k, v):
-    state = torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype)
-    outputs = []
-    for t in range(q.shape[0]):
-        state = state + torch.outer(k[t], v[t])
-        outputs.append(state.T @ q[t])
-    return torch.stack(outputs)
+INTERFERENCE_TOLERANCE = 0.3  # a prediction within 30 % of the measured error is accepted
 
 
-def check_chunked(chunked) -> bool:
-    """``chunked(q [T,K], k [T,K], v [T,V], chunk_size) -> o [T,V]`` (no feature map, no scale)."""
+def additive_retrieval_error(num_pairs: int = 20, key_dim: int = 16, trials: int = 200, seed: int = 0) -> float:
+    """Mean relative error ‖Sᵀk_j − v_j‖ / ‖v_j‖ of reading every pair back from S = Σ k_i v_iᵀ (random unit
+    keys, Gaussian values of width ``key_dim``), averaged over the pairs and ``trials`` draws."""
+    generator = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(trials):
+        keys = torch.randn(num_pairs, key_dim, generator=generator, dtype=torch.float64)
+        keys = keys / keys.norm(dim=-1, keepdim=True)
+        values = torch.randn(num_pairs, key_dim, generator=generator, dtype=torch.float64)
+        state = keys.T @ values
+        total += ((keys @ state - values).norm(dim=-1) / values.norm(dim=-1)).mean().item()
+    return total / trials
+
+
+def check_interference_prediction(predict, measured: float | None = None) -> bool:
+    """``predict() -> float``: the mean relative retrieval error after 20 additive writes with random unit keys
+    into a 16-dimensional state. Accepted within ``INTERFERENCE_TOLERANCE`` of the measurement."""
 
     def check():
-        generator = torch.Generator().manual_seed(3)
-        q = torch.randn(12, 4, generator=generator, dtype=torch.float64)
-        k = torch.randn(12, 4, generator=generator, dtype=torch.float64)
-        v = torch.randn(12, 3, generator=generator, dtype=torch.float64)
-        expected = _recurrent_reference(q, k, v)
-        for chunk_size in (1, 3, 4, 12):
-            got = chunked(q, k, v, chunk_size)
-            if isinstance(got, (tuple, list)):
-                raise ExerciseFailed("chunked returned a tuple: return the outputs o [T, V] only, not the state.")
-            if torch.as_tensor(got).shape == expected.shape:
-                diff = torch.as_tensor(got, dtype=torch.float64) - expected
-                own_token = (q * k).sum(-1, keepdim=True) * v
-                if torch.allclose(diff, -own_token, atol=1e-8):
-                    raise ExerciseFailed(f"chunk_size={chunk_size}: each token misses its own key-value pair; "
-                                         "the causal mask M must include the diagonal.")
-            expect_close(got, expected, what=f"chunked output with chunk_size={chunk_size}", atol=1e-8,
-                         hint="Per chunk: O = Q S + (Q Kᵀ ⊙ M) V with the state S of the chunks before, "
-                              "then S ← S + Kᵀ V.")
+        predicted = float(predict())
+        actual = additive_retrieval_error()
+        if measured is not None and abs(measured - actual) > 0.1:
+            raise ExerciseFailed(f"the measured {measured:.3f} is far from the checker's {actual:.3f}: write all 20 "
+                                 "pairs with S = Σ k vᵀ, read each back with its own key, and average "
+                                 "‖Sᵀk − v‖ / ‖v‖ over pairs and trials.")
+        explanation = (f"measured {actual:.2f}. Reading k_j returns v_j plus Σ_(i≠j) (k_i·k_j) v_i: 19 stray "
+                       "terms, each weighted by a dot product of two random unit vectors, of size about 1/√16. "
+                       f"They add like a random walk, so the error is about √(19/16) = {(19 / 16) ** 0.5:.2f}: "
+                       "the noise is as large as the signal, and it grows with every write.")
+        if abs(predicted - actual) > INTERFERENCE_TOLERANCE * actual:
+            hint = ""
+            if predicted < 0.1:
+                hint = " A 16-dimensional state has room for 16 orthogonal keys at most, and random keys are not " \
+                       "orthogonal."
+            elif abs(predicted - 19 / 16) < 0.01 or abs(predicted - 19 / 4) < 0.01:
+                hint = " Independent stray terms add in squares: take the square root of their total variance."
+            raise ExerciseFailed(f"your prediction {predicted:.2f} is more than {INTERFERENCE_TOLERANCE:.0%} away: "
+                                 f"{explanation}{hint}")
+        print(f"your prediction {predicted:.2f}, {explanation}")
 
-    return attempt("Exercise 3 (chunked form)", check)
+    return attempt("Prediction: interference after 20 additive writes", check)
