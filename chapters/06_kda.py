@@ -607,8 +607,8 @@ for form, options in LAYER_FORMS.items():
 
 # %% [markdown] tags=["notes"]
 # Run the demo live and say plainly it is a demo: one seed, toy size. Then switch to the bake-off: three
-# seeds per cell, error bars, the two-standard-error rule. Hold the layer fixed to compare gates; then be
-# plain that the two-timescale task, built for KDA, does not (yet) favour it.
+# seeds per cell, error bars, the two-standard-error rule. Then the caveat before any reading: the stored gated
+# columns were trained with a gate that began saturated, so they say little about the decay until they are re-run.
 
 # %%
 LIVE = dict(d_model=32, num_layers=1, num_heads=2, vocab_size=64, chunk_size=8)
@@ -665,10 +665,11 @@ plt.show()
 # **A beats B when the difference of their mean accuracies is larger than two standard errors of that
 # difference** (`k3lite.bakeoff.stats.beats`). A cell with one seed has no spread and gets no call.
 #
-# Chapter 05 found that Gated DeltaNet's *layer* (its SiLU output gate) fails to train at this size, so
-# "KDA against Gated DeltaNet" would compare layers, not gates. The fair test of this chapter's idea, one
-# decay per channel against one per head, is `gdn_in_kda_layer`: Gated DeltaNet's recurrence inside KDA's
-# own layer, so that only the gate's shape differs.
+# In the stored runs Gated DeltaNet's layer trained poorly at this size (chapter 05), so "KDA against Gated
+# DeltaNet" would compare layers, not gates. The test meant for this chapter's idea, one decay per channel
+# against one per head, is `gdn_in_kda_layer`: Gated DeltaNet's recurrence inside KDA's own layer, so that only
+# the gate's shape differs. Whether the stored runs can speak to it at all is the first thing to check (after
+# the table).
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import store
@@ -679,7 +680,8 @@ from k3lite.bakeoff.plots import (
 from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
-bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
+bakeoff_runs = store.load(BAKEOFF)                # every stored run, by key
+bakeoff_cells = final_cells(bakeoff_runs)         # (task, d_model, mixer) -> runs at the cell's chosen lr
 MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 
 
@@ -710,6 +712,70 @@ expect("on two time scales exactly one KDA seed passes 0.5",
 expect("every DeltaNet and K3-hybrid seed passes 0.5 there",
        min(accuracies("twoscale", "delta_rule") + accuracies("twoscale", "k3_hybrid")) > 0.5)
 
+# %% [markdown]
+# **Before reading the table: did the stored gates gate?** Each stored run of a mixer with a decay gate records,
+# per gated layer, the mean retention $e^{g}$ it ended with after training. The cell below gathers them, and
+# recomputes where the gate of those runs started.
+
+# %% tags=["plumbing"]
+from statistics import median
+
+
+def trained_retention(runs):
+    """(mixer, d_model) -> each stored run's per-layer trained mean retention, for the mixers with a decay gate."""
+    by_cell = {}
+    for run in runs.values():
+        if "retention_mean" in run.get("metrics", {}):
+            by_cell.setdefault((run["mixer"], run["d_model"]), []).append(run["metrics"]["retention_mean"])
+    return by_cell
+
+
+retention = trained_retention(bakeoff_runs)
+print(f"{'mixer':<31}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
+for (mixer, d), per_run in sorted(retention.items()):
+    layers = [value for run in per_run for value in run]
+    print(f"{LABELS[mixer]:<31}{d:>5}{len(per_run):>6}{min(layers):>10.3f}{median(layers):>8.3f}")
+    name = f"ch06_retention_{mixer.split(':')[-1]}_d{d}"
+    glue(f"{name}_runs", str(len(per_run)), display=False)
+    glue(f"{name}_min", f"{min(layers):.2f}", display=False)
+    glue(f"{name}_median", f"{median(layers):.3f}", display=False)
+# The stored runs' gate: g = -5 sigmoid(A (Wx + dt_bias)) with Mamba's A in U(1, 16), dt log-uniform in
+# [1e-3, 1e-1], dt_bias = softplus^-1(dt); at x = 0 the retention is exp(-5 sigmoid(A dt_bias)).
+draws = torch.Generator().manual_seed(0)
+A = torch.empty(100_000).uniform_(1, 16, generator=draws)
+dt = torch.exp(torch.empty(100_000).uniform_(math.log(1e-3), math.log(1e-1), generator=draws))
+dt_bias = dt + torch.log(-torch.expm1(-dt))
+stored_init_retention = torch.exp(-5 * torch.sigmoid(A * dt_bias))
+lowest_product, highest_product = 16 * math.log(math.expm1(1e-3)), math.log(math.expm1(1e-1))
+print(f"stored runs' gate at initialisation: A · dt_bias in [{lowest_product:.0f}, {highest_product:.1f}], "
+      f"median retention {stored_init_retention.median().item():.4f}, "
+      f"{(stored_init_retention > 0.999).float().mean().item():.0%} of draws above 0.999")
+glue("ch06_stored_init_median_retention", f"{stored_init_retention.median().item():.4f}", display=False)
+glue("ch06_stored_init_above", f"{(stored_init_retention > 0.999).float().mean().item():.0%}", display=False)
+expect("the stored runs' gate began saturated: median retention at initialisation above 0.999",
+       stored_init_retention.median().item() > 0.999)
+
+# %% [markdown]
+# **Caveat: the gated columns were trained without much of their decay.** The stored runs of Gated DeltaNet,
+# KDA, the K3 hybrid and Gated DeltaNet's recurrence in KDA's layer all used K3's bounded gate
+# $g = -5\,\sigma(A\,(W x + b_{dt}))$ with Mamba's initialisation $A \in [1, 16]$, an initialisation that does not
+# match the published layers: their gate began saturated, median retention
+# {glue:text}`ch06_stored_init_median_retention` per token at initialisation ({glue:text}`ch06_stored_init_above` of
+# draws above 0.999), so it passed almost no gradient. At width 64 all
+# {glue:text}`ch06_retention_gated_delta_rule_d64_runs` Gated DeltaNet runs ended with every layer's mean retention
+# at or above {glue:text}`ch06_retention_gated_delta_rule_d64_min` (median
+# {glue:text}`ch06_retention_gated_delta_rule_d64_median`): their gate stayed effectively unused, and the column
+# is DeltaNet plus an output gate. KDA's layers ({glue:text}`ch06_retention_kda_d64_runs` runs, smallest
+# {glue:text}`ch06_retention_kda_d64_min`, median {glue:text}`ch06_retention_kda_d64_median`) and the hybrid's
+# (smallest {glue:text}`ch06_retention_k3_hybrid_d64_min`, median {glue:text}`ch06_retention_k3_hybrid_d64_median`)
+# moved a little, mostly staying near 1. So these columns measure the layers largely without their decay. The
+# layers are now built as published: Gated DeltaNet's gate $g = -A\,\mathrm{softplus}(W x + b_{dt})$ with its
+# initialisation (Yang, Kautz and Hatamizadeh 2024, [arXiv:2412.06464](https://arxiv.org/abs/2412.06464)), KDA's
+# per-channel form of Kimi Linear ([arXiv:2510.26692](https://arxiv.org/abs/2510.26692)), and K3's bounded gate
+# starting from $A_{\log} = 0$ (section 6). The gated columns have to be trained again before they can say
+# anything about the gate; until then, read every comparison below that involves them as a statement about
+# the stored runs only.
+
 # %% tags=["plumbing"]
 fig, axes = plt.subplots(3, 1, figsize=(7.2, 11.5))          # stacked: the site's column is 7.5 in wide
 plot_cell("twoscale", d_model=64, path=BAKEOFF, ax=axes[0], mixers=MIXERS)
@@ -720,25 +786,29 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What the bake-off supports, and what it does not ({glue:text}`ch06_seeds` seeds or more in every cell):
+# What the stored runs show, and what they cannot ({glue:text}`ch06_seeds` seeds or more in every cell; every
+# gated column trained with the saturated gate of the caveat above):
 #
 # * **Per-channel against per-head decay, the same layer** (middle panel, rebinding): KDA
 #   {glue:text}`ch06_rebind_kda`, Gated DeltaNet's recurrence in KDA's layer {glue:text}`ch06_rebind_gdn_in_kda_layer`:
-#   *{glue:text}`ch06_verdict_rebind_gated_delta_rule_in_kda_layer_kda`*. Expected: rebinding needs overwriting,
-#   not forgetting, so the shape of the gate should not matter there.
-# * **Two time scales**, the task built for this chapter's idea (top panel): the result does **not** follow the
-#   story. KDA's seeds reach {glue:text}`ch06_twoscale_kda_seeds`: one learned to keep the facts, the others did
+#   *{glue:text}`ch06_verdict_rebind_gated_delta_rule_in_kda_layer_kda`*. With both gates near retention 1 in these
+#   runs this compares two layers that barely decay, not the two gate shapes; it is open until the column is
+#   re-run. (Rebinding needs overwriting more than forgetting, so the shape of the gate may matter little there
+#   anyway.)
+# * **Two time scales**, the task built for this chapter's idea (top panel): in the stored runs, whose gates began
+#   saturated, KDA's seeds reach {glue:text}`ch06_twoscale_kda_seeds`: one learned to keep the facts, the others did
 #   not. DeltaNet, with no gate at all, reaches {glue:text}`ch06_twoscale_delta_rule`
 #   (*{glue:text}`ch06_verdict_twoscale_delta_rule_kda`*), and the K3 hybrid, whose fourth layer is softmax
-#   attention, {glue:text}`ch06_twoscale_k3_hybrid` (*{glue:text}`ch06_verdict_twoscale_kda_k3_hybrid`*). At this
-#   size and budget a learned per-channel gate is as likely to forget the slow facts as to keep them; the
-#   delta rule alone overwrites the fast pairs and keeps the facts. What would settle it: more seeds, longer
-#   runs, and the per-head variant on this task (not yet run).
+#   attention, {glue:text}`ch06_twoscale_k3_hybrid` (*{glue:text}`ch06_verdict_twoscale_kda_k3_hybrid`*). This
+#   says nothing yet about whether a learned per-channel decay keeps the slow facts: these KDA layers hardly
+#   used their decay. What would settle it: the faithful layers re-trained, with more seeds and longer runs,
+#   and the per-head variant on this task (not yet run).
 # * **MQAR with 128 pairs** (bottom panel; more pairs than a head's state can hold): DeltaNet
 #   {glue:text}`ch06_mqar128_delta_rule`, KDA {glue:text}`ch06_mqar128_kda`
 #   (*{glue:text}`ch06_verdict_mqar128_delta_rule_kda`*); softmax attention {glue:text}`ch06_mqar128_softmax`
-#   (*{glue:text}`ch06_verdict_mqar128_kda_softmax`*). No "KDA worst", no "KDA best": at capacity the recurrent
-#   mixers are within their spread of each other, and all far below attention.
+#   (*{glue:text}`ch06_verdict_mqar128_kda_softmax`*). In the stored runs the recurrent mixers at capacity are
+#   within their spread of each other and all far below attention; where KDA stands among them with a working
+#   gate is open until its column is re-run.
 #
 # "At capacity" can be measured: the MQAR grid runs 16 to 128 pairs at two widths. A layer's recurrent state
 # holds H · (d/H)² numbers (two heads here), so doubling the width quadruples it.
@@ -784,8 +854,10 @@ plt.show()
 # That is Zoology's picture (Arora, Eyuboglu et al. 2023, arXiv:2312.04927: in its MQAR experiments the recall of
 # efficient mixers falls as the pairs outgrow the state and recovers with a larger model dimension, while
 # attention's does not fall), and the reason the step from linear attention to KDA is about *using* a fixed state
-# well, not escaping its size. Gated DeltaNet's layer is the exception ({glue:text}`ch06_mqar128_d128_gdn` at 128
-# pairs and width 128; chapter 05 shows where it trains and where it stalls). {glue:text}`ch06_mqar_seeds_note`
+# well, not escaping its size. The capacity picture holds for the ungated mixers; for KDA and the hybrid it comes
+# from runs whose gates barely decayed. Gated DeltaNet's stored layer is the exception
+# ({glue:text}`ch06_mqar128_d128_gdn` at 128 pairs and width 128), from runs trained with the saturated gate: it
+# says nothing yet about the published layer. {glue:text}`ch06_mqar_seeds_note`
 #
 # One earlier GPU sweep, kept in `figures/mqar_sweep.json`, shows a way gates fail that does not need
 # statistics to see. There the decay started
@@ -923,8 +995,8 @@ ch06.check_gla_chunk(gla_chunk_solution);
 # ### Exercise 4 (open question): more expressive, trained worse?
 #
 # KDA's gate contains Gated DeltaNet's (equal channels) and DeltaNet's ($g = 0$), so the best KDA gate is never
-# worse on any task. Section 7's bake-off nevertheless found trained KDA no better than the simpler mixers on the
-# task built for it. Give two different reasons why a more expressive gate can *train* worse than a less
+# worse on any task. Yet a trained KDA can end up no better than the simpler mixers on the task built for it (the
+# stored runs of section 7 did, though their gates began saturated). Give two different reasons why a more expressive gate can *train* worse than a less
 # expressive one, and for each an experiment (a run you could do with `k3lite.bakeoff`) whose result would confirm
 # or rule it out.
 
@@ -936,7 +1008,7 @@ ch06.check_gla_chunk(gla_chunk_solution);
 # Reasons, each with a test:
 #
 # 1. **Forgetting cuts the gradient.** A gate that starts or drifts below 1 on the slow channels shrinks a fact
-#    written early by $lpha^t$ before it is read; the loss then carries almost no gradient back to the write or to
+#    written early by $\alpha^t$ before it is read; the loss then carries almost no gradient back to the write or to
 #    the gate, and the model cannot discover that it should keep it (section 7's earlier sweep at 0.91 per token is
 #    this failure). Test: log the mean gate per channel during training, and rerun with gates initialised closer
 #    to 1 (a more negative decay bias): if more seeds learn, initialisation was the cause.
@@ -945,7 +1017,7 @@ ch06.check_gla_chunk(gla_chunk_solution);
 #    shows as a high spread across seeds rather than a low mean. Test: more seeds and longer runs; the per-head
 #    variant in the *same* layer (so only the gate's shape differs).
 # 3. **The comparison is of layers, not gates.** The layers differ in output gate, normalisation and
-#    convolutions, so a difference can come from them (chapter 05 found exactly this). Test: swap only the
+#    convolutions, so a difference can come from them (chapter 05's toy run points at the output gate). Test: swap only the
 #    recurrence inside one fixed layer.
 #
 # A good answer separates "can represent" from "will learn", names a concrete mechanism, and proposes a controlled
@@ -968,10 +1040,12 @@ ch06.check_gla_chunk(gla_chunk_solution);
 # * The layer as built wraps the recurrence in short convolutions, L2-normalised q and k, a sigmoid β,
 #   a low-rank decay projection (Kimi Linear's unbounded softplus form, or K3's form bounded at $-5$)
 #   and a gated RMSNorm on the output.
-# * Trained (GPU bake-off, error bars, the two-standard-error rule): with the layer held fixed, per-channel
-#   and per-head decay tie on rebinding; on the two-timescale task KDA learned to keep the facts in one seed
-#   of three while ungated DeltaNet and the K3 hybrid did in all, so the data does not yet show per-channel
-#   decay paying off. Gates must be initialised to remember.
+# * Trained (GPU bake-off, error bars, the two-standard-error rule): the stored gated runs began with a
+#   saturated gate (retention 1 at initialisation) and mostly kept it, so they measure the layers largely
+#   without their decay. In them per-channel and per-head decay tie on rebinding, and on the two-timescale task
+#   KDA kept the facts in one seed of three while ungated DeltaNet and the K3 hybrid did in all; what the gate
+#   itself does waits for the re-run with the layers as published. Gates must be initialised to remember, and
+#   to move.
 # * Chapter 07 turns to the other half of Kimi Linear and K3: the softmax layers (MLA) that keep
 #   exact recall, with a compressed cache.
 

@@ -76,3 +76,13 @@ def test_the_package_top_level_stays_small():
     assert len(modules) <= MAX_TOP_LEVEL_MODULES, (
         f"{len(modules)} modules directly under k3lite/ ({', '.join(modules)}): at most {MAX_TOP_LEVEL_MODULES}; "
         "group the others into sub-packages")
+
+
+def test_no_control_characters_in_sources():
+    """A backslash sequence typed into a normal string ("\\alpha" written as "\a...") leaves a control character that
+    renders as nothing: the chapter then shows "lpha"."""
+    sources = [*ROOT.glob("chapters/*.py"), *ROOT.glob("k3lite/**/*.py"), *ROOT.glob("book/*.md"), ROOT / "README.md"]
+    bad = [f"{path.relative_to(ROOT)}:{number}" for path in sources
+           for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+           if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line)]
+    assert not bad, f"control characters in: {bad}"
