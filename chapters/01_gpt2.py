@@ -661,7 +661,8 @@ ch01.check_attention_step(attention_step_solution);
 # ### Exercise 3 (transfer): a decoding step of sliding-window attention
 #
 # Some models bound the cache by letting each token attend only to the last $W$ tokens, its own included
-# (sliding-window attention: Beltagy et al. 2020, Longformer, §3.1; Jiang et al. 2023, Mistral 7B, §2, whose
+# (sliding-window attention: Beltagy et al. 2020, Longformer, §3.1, [arXiv:2004.05150](https://arxiv.org/abs/2004.05150);
+# Jiang et al. 2023, Mistral 7B, §2, [arXiv:2310.06825](https://arxiv.org/abs/2310.06825), whose
 # "rolling buffer" cache holds $W$ tokens). Write `window_attention_step(q, k_cache, v_cache, window)`: the
 # decoding step of exercise 2 for such a model, given a cache that still holds all `T` tokens. When fewer
 # than `window` tokens are cached, the step sees all of them. Then answer for yourself: how much cache does

@@ -601,7 +601,7 @@ ch02.check_interference_prediction(predicted_retrieval_error_solution, measured=
 #
 # Expected directions, any one argued with its cost earns full credit. (1) *More features*: approximate
 # $\exp(q^\top k)$ with many random positive features (FAVOR+ of Choromanski et al. 2021, *Rethinking
-# Attention with Performers*, §3) or a Taylor expansion (a second-order one has about $D^2/2$ features); the kernel
+# Attention with Performers*, §3, [arXiv:2009.14794](https://arxiv.org/abs/2009.14794)) or a Taylor expansion (a second-order one has about $D^2/2$ features); the kernel
 # sharpens, but the state grows from $D\times D_v$ to $D_\phi \times D_v$ and every step reads and writes it.
 # (2) *A sharper map*, e.g. a higher power or temperature on the features: focuses more but amplifies
 # noise and makes the normaliser unstable. (3) *Keep a few exact softmax layers or a sliding window* next
