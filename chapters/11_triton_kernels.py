@@ -1039,6 +1039,38 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 # exactly what $-\infty$ would give. The kernel reaches the same two parts without float64: section 5's
 # `compensated_cumsum` passes this checker too (try `ch11.check_gate_sums(compensated_cumsum)`).
 
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Exercise 5 (open question): a sequence too long for one state pass
+#
+# The state pass walks the chunks in order: at batch 1 and 16 heads, a 32,768-token prompt gives it 512 steps one after
+# another, with only 16 programs working on them, however large the GPU. Propose a way to expose more parallelism
+# over the sequence, say what it costs in extra work, memory or communication, and say where it stops paying.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# Each chunk maps the incoming state affinely: $S_{\text{out}} = M_c\,S_{\text{in}} + N_c$. For DeltaNet, in chapter 04's
+# WY form, $M_c = I - K_c^\top W_c$ (a $K \times K$ matrix; the gated rules multiply their decays in) and
+# $N_c = K_c^\top U_c$, the state the chunk writes from zero ($K \times V$). Affine maps compose associatively, so:
+#
+# 1. **Split the sequence into segments** and run each segment's chunks from a zero state in parallel, keeping each
+#    segment's composed map $(M, N)$; then combine the segments' maps in order (few of them, cheap), and finally
+#    correct each segment's outputs with the true incoming state, $Q\,M_{<t}\,S_{\text{in}}$. Cost: the composed
+#    $M$ is $K \times K$ per head and segment, so extra $O(K^3)$ products per combine and extra memory for the maps;
+#    a second, light pass over the outputs.
+# 2. **A parallel scan** over all chunks (depth $\log_2 512 = 9$ instead of 512): more total work
+#    ($K \times K$ matrix products at every level) for less latency; it pays when the GPU is otherwise idle (batch 1,
+#    few heads), and stops paying once batch × heads fills the machine, where the sequential pass is already
+#    hidden behind enough parallel programs.
+# 3. **Across GPUs** (context parallelism): each GPU owns a segment and passes its final state (or composed map) to
+#    the next: one $K \times V$ state per head per boundary, tiny next to a KV cache.
+#
+# A good answer names the associativity that makes it possible, a concrete extra cost, and the regime (small batch,
+# few heads, long $T$) where it helps.
+#
+# </details>
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What we saw
 #

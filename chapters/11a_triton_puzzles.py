@@ -432,6 +432,33 @@ ch11a.check_chunk_scores(chunk_scores_kernel);
 # the two float32 parts of puzzle 4's sums. KDA's per-channel gates put the decay inside the product, which is why
 # chapter 11's pipeline has other kernels for them.
 
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Open question: what Triton decides for you
+#
+# In every puzzle you wrote what one program does with its blocks; you never chose which thread holds which element,
+# where a block lives (registers or shared memory) or how loads overlap with arithmetic. Pick two of the seven
+# puzzles. For each, say what a hand-written CUDA kernel could do differently, and whether it would be faster, on
+# what, and by roughly how much.
+
+# %% [markdown] tags=["solution"]
+# <details>
+# <summary>Model answer (for the lecturer)</summary>
+#
+# - **Masked add, SiLU gate, decode step** are memory-bound: each byte is read and written once, so the best any
+#   kernel can do is run at the copy bandwidth. Triton already issues wide, coalesced loads; CUDA gains little (a
+#   few per cent from tuned vector widths or cache hints), unless the kernel is so small that launch overhead
+#   dominates, which is fixed by fusing more work or CUDA graphs, not by the language.
+# - **Tiled matmul** is compute-bound: on Hopper the fastest kernels use asynchronous tensor-memory loads and
+#   warp-group matrix instructions with deep software pipelining and warp specialisation. Triton generates much of
+#   this but not all; hand-written CUTLASS-style kernels can be 10–30 % faster at some shapes.
+# - **Row softmax and the running sums** are reductions: CUDA lets you pick warp shuffles versus shared memory and
+#   how many rows a warp owns; Triton picks for you from the block shape, usually well.
+#
+# A good answer separates memory-bound from compute-bound, knows that the first is capped by bandwidth whatever the
+# language, and names a concrete hardware feature for the second.
+#
+# </details>
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## From the puzzles to chapter 11
 #
