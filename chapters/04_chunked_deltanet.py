@@ -30,7 +30,8 @@
 #    that the corrections before it wrote;
 # 2. derive a chunk's unit-lower-triangular system $(I + A)V' = \mathrm{Diag}(\beta)(V - KS_0)$ and its WY/UT
 #    solution $V' = U - WS_0$;
-# 3. implement the UT transform by forward substitution, and one chunk of DeltaNet with matrix products only;
+# 3. implement the UT transform by forward substitution, also for a rule with a decay, and trace one chunk of
+#    DeltaNet computed with matrix products only;
 # 4. compute the FLOPs of the chunked form's state part and intra-chunk part as functions of $L$, $C$ and $d$, and
 #    explain why hardware, not arithmetic, sets $C = 64$;
 # 5. read a GPU benchmark table: how softmax attention's time and a chunked mixer's time grow with the sequence
