@@ -260,3 +260,10 @@ def test_bad_layer_options_are_rejected():
         BakeoffMixer(config, output_gate="tanh")
     with pytest.raises(ValueError, match="mixer"):
         check_mixer("kda_mamba")
+
+
+def test_every_variant_has_a_label_and_a_colour():
+    from k3lite.bakeoff.models import VARIANTS
+    from k3lite.bakeoff.plots import COLORS, LABELS
+
+    assert all(name in LABELS and name in COLORS for name in VARIANTS)
