@@ -219,6 +219,44 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constex
 
 ch11a.check_matmul(matmul_kernel);
 
+# %% [markdown] slideshow={"slide_type": "subslide"}
+# ### Prediction: how often is each element of `a` read?
+#
+# Run the kernel on `M = N = K = 256` with `BM = BN = BK = 32`: an `(8, 8)` grid of programs. Before running the cell
+# after the next, write down how many times each element of `a` is loaded from memory in total, over all programs
+# and loop steps. The kernel below counts it: it walks the same loop as yours but adds 1 to a counter at every
+# position of `a` it would load (`tl.atomic_add`, safe when programs touch the same element).
+
+# %%
+def predicted_reads_of_a():
+    raise NotImplementedError  # return your prediction, a whole number
+
+
+# %%
+@triton.jit
+def count_reads_of_a(count_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        inside = (rows[:, None] < M) & (ks[None, :] < K)
+        tl.atomic_add(count_ptr + rows[:, None] * K + ks[None, :], tl.full([BM, BK], 1, tl.int32), mask=inside)
+
+
+reads = torch.zeros(256, 256, dtype=torch.int32, device=DEVICE)
+count_reads_of_a[(triton.cdiv(256, 32), triton.cdiv(256, 32))](reads, 256, 256, 256, 32, 32, 32)
+measured_reads = int(reads.min())
+print(f"every element of a was read between {int(reads.min())} and {int(reads.max())} times")
+ch11a.check_reload_prediction(predicted_reads_of_a, measured=measured_reads);
+
+
+# %% tags=["solution"]
+# Solution: program (i, j) reads all of row block i of a; the 8 programs of that grid row each read it once.
+def predicted_reads_of_a_solution():
+    return 256 // 32
+
+
+ch11a.check_reload_prediction(predicted_reads_of_a_solution, measured=measured_reads);
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Puzzle 4: running sums that restart at every chunk
 #

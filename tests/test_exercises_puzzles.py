@@ -400,3 +400,20 @@ def test_scores_right_passes():
 def test_scores_mistakes_fail(kernel, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ch11a.check_chunk_scores(kernel)
+
+
+def test_reload_prediction_accepts_the_grid_row_count():
+    assert ch11a.tile_reloads(256, 256, 256, 32, 32, 32) == 8
+    assert ch11a.tile_reloads(256, 100, 256, 32, 32, 32) == 4   # a partial column tile still reads a
+    assert ch11a.check_reload_prediction(lambda: 8, measured=8)
+
+
+@pytest.mark.parametrize("guess, hint", [(1, "whole row of c"), (64, "number of programs"), (16, "not right")])
+def test_reload_prediction_explains_a_wrong_guess(guess, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ch11a.check_reload_prediction(lambda: guess)
+
+
+def test_reload_prediction_refuses_a_wrong_measurement():
+    with pytest.raises(ExerciseFailed, match="measured count 7"):
+        ch11a.check_reload_prediction(lambda: 8, measured=7)

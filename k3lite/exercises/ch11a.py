@@ -169,6 +169,39 @@ def check_matmul(kernel) -> bool:
     return attempt("Puzzle 3 (tiled matmul)", check)
 
 
+def tile_reloads(M: int, N: int, K: int, BM: int, BN: int, BK: int) -> int:
+    """How many programs of the tiled matmul read each element of ``a``: one per column tile of ``c``."""
+    if min(M, N, K, BM, BN, BK) < 1:
+        raise ValueError(f"sizes and blocks must be >= 1, got {(M, N, K, BM, BN, BK)}")
+    return triton.cdiv(N, BN)
+
+
+def check_reload_prediction(predict, measured: int | None = None) -> bool:
+    """``predict() -> int``: how many times the tiled matmul of puzzle 3 reads each element of ``a`` for
+    M = N = K = 256 with 32 x 32 x 32 blocks. ``measured`` (the notebook's count) must agree with the rule."""
+
+    def check():
+        predicted = predict()
+        expected = tile_reloads(256, 256, 256, 32, 32, 32)
+        if measured is not None and measured != expected:
+            raise ExerciseFailed(f"the measured count {measured} is not {expected}: count the reads of a on the "
+                                 "(8, 8) grid, one per program and loop step that loads the element.")
+        explanation = (f"each element of a is read {expected} times: program (i, j) reads all of a's row block i, "
+                       f"and there are N / BN = {expected} programs in that row of the grid, one per column tile of "
+                       "c. The arithmetic per byte read grows with BN, which is why kernels take the largest tiles "
+                       "that fit on chip.")
+        if predicted != expected:
+            hint = ""
+            if predicted == 1:
+                hint = " Once would need one program to compute a whole row of c; here a row block is shared."
+            elif predicted == 64:
+                hint = " 64 is the number of programs; only the ones in a's row block read a given element."
+            raise ExerciseFailed(f"your prediction {predicted!r} is not right: {explanation}{hint}")
+        print(f"your prediction {predicted}; {explanation}")
+
+    return attempt("Prediction: how often the tiled matmul reads a", check)
+
+
 # ------------------------------------------------------------------------------- 4. chunk-local prefix sums
 
 CUMSUM_CASES = ((3, 40, 16), (2, 64, 64), (1, 5, 8))   # (rows, T, CHUNK)
