@@ -421,6 +421,9 @@ ch11a.check_delta_step(delta_step_kernel);
 # $$A_{rc} = (q_r \cdot k_c)\, e^{G_r - G_c} \ \text{ for } c \le r, \qquad A_{rc} = 0 \ \text{ for } c > r,$$
 #
 # with $G$ the chunk's running gate sums of puzzle 4. It is stage 2 of chapter 11's pipeline (`_intra_chunk_dense`).
+#
+# ![Chunking: parallel inside a chunk, a state across chunks](../figures/diagram_chunk_tiling.svg)
+#
 # Above the diagonal $G_r - G_c > 0$, and with strong gates $e^{G_r - G_c}$ is infinite in float32; multiplied by a
 # mask of 0 it gives NaN ($\infty \cdot 0$). A causal kernel *chooses* with `tl.where` and keeps every exponent it
 # takes at or below 0.

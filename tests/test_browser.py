@@ -86,7 +86,9 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def browser(server):
+def chromium():
+    """One headless Chromium for the module: Playwright's sync API allows one running instance per thread, so the
+    site's tests and the decks' tests share it."""
     if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
         unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     try:
@@ -94,9 +96,14 @@ def browser(server):
     except ImportError:
         unavailable("the playwright package is not installed (pip install -e '.[test]')")
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server, chromium):
+    return chromium
 
 
 @dataclass
@@ -575,17 +582,8 @@ def deck_server():
 
 
 @pytest.fixture(scope="module")
-def deck_browser(deck_server):
-    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
-        unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("the playwright package is not installed (pip install -e '.[test]')")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def deck_browser(deck_server, chromium):
+    return chromium
 
 
 @pytest.fixture(scope="module")
