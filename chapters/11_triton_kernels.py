@@ -132,9 +132,14 @@ plt.show()
 # %% [markdown]
 # The {glue:text}`ch11_programs` programs cover a {glue:text}`ch11_lane_rect` rectangle of lanes; the mask stops the
 # {glue:text}`ch11_masked_lanes` lanes outside the array. On a GPU the programs run at the same time on the streaming
-# multiprocessors, in no promised order; the interpreter runs them one after another. Nothing else distinguishes the
-# two: a kernel that is right under the interpreter computes the same thing on the GPU (up to the order of float
-# additions, and bf16, which the interpreter does not handle). Kernels can be written in notebook cells, as here.
+# multiprocessors, in no promised order; the interpreter runs them one after another. The interpreter checks the
+# *algorithm*: the indexing, the masks, the arithmetic (in float32; it does not handle bf16). It does not check the
+# *compiled program*: on the GPU the compiler chooses layouts, shared-memory buffers and pipelining, and a compiler
+# can get those wrong. k3lite met that: at head widths outside the tuned ones, Triton compiled two backward stages
+# into wrong gradients on an H100 while the interpreter computed the same kernels exactly. So a kernel needs both:
+# interpreter tests on any machine, and the same checks on a GPU (`tests/test_grid_*_gpu.py` runs the reference
+# library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the interpreter to
+# find the one that differs). Kernels can be written in notebook cells, as here.
 #
 # `tl.dot` is where a GPU's speed lives. A matrix product, one program per `[16, 16]` output tile, walking the shared
 # dimension 16 at a time and accumulating in float32:

@@ -268,3 +268,15 @@ def check_case(case: Case, ratios: dict[str, float], *, reference_dtype=torch.fl
     assert_all_close(results, ratios)
     return ratios_found
 
+
+def check_or_refused(case: Case, ratios: dict[str, float], D: int) -> None:
+    """The reference runs head widths up to 256; k3lite's chunked kernels stop at 128 and must say so by name."""
+    import pytest
+
+    from k3lite.kernels import MAX_CHUNKED_HEAD_WIDTH
+
+    if D > MAX_CHUNKED_HEAD_WIDTH:
+        with pytest.raises(ValueError, match="head width must be at most"):
+            check_case(case, ratios)
+    else:
+        check_case(case, ratios)

@@ -30,4 +30,4 @@ def test_chunk_varlen(H, D, mask_p, cu_seqlens):
     case = ref.make_case(KIND, 1, cu_seqlens[-1], H, D, torch.float16, qk="randn_keys", v_dist="randn",
                          gate="logsigmoid_randn", mask_p=mask_p, beta_dtype=torch.float16, h0="randn",
                          d_state="rand", cu_seqlens=cu_seqlens)
-    ref.check_case(case, ref.KDA_VARLEN_RATIOS)
+    ref.check_or_refused(case, ref.KDA_VARLEN_RATIOS, D)

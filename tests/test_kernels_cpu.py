@@ -379,6 +379,36 @@ def test_head_dims_below_one_tile():
         assert rel_err(x.grad, ref.grad) < 1e-4, name
 
 
+@pytest.mark.parametrize("halves", [True, False], ids=["halves", "whole"])
+@pytest.mark.parametrize("kind,K,V", [("delta_rule", 64, 64), ("delta_rule", 24, 20), ("gated_delta_rule", 64, 48),
+                                      ("kda", 32, 100), ("linear_attention", 64, 64)])
+def test_both_forms_of_the_reverse_state_pass(kind, K, V, halves, monkeypatch):
+    # The GPU picks a form by dtype and shape (chunk_bwd_triton.use_state_pass_halves); the interpreter runs float32,
+    # which alone would leave the halves untested here. Both forms, forced, against the token loop.
+    from k3lite.kernels import chunk_bwd_triton
+
+    monkeypatch.setattr(chunk_bwd_triton, "use_state_pass_halves", lambda *shape: halves)
+    gen = torch.Generator().manual_seed(6)
+    T, heads = 130, 2
+    q = torch.randn(1, T, heads, K, generator=gen)
+    k = torch.nn.functional.normalize(torch.randn(1, T, heads, K, generator=gen), dim=-1)
+    v = torch.randn(1, T, heads, V, generator=gen)
+    g = {"gated_delta_rule": -2 * torch.rand(1, T, heads, generator=gen),
+         "kda": -2 * torch.rand(1, T, heads, K, generator=gen)}.get(kind)
+    beta = torch.rand(1, T, heads, generator=gen) if kind != "linear_attention" else None
+    h0 = torch.randn(1, heads, K, V, generator=gen)
+    inputs = [x for x in (q, k, v, g, beta) if x is not None] + [h0]
+    leaves = [x.clone().requires_grad_(True) for x in inputs]
+    o, s = OPS[kind].chunked(*leaves[:-1], initial_state=leaves[-1], backend="triton")
+    refs = [x.double().requires_grad_(True) for x in inputs]
+    o_ref, s_ref = OPS[kind].recurrent(*refs[:-1], initial_state=refs[-1])
+    d_o, d_s = torch.randn(o.shape, generator=gen), torch.randn(s.shape, generator=gen)
+    torch.autograd.backward([o, s], [d_o, d_s])
+    torch.autograd.backward([o_ref, s_ref], [d_o.double(), d_s.double()])
+    for n, (x, ref) in enumerate(zip(leaves, refs)):
+        assert rel_err(x.grad, ref.grad) < 1e-4, f"input {n}"
+
+
 @pytest.mark.parametrize("kind", ["gated_delta_rule", "kda"])
 def test_gradients_with_several_key_and_value_blocks(kind):
     # K = 72 and V = 80 span two 64-wide key/value blocks in the backward kernels, the second one partial.

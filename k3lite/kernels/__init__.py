@@ -41,6 +41,14 @@ Launches: on a GPU every kernel these entry points launch is wrapped by ``_launc
 scalars, constexprs and options, every tensor 16-byte aligned) goes straight to the compiled kernel's launcher
 instead of through Triton's per-call dispatch (see ``_launch`` for what it checks and why).
 
+Tests on a GPU: besides the interpreter tests, ``tests/test_grid_{kda,gdn,delta}_gpu.py`` and
+``tests/test_grid_kda_varlen_gpu.py`` port the reference library's own test grids (flash-linear-attention,
+tests/ops/test_kda.py, test_gated_delta.py, test_delta.py: T from 15 to 8,192, head widths 32 to 256, fp16 and bf16,
+gate normalisers, masked gates, initial states, packed batches), each case judged by that library's per-tensor
+error ratios against a float64 token loop; widths above 128 must be refused by name, and grouped value heads
+(more value heads than key heads), a layout k3lite does not have, are skipped. The last run's command, card and
+counts are in ``benchmarks/results/grids_h100.json``.
+
 Precision: every tl.dot takes ``input_precision`` from a DOT_PRECISION constexpr, "ieee" when the
 inputs are float32 (Hopper would otherwise use TF32 for float32 products) and "tf32" otherwise.
 """
@@ -185,9 +193,10 @@ def _check_kernel_inputs(kind, q, k, v, g, beta, state):
     _check_tensors(q, k, v, g, beta, state=state)
 
 
-# On the H200, the bf16/fp16 backward faults (illegal memory access, or NaN gradients) when the key or value
-# width is below 64 (the bake-off's head dim 32 found it; the cause is not yet known). float32 operands take other
-# code paths, which are exact there; at such widths they are also cheap.
+# Below this key or value width a bf16/fp16 backward runs in float32 (cheap at such widths). It was added when the
+# half-precision backward at width 32 gave wrong gradients; the cause, a stage Triton compiled wrongly at that
+# shape, is now routed around (chunk_bwd_triton.verified_fast_shape) and the half-precision backward at widths
+# 32, 48 and 100 matches the float64 reference on an H100, but the reference grids were run with this rule in place.
 MIN_HALF_PRECISION_BACKWARD_WIDTH = 64
 
 

@@ -181,6 +181,47 @@ def _bwd_state_pass_halves(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr,
 
 @cached_launch
 @triton.jit
+def _bwd_state_pass_whole(q_ptr, g_ptr, kd_ptr, w_ptr, do_ptr, dv_ptr, dht_ptr, dh_ptr, dh0_ptr, scale, T, NT,
+                          H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                          BV: tl.constexpr, GATE: tl.constexpr, DELTA: tl.constexpr, HAS_DHT: tl.constexpr,
+                          DOT_PRECISION: tl.constexpr):
+    # Stage 2 as _bwd_state_pass_halves computes it, in its plainest form: D = dL/dh_{c+1} is one float32
+    # [BK, BV] tile, every operand is float32 (exact products for float32 inputs, TF32 otherwise), and nothing
+    # is loaded ahead. Slower than the halves on long sequences, and correct wherever the halves are not
+    # (see use_state_pass_halves).
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    rk = tl.arange(0, BK)
+    rv = i_v * BV + tl.arange(0, BV)
+    mask_kv = (rk[:, None] < K) & (rv[None, :] < V)
+    state_off = rk[:, None] * V + rv[None, :]
+    if HAS_DHT:
+        d = tl.load(dht_ptr + _state_base(i_bh, K, V) + state_off, mask=mask_kv, other=0.0)
+    else:
+        d = tl.zeros([BK, BV], dtype=tl.float32)
+    kbase = _head_base(i_b, i_h, T, H, K)
+    vbase = _head_base(i_b, i_h, T, H, V)
+    for i in range(0, NT):
+        i_t = NT - 1 - i
+        h_off = _chunk_state_base(i_b, i_t, i_h, NT, H, K, V)
+        tl.store(dh_ptr + h_off + state_off, d.to(dh_ptr.dtype.element_ty), mask=mask_kv)
+        b_kd = _load_f32(kd_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_dv = _load_f32(dv_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        b_dv += tl.dot(b_kd, d, input_precision=DOT_PRECISION)
+        _store(dv_ptr + vbase, b_dv, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        if GATE != GATE_NONE:
+            d = d * _chunk_decay(g_ptr, i_b, i_h, i_t, 0, T, H, K, BT, BK, GATE)[:, None]
+        b_q = _load_f32(q_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+        b_do = _load_f32(do_ptr + vbase, i_t * BT, i_v * BV, T, V, H * V, BT, BV)
+        d += scale * tl.dot(tl.trans(b_q), b_do, input_precision=DOT_PRECISION)
+        if DELTA:
+            b_w = _load_f32(w_ptr + kbase, i_t * BT, 0, T, K, H * K, BT, BK)
+            d -= tl.dot(tl.trans(b_w), b_dv, input_precision=DOT_PRECISION)
+    tl.store(dh0_ptr + _state_base(i_bh, K, V) + state_off, d, mask=mask_kv)
+
+
+@cached_launch
+@triton.jit
 def _gated_queries(q_ptr, g_ptr, out_ptr, n, PER_GATE: tl.constexpr, BLOCK: tl.constexpr):
     # exp(G) Q in the inputs' dtype, element by element (G <= 0, so every factor is <= 1): the reverse state
     # pass of the gated kinds reads it as the ungated pass reads Q. PER_GATE elements of Q share one G: 1 for
@@ -585,12 +626,32 @@ LAUNCH = {name: dict(num_warps=4) for name in
 # The reverse state pass: with its loads one chunk ahead, num_stages=3. On long sequences that is much faster than
 # 2 stages for every kind; at shorter ones as fast for the gated kinds and faster for DeltaNet.
 LAUNCH["state_pass_halves"] = dict(num_warps=4, num_stages=3)
+LAUNCH["state_pass_whole"] = dict(num_warps=4, num_stages=1)
+LAUNCH["wy_other_shapes"] = dict(num_warps=8)   # see verified_fast_shape
 # Elements per program of the elementwise _gated_queries: 1024 = 8 per thread at 4 warps, wide vector loads.
 ELEMENTWISE_BLOCK = 1024
 # Value-block width of the reverse state pass (None: state_block_v from 32 down; 64 is slower: fewer programs for a
 # latency-bound pass).
 BLOCK_V = {"state_halves": None}
 
+
+
+def verified_fast_shape(dtype, K: int, V: int) -> bool:
+    """Whether the backward runs its tuned launch settings: half precision at head widths 64 and 128.
+
+    Those are the shapes the speed targets are measured at and the reference grids check. Elsewhere Triton 3.6
+    compiled two stages wrongly on an H100 while the interpreter computes the same kernels exactly (each case
+    reproduced launch by launch with benchmarks/probes/launch_replay.py): _bwd_wy at 4 warps gave dv off by 0.4
+    relative for float32 Gated DeltaNet at width 64 and by 0.8 for bf16 at width 32 (every kind), and fine at 8
+    warps; the reverse state pass in halves faulted in bf16 at width 100 (compute-sanitizer: out-of-range
+    shared-memory reads). Other shapes therefore take 8 warps for _bwd_wy and the plain whole-tile state pass.
+    """
+    return dtype in (torch.bfloat16, torch.float16) and K in (64, 128) and V in (64, 128)
+
+
+def use_state_pass_halves(dtype, K: int, V: int, block_v: int) -> bool:
+    """Whether the reverse state pass runs as _bwd_state_pass_halves (else _bwd_state_pass_whole)."""
+    return verified_fast_shape(dtype, K, V) and V % block_v == 0
 
 
 def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_state):
@@ -641,10 +702,15 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
         q_state = torch.empty_like(q)
         _gated_queries[(cdiv(q.numel(), ELEMENTWISE_BLOCK),)](q, g_arg, q_state, q.numel(),
                                                               K if gate == GATE_SCALAR.value else 1, ELEMENTWISE_BLOCK)
-    # The key rows split in two halves, each at least 16 wide for the tensor cores.
-    _bwd_state_pass_halves[(cdiv(V, BV_state), B * H)](
-        q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale, T, NT,
-        H, K, V, BT, max(BK, 2 * SUB), BV_state, gate, delta, d_state is not None, prec, **launch)
+    state_args = (q_state, g_arg, parts["kd"], w, d_o, dv, d_state if d_state is not None else dh0, dh, dh0, scale,
+                  T, NT, H, K, V, BT)
+    if use_state_pass_halves(q.dtype, K, V, BV_state):
+        # The key rows split in two halves, each at least 16 wide for the tensor cores.
+        _bwd_state_pass_halves[(cdiv(V, BV_state), B * H)](*state_args, max(BK, 2 * SUB), BV_state, gate, delta,
+                                                           d_state is not None, prec, **launch)
+    else:
+        _bwd_state_pass_whole[(cdiv(V, BV_state), B * H)](*state_args, BK, BV_state, gate, delta,
+                                                          d_state is not None, prec, **LAUNCH["state_pass_whole"])
 
     dq = torch.empty(B, T, H, K, **f32)
     dk = torch.empty(B, T, H, K, **f32)
@@ -672,7 +738,8 @@ def chunk_backward(kind, scale, q, k, v, g, beta, initial_state, kept, d_o, d_st
     dG_row = torch.zeros(B, T, H, **f32) if gate == GATE_SCALAR.value else dG
     if delta:
         _bwd_wy[(NT, B * H)](k, v, g_arg, beta_arg, parts["ai"], dw, dv, dv_out, dk, dG_row, dbeta, dakk, T, H, K, V,
-                             BT, BKb, BV, gate, prec, **LAUNCH["wy"])
+                             BT, BKb, BV, gate, prec,
+                             **LAUNCH["wy" if verified_fast_shape(q.dtype, K, V) else "wy_other_shapes"])
     if gate == GATE_CHANNEL.value:
         _bwd_intra[(NT * (BT // BC), B * H)](q, k, g_arg, gl_arg, beta_arg, daqk, dakk, dq, dk, dG,
                                              dbeta if delta else dq, dq_out, dk_out, dbeta_out, lo_from, T, H, K, BT,
