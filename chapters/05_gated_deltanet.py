@@ -606,13 +606,10 @@ expect("every switch cell has at least 3 seeds", min(len(accuracies("switch", m)
 # evaluation batch.
 
 # %% tags=["plumbing"]
-def trained_retention(mixer, d_model):
-    """Each stored run's smallest per-layer mean retention, for one (mixer, width)."""
-    return [min(run["metrics"]["retention_mean"]) for run in bakeoff_runs.values()
-            if run["mixer"] == mixer and run["d_model"] == d_model and "retention_mean" in run.get("metrics", {})]
+from k3lite.bakeoff.plots import trained_retention
 
-
-stored_gdn = trained_retention("gated_delta_rule", 64)
+# Each stored width-64 Gated DeltaNet run's most forgetful layer (smallest per-layer mean retention).
+stored_gdn = [min(layers) for layers in trained_retention(bakeoff_runs)[("gated_delta_rule", 64)]]
 print(f"Gated DeltaNet, width 64: {len(stored_gdn)} stored runs; the most forgetful layer of any run keeps "
       f"{min(stored_gdn):.3f} of its memory per token on average")
 glue("ch05_stored_gdn_runs", str(len(stored_gdn)), display=False)

@@ -718,34 +718,11 @@ expect("every DeltaNet and K3-hybrid seed passes 0.5 there",
 # recomputes where the gate of those runs started.
 
 # %% tags=["plumbing"]
-from statistics import median
+from k3lite.bakeoff.plots import print_trained_retention, saturated_recipe_retention
 
-
-def trained_retention(runs):
-    """(mixer, d_model) -> each stored run's per-layer trained mean retention, for the mixers with a decay gate."""
-    by_cell = {}
-    for run in runs.values():
-        if "retention_mean" in run.get("metrics", {}):
-            by_cell.setdefault((run["mixer"], run["d_model"]), []).append(run["metrics"]["retention_mean"])
-    return by_cell
-
-
-retention = trained_retention(bakeoff_runs)
-print(f"{'mixer':<31}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
-for (mixer, d), per_run in sorted(retention.items()):
-    layers = [value for run in per_run for value in run]
-    print(f"{LABELS[mixer]:<31}{d:>5}{len(per_run):>6}{min(layers):>10.3f}{median(layers):>8.3f}")
-    name = f"ch06_retention_{mixer.split(':')[-1]}_d{d}"
-    glue(f"{name}_runs", str(len(per_run)), display=False)
-    glue(f"{name}_min", f"{min(layers):.2f}", display=False)
-    glue(f"{name}_median", f"{median(layers):.3f}", display=False)
-# The stored runs' gate: g = -5 sigmoid(A (Wx + dt_bias)) with Mamba's A in U(1, 16), dt log-uniform in
-# [1e-3, 1e-1], dt_bias = softplus^-1(dt); at x = 0 the retention is exp(-5 sigmoid(A dt_bias)).
-draws = torch.Generator().manual_seed(0)
-A = torch.empty(100_000).uniform_(1, 16, generator=draws)
-dt = torch.exp(torch.empty(100_000).uniform_(math.log(1e-3), math.log(1e-1), generator=draws))
-dt_bias = dt + torch.log(-torch.expm1(-dt))
-stored_init_retention = torch.exp(-5 * torch.sigmoid(A * dt_bias))
+retention = print_trained_retention(bakeoff_runs, "ch06", glue)
+# The stored runs' gate at x = 0: exp(-5 sigmoid(A dt_bias)), A in U(1, 16), dt_bias = softplus^-1(dt).
+stored_init_retention = saturated_recipe_retention()
 lowest_product, highest_product = 16 * math.log(math.expm1(1e-3)), math.log(math.expm1(1e-1))
 print(f"stored runs' gate at initialisation: A · dt_bias in [{lowest_product:.0f}, {highest_product:.1f}], "
       f"median retention {stored_init_retention.median().item():.4f}, "
@@ -949,7 +926,7 @@ ch06.check_two_timescale_gate(per_channel_gate);
 
 # %% tags=["solution"]
 # Solution
-def per_channel_gate(num_steps, num_channels, switch_steps, long_channels):
+def per_channel_gate_solution(num_steps, num_channels, switch_steps, long_channels):
     g = torch.zeros(num_steps, num_channels)
     fast = [d for d in range(num_channels) if d not in set(long_channels)]
     for step in switch_steps:
@@ -957,7 +934,7 @@ def per_channel_gate(num_steps, num_channels, switch_steps, long_channels):
     return g
 
 
-ch06.check_two_timescale_gate(per_channel_gate);
+ch06.check_two_timescale_gate(per_channel_gate_solution);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 3 (transfer): the per-channel decay without the delta rule

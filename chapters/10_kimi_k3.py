@@ -968,34 +968,12 @@ expect("in the stored runs the hybrid beats pure KDA on two time scales and on n
 # records, per gated layer, the mean retention $e^{g}$ it ended with after training:
 
 # %% tags=["plumbing"]
-from statistics import median
+from k3lite.bakeoff.plots import print_trained_retention, saturated_recipe_retention
 
-
-def trained_retention(runs):
-    """(mixer, d_model) -> each stored run's per-layer trained mean retention, for the mixers with a decay gate."""
-    by_cell = {}
-    for run in runs.values():
-        if "retention_mean" in run.get("metrics", {}):
-            by_cell.setdefault((run["mixer"], run["d_model"]), []).append(run["metrics"]["retention_mean"])
-    return by_cell
-
-
-retention = trained_retention(bakeoff_runs)
+retention = print_trained_retention(bakeoff_runs, "ch10", glue)
 GATED_MIXERS = {mixer for mixer, _ in retention}   # the stored mixers with a decay gate
-print(f"{'mixer':<31}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
-for (mixer, d), per_run in sorted(retention.items()):
-    layers = [value for run in per_run for value in run]
-    print(f"{LABELS[mixer]:<31}{d:>5}{len(per_run):>6}{min(layers):>10.3f}{median(layers):>8.3f}")
-    name = f"ch10_retention_{mixer.split(':')[-1]}_d{d}"
-    glue(f"{name}_runs", str(len(per_run)), display=False)
-    glue(f"{name}_min", f"{min(layers):.2f}", display=False)
-    glue(f"{name}_median", f"{median(layers):.3f}", display=False)
-# The stored runs' gate: g = -5 sigmoid(A (Wx + dt_bias)) with Mamba's A in U(1, 16), dt log-uniform in
-# [1e-3, 1e-1], dt_bias = softplus^-1(dt); at x = 0 the retention is exp(-5 sigmoid(A dt_bias)).
-draws = torch.Generator().manual_seed(0)
-A = torch.empty(100_000).uniform_(1, 16, generator=draws)
-dt = torch.exp(torch.empty(100_000).uniform_(math.log(1e-3), math.log(1e-1), generator=draws))
-stored_init_retention = torch.exp(-5 * torch.sigmoid(A * (dt + torch.log(-torch.expm1(-dt)))))
+# The stored runs' gate at x = 0: exp(-5 sigmoid(A dt_bias)), A in U(1, 16), dt_bias = softplus^-1(dt).
+stored_init_retention = saturated_recipe_retention()
 print(f"stored runs' gate at initialisation (x = 0): median retention {stored_init_retention.median().item():.4f}")
 glue("ch10_stored_init_median_retention", f"{stored_init_retention.median().item():.4f}", display=False)
 print(f"stored mixers with a decay gate: {', '.join(LABELS[m] for m in sorted(GATED_MIXERS))}")

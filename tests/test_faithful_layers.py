@@ -267,3 +267,28 @@ def test_every_variant_has_a_label_and_a_colour():
     from k3lite.bakeoff.plots import COLORS, LABELS
 
     assert all(name in LABELS and name in COLORS for name in VARIANTS)
+
+
+def test_trained_retention_groups_each_runs_layers_by_cell():
+    from k3lite.bakeoff.plots import trained_retention
+
+    runs = {"a": {"mixer": "kda", "d_model": 64, "metrics": {"retention_mean": [0.9, 0.8]}},
+            "b": {"mixer": "kda", "d_model": 64, "metrics": {"retention_mean": [0.7, 0.95]}},
+            "c": {"mixer": "kda", "d_model": 128, "metrics": {"retention_mean": [0.5]}},
+            "d": {"mixer": "softmax", "d_model": 64, "metrics": {"accuracy": 1.0}}}
+    assert trained_retention(runs) == {("kda", 64): [[0.9, 0.8], [0.7, 0.95]], ("kda", 128): [[0.5]]}
+
+
+def test_saturated_recipe_retention_is_the_bounded_gate_at_its_softplus_initialisation():
+    # Independently: exp(-5 sigmoid(A softplus^-1(dt))), A ~ U(1, 16), dt log-uniform in [1e-3, 1e-1]; the product
+    # A dt_bias lies in [16 log(expm1(1e-3)), log(expm1(1e-1))] = [-110.5, -2.25], so the retention is at least
+    # exp(-5 sigmoid(-2.25)) = 0.59 and almost every draw is above 0.999.
+    from k3lite.bakeoff.plots import saturated_recipe_retention
+
+    state = torch.random.get_rng_state()
+    retention = saturated_recipe_retention(draws=20_000, seed=3)
+    assert torch.equal(state, torch.random.get_rng_state())   # the global generator is left as it was
+    floor = math.exp(-5 / (1 + math.exp(-math.log(math.expm1(0.1)))))
+    assert retention.min() >= floor - 1e-6 and retention.max() <= 1.0
+    assert retention.median() > 0.999 and (retention > 0.999).float().mean() > 0.85
+    assert torch.equal(retention, saturated_recipe_retention(draws=20_000, seed=3))

@@ -149,6 +149,54 @@ def print_cell_table(cells: dict, tasks, mixers, d_model: int = 64) -> None:
             print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
 
 
+def trained_retention(runs: dict) -> dict[tuple[str, int], list[list[float]]]:
+    """(mixer, d_model) -> each stored run's per-layer mean retention e^g after training, for mixers with a gate.
+
+    A run of a mixer with a decay gate stores, per gated layer, the mean of e^g over the tokens of an evaluation
+    batch (``metrics["retention_mean"]``): near 1 everywhere means the decay took no part in what the run learned.
+    """
+    by_cell: dict[tuple[str, int], list[list[float]]] = {}
+    for run in runs.values():
+        if "retention_mean" in run.get("metrics", {}):
+            by_cell.setdefault((run["mixer"], run["d_model"]), []).append(run["metrics"]["retention_mean"])
+    return by_cell
+
+
+def print_trained_retention(runs: dict, prefix: str, glue) -> dict[tuple[str, int], list[list[float]]]:
+    """Print :func:`trained_retention` as a table (runs, smallest and median layer per cell) and glue each cell's
+    numbers as ``{prefix}_retention_{mixer}_d{d}_{runs,min,median}``; returns the table's data."""
+    from statistics import median
+
+    retention = trained_retention(runs)
+    print(f"{'mixer':<31}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
+    for (mixer, d), per_run in sorted(retention.items()):
+        layers = [value for run in per_run for value in run]
+        print(f"{LABELS[mixer]:<31}{d:>5}{len(per_run):>6}{min(layers):>10.3f}{median(layers):>8.3f}")
+        name = f"{prefix}_retention_{mixer.split(':')[-1]}_d{d}"
+        glue(f"{name}_runs", str(len(per_run)), display=False)
+        glue(f"{name}_min", f"{min(layers):.2f}", display=False)
+        glue(f"{name}_median", f"{median(layers):.3f}", display=False)
+    return retention
+
+
+def saturated_recipe_retention(draws: int = 100_000, seed: int = 0):
+    """Retention e^g at x = 0 of the gate the stored gated runs were trained with, ``draws`` draws.
+
+    Those runs computed K3's bounded gate g = -5 sigmoid(A (W x + dt_bias)) but initialised it with the recipe of
+    the softplus form: A in U(1, 16) and dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 1e-1] (Mamba's,
+    Gu and Dao 2023, section 3.6). At x = 0 that is e^{-5 sigmoid(A dt_bias)}: nearly 1 for almost every draw.
+    """
+    import torch
+
+    from k3lite.bakeoff.models import KDA_LOWER_BOUND, KIMI_LINEAR_A_RANGE, initial_dt_bias
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        A = torch.empty(draws).uniform_(*KIMI_LINEAR_A_RANGE)
+        dt_bias = initial_dt_bias(draws)
+    return torch.exp(KDA_LOWER_BOUND * torch.sigmoid(A * dt_bias))
+
+
 def _seeds_then_mean(records: list[dict]) -> tuple[int, float]:
     mean = sum(record["metric"] for record in records) / len(records)
     return len(records), mean if records[0].get("higher_is_better", True) else -mean
