@@ -135,11 +135,12 @@ plt.show()
 # multiprocessors, in no promised order; the interpreter runs them one after another. The interpreter checks the
 # *algorithm*: the indexing, the masks, the arithmetic (in float32; it does not handle bf16). It does not check the
 # *compiled program*: on the GPU the compiler chooses layouts, shared-memory buffers and pipelining, and a compiler
-# can get those wrong. k3lite met that: at head widths outside the tuned ones, Triton compiled two backward stages
-# into wrong gradients on an H100 while the interpreter computed the same kernels exactly. So a kernel needs both:
-# interpreter tests on any machine, and the same checks on a GPU (`tests/test_grid_*_gpu.py` runs the reference
-# library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the interpreter to
-# find the one that differs). Kernels can be written in notebook cells, as here.
+# can get those wrong. k3lite met that: at head widths outside the tuned ones, Triton compiled one backward stage
+# into wrong gradients and another into out-of-range memory reads on an H100, while the interpreter computed the
+# same kernels exactly (`benchmarks/results/grids_h100.json` records the GPU run that now passes). So a kernel
+# needs both: interpreter tests on any machine, and the same checks on a GPU (`tests/test_grid_*_gpu.py` runs the
+# reference library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the
+# interpreter to find the one that differs). Kernels can be written in notebook cells, as here.
 #
 # `tl.dot` is where a GPU's speed lives. A matrix product, one program per `[16, 16]` output tile, walking the shared
 # dimension 16 at a time and accumulating in float32:
