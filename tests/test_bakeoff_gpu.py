@@ -40,3 +40,12 @@ def test_graphed_step_trains_as_the_eager_step(mixer):
 def test_spec_key_ignores_how_the_step_is_launched():
     spec = RunSpec(mixer="kda", cuda_graph=True, **SPEC)
     assert spec.key() == dataclasses.replace(spec, cuda_graph=False).key()
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_every_periodic_evaluation_runs_on_either_launch_path(cuda_graph):
+    # The graphed loop once skipped the periodic evaluations: a run kept only its final one.
+    spec = RunSpec(mixer="delta_rule", cuda_graph=cuda_graph, evals=4, **SPEC)
+    record = run(spec, "cuda")
+    assert [point["step"] for point in record["evaluations"]] == [10, 20, 30, 40]
+    assert record["graphed_steps"] == (STEPS - EAGER_STEPS if cuda_graph else 0)

@@ -282,34 +282,34 @@ def run(spec: RunSpec, device: str | torch.device = "cpu", *, check_triton: bool
             timed_start = time.perf_counter()
         if graphed and step == EAGER_STEPS:
             step_fn, graph_error = _capture(model, optimizer, task.sample(spec.batch_size, generator, device), device)
-        if step_fn is not None:
+        if step_fn is not None:   # graphed steps are evaluated like eager ones (below), not skipped
             batch = step_fn.batch if step == EAGER_STEPS else task.sample(spec.batch_size, generator, device)
             losses[step] = step_fn(batch)
             graphed_steps += 1
-            continue
-        # Before capture the eager steps run on a side stream (the capture recipe). The batch is drawn on that
-        # stream too: a batch drawn on the default stream and read on another would race its own writes.
-        if side is not None:
-            side.wait_stream(torch.cuda.current_stream(device))
-        try:
-            with _maybe_stream(side):
-                batch = task.sample(spec.batch_size, generator, device)
-                if step == 0 and cuda and check_triton:
-                    with count_triton_calls() as counts:
+        else:
+            # Before capture the eager steps run on a side stream (the capture recipe). The batch is drawn on that
+            # stream too: a batch drawn on the default stream and read on another would race its own writes.
+            if side is not None:
+                side.wait_stream(torch.cuda.current_stream(device))
+            try:
+                with _maybe_stream(side):
+                    batch = task.sample(spec.batch_size, generator, device)
+                    if step == 0 and cuda and check_triton:
+                        with count_triton_calls() as counts:
+                            losses[step] = _train_step(model, optimizer, batch, cuda)
+                        triton_calls = _check_triton_path(model, counts, spec.mixer)
+                    else:
                         losses[step] = _train_step(model, optimizer, batch, cuda)
-                    triton_calls = _check_triton_path(model, counts, spec.mixer)
-                else:
-                    losses[step] = _train_step(model, optimizer, batch, cuda)
-        except ValueError as err:
-            if cuda or not _is_divergence(err, model):
-                raise
-            diverged, steps_done = Diverged(step, f"{type(err).__name__}: {err}"), step
-            break
-        if side is not None:
-            torch.cuda.current_stream(device).wait_stream(side)
-        if not cuda and not math.isfinite(losses[step].item()):   # on the CPU a step costs more than this read
-            diverged, steps_done = Diverged(step, f"the training loss is {losses[step].item()}"), step + 1
-            break
+            except ValueError as err:
+                if cuda or not _is_divergence(err, model):
+                    raise
+                diverged, steps_done = Diverged(step, f"{type(err).__name__}: {err}"), step
+                break
+            if side is not None:
+                torch.cuda.current_stream(device).wait_stream(side)
+            if not cuda and not math.isfinite(losses[step].item()):   # on the CPU a step costs more than this read
+                diverged, steps_done = Diverged(step, f"the training loss is {losses[step].item()}"), step + 1
+                break
         if step + 1 in periodic and not timing_only:
             began = time.perf_counter()
             # NaN weights would trip the ops' value check, on CUDA a device assert that ends the process
