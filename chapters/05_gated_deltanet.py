@@ -582,7 +582,7 @@ from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_runs = store.load(BAKEOFF)
-bakeoff_cells = final_cells(bakeoff_runs)  # (task, d_model, mixer) -> runs at the cell's chosen lr
+bakeoff_cells = final_cells(bakeoff_runs, layers="earlier")  # the earlier grid: (task, d, mixer) -> runs
 MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 
 accuracies = partial(cell_metrics, bakeoff_cells)   # (task, mixer, d_model=64) -> the stored seeds' accuracies

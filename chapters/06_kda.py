@@ -681,7 +681,7 @@ from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_runs = store.load(BAKEOFF)                # every stored run, by key
-bakeoff_cells = final_cells(bakeoff_runs)         # (task, d_model, mixer) -> runs at the cell's chosen lr
+bakeoff_cells = final_cells(bakeoff_runs, layers="earlier")  # the earlier grid: (task, d, mixer) -> runs
 MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 
 

@@ -292,3 +292,37 @@ def test_saturated_recipe_retention_is_the_bounded_gate_at_its_softplus_initiali
     assert retention.min() >= floor - 1e-6 and retention.max() <= 1.0
     assert retention.median() > 0.999 and (retention > 0.999).float().mean() > 0.85
     assert torch.equal(retention, saturated_recipe_retention(draws=20_000, seed=3))
+
+
+def test_readers_keep_the_published_layers_runs_apart_from_the_earlier_ones():
+    from k3lite.bakeoff.plots import final_cells, trained_retention
+
+    def record(key, seed, metric, retention, published):
+        r = {"key": key, "task": "mqar16", "mixer": "kda", "d_model": 64, "lr": 3e-3, "seed": seed, "steps": 2000,
+             "metric": metric, "metrics": {"accuracy": metric, "retention_mean": retention}}
+        return {**r, "evaluations": [{"step": 2000, "accuracy": metric}]} if published else r
+
+    runs = {"old0": record("old0", 0, 0.2, [0.999], False), "old1": record("old1", 1, 0.3, [0.998], False),
+            "new0": record("new0", 0, 0.95, [0.7], True)}
+    assert [r["key"] for r in final_cells(runs, layers="earlier")["mqar16", 64, "kda"]] == ["old0", "old1"]
+    assert [r["key"] for r in final_cells(runs, layers="published")["mqar16", 64, "kda"]] == ["new0"]
+    assert [r["key"] for r in final_cells(runs)["mqar16", 64, "kda"]] == ["new0"]   # latest: published replace
+    assert trained_retention(runs) == {("kda", 64): [[0.999], [0.998]]}
+    assert trained_retention(runs, "published") == {("kda", 64): [[0.7]]}
+    with pytest.raises(ValueError, match="layers must be one of"):
+        trained_retention(runs, "faithful")
+
+
+def test_sweep_metrics_lists_each_rates_seeds_in_order():
+    from k3lite.bakeoff.plots import sweep_metrics
+
+    def record(seed, lr, metric, status=None):
+        r = {"key": f"{seed}{lr}", "task": "mqar16", "mixer": "kda", "d_model": 64, "lr": lr, "seed": seed,
+             "metric": metric, "evaluations": []}
+        return {**r, "status": status} if status else r
+
+    runs = {str(i): r for i, r in enumerate([record(1, 3e-3, 0.5), record(0, 3e-3, 0.25), record(0, 1e-3, 0.125),
+                                             record(1, 1e-3, None, "diverged")])}
+    assert sweep_metrics(runs, "mqar16", 64) == {"kda": {1e-3: [0.125, None], 3e-3: [0.25, 0.5]}}
+    assert sweep_metrics(runs, "mqar16", 64, layers="earlier") == {}
+    assert sweep_metrics(runs, "mqar16", 128) == {}

@@ -33,18 +33,38 @@ TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
                   for n in (4, 8, 16, 32, 64, 128, 256)}}
 
 
-def final_cells(runs: dict, choices: dict | None = None) -> dict[tuple, list[dict]]:
+LAYERS = ("latest", "published", "earlier")   # which runs a reader takes (final_cells, trained_retention)
+
+
+def published_layer(record: dict) -> bool:
+    """Whether a stored run trained the layers as published (``k3lite.bakeoff.models``). Exactly the runs with
+    periodic evaluations: that protocol came after the layers were rebuilt, and every earlier run predates both
+    (its Gated DeltaNet and KDA gates began saturated: chapter 05, section 7)."""
+    return "evaluations" in record
+
+
+def _of_layers(records, layers: str) -> list[dict]:
+    if layers not in LAYERS:
+        raise ValueError(f"layers must be one of {LAYERS}, got {layers!r}")
+    records = list(records)
+    if layers == "latest":
+        return records
+    return [r for r in records if published_layer(r) == (layers == "published")]
+
+
+def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest") -> dict[tuple, list[dict]]:
     """``(task, d_model, mixer) -> records`` at the cell's chosen learning rate.
 
-    Records with periodic evaluations (the current protocol, key ``|ev``) replace a cell's earlier records
-    when it has any. Runs are grouped by learning rate and set-up (steps, vocabulary, layers, heads, batch,
+    ``layers``: ``"published"`` takes only the runs of the layers as published, ``"earlier"`` only the runs made
+    before (:func:`published_layer`), ``"latest"`` both, where a cell's published-layer runs replace its earlier
+    ones when it has any. Runs are grouped by learning rate and set-up (steps, vocabulary, layers, heads, batch,
     sequence length); the group with the most seeds wins (the seeds phase runs at the chosen rate), and among
     equals the best mean metric. With ``choices`` (``store.load_choices``): a chosen rate's group wins, and a
     cell whose sweep stayed "all at chance" has no final cell (its sweep runs are not a result at one rate).
     Diverged and failed runs have no metric and are left out (``python -m k3lite.bakeoff --table`` lists
     them)."""
     by_cell: dict[tuple, list[dict]] = {}
-    for record in runs.values():
+    for record in _of_layers(runs.values(), layers):
         if record.get("phase") == "measure" or store.finite_metric(record) is None:
             continue
         by_cell.setdefault((record["task"], record["d_model"], record["mixer"]), []).append(record)
@@ -67,6 +87,17 @@ def final_cells(runs: dict, choices: dict | None = None) -> dict[tuple, list[dic
         preferred = [g for key, g in groups.items() if key[0] == chosen.get(cell)]
         cells[cell] = max(preferred or groups.values(), key=_seeds_then_mean)
     return cells
+
+
+def sweep_metrics(runs: dict, task: str, d_model: int, layers: str = "published") -> dict[str, dict[float, list]]:
+    """``mixer -> {learning rate: [metric of each seed]}`` of every stored run of one task and width (seeds in
+    order; a diverged or failed run is ``None``): the evidence a learning-rate choice is made from."""
+    table: dict[str, dict[float, dict[int, float | None]]] = {}
+    for r in _of_layers(runs.values(), layers):
+        if r["task"] == task and r["d_model"] == d_model and r.get("phase") != "measure":
+            table.setdefault(r["mixer"], {}).setdefault(r["lr"], {})[r["seed"]] = store.finite_metric(r)
+    return {m: {lr: [by_seed[s] for s in sorted(by_seed)] for lr, by_seed in sorted(rates.items())}
+            for m, rates in table.items()}
 
 
 def _setup(record: dict) -> tuple:
@@ -149,25 +180,27 @@ def print_cell_table(cells: dict, tasks, mixers, d_model: int = 64) -> None:
             print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
 
 
-def trained_retention(runs: dict) -> dict[tuple[str, int], list[list[float]]]:
-    """(mixer, d_model) -> each stored run's per-layer mean retention e^g after training, for mixers with a gate.
+def trained_retention(runs: dict, layers: str = "earlier") -> dict[tuple[str, int], list[list[float]]]:
+    """(mixer, d_model) -> each stored run's per-layer mean retention e^g after training, for mixers with a gate,
+    over the runs of ``layers`` (see :func:`final_cells`; default the earlier runs, whose gates began saturated).
 
     A run of a mixer with a decay gate stores, per gated layer, the mean of e^g over the tokens of an evaluation
     batch (``metrics["retention_mean"]``): near 1 everywhere means the decay took no part in what the run learned.
     """
     by_cell: dict[tuple[str, int], list[list[float]]] = {}
-    for run in runs.values():
+    for run in _of_layers(runs.values(), layers):
         if "retention_mean" in run.get("metrics", {}):
             by_cell.setdefault((run["mixer"], run["d_model"]), []).append(run["metrics"]["retention_mean"])
     return by_cell
 
 
-def print_trained_retention(runs: dict, prefix: str, glue) -> dict[tuple[str, int], list[list[float]]]:
+def print_trained_retention(runs: dict, prefix: str, glue, layers: str = "earlier"
+                            ) -> dict[tuple[str, int], list[list[float]]]:
     """Print :func:`trained_retention` as a table (runs, smallest and median layer per cell) and glue each cell's
     numbers as ``{prefix}_retention_{mixer}_d{d}_{runs,min,median}``; returns the table's data."""
     from statistics import median
 
-    retention = trained_retention(runs)
+    retention = trained_retention(runs, layers)
     print(f"{'mixer':<31}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
     for (mixer, d), per_run in sorted(retention.items()):
         layers = [value for run in per_run for value in run]
