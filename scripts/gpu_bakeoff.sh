@@ -15,8 +15,8 @@
 #   LIMIT_S  wall-clock seconds for this whole call (e.g. 540 for a 9-minute device call)
 #   MODE     both (default): measure, then sweep | measure: only (a) | sweep: only (b)
 #   flags    shrink the grid, e.g. --tasks mqar16,mqar64 --mixers softmax,delta_rule,gated_delta_rule,kda
-#            --d-models 64 --num-layers 2 --steps mqar=2000 (the MQAR default, MQAR_STEPS in
-#            k3lite/bakeoff/cli.py, is a placeholder to be measured)
+#            --d-models 64 --steps mqar=2000 (the MQAR default, MQAR_STEPS in k3lite/bakeoff/cli.py, and how
+#            it was measured)
 # Environment: WORKERS_PER_GPU (default min(3, cores per GPU - 2)), GPUS (default: all visible), MARGIN_S (default 120: no run
 # starts later than LIMIT_S - MARGIN_S; runs in flight finish unless the hard limit hits first),
 # BAKEOFF_COMMIT (the commit recorded in every run when the copy on the device has no .git), RESUME (stores of

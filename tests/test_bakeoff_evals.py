@@ -157,3 +157,16 @@ def test_choices_are_stored_with_their_evidence_and_an_all_at_chance_cell_has_no
     store.merge([path, other], merged)
     assert set(store.load_choices(merged)) == set(choices) | {"x"}
     assert store.load_choices(tmp_path / "absent.json") == {}
+
+
+def test_the_default_mqar_budget_is_the_measured_one():
+    # MQAR_STEPS is read off the course's evidence: at the grid's smallest MQAR, every stored seed of softmax
+    # attention and DeltaNet (published-layer runs, every swept rate) learns within the budget, and the runs
+    # with periodic evaluations pass 0.9 in its first half, so the budget is not set at the edge of a plateau.
+    runs = [r for r in store.load(store.ROOT / store.COMMITTED).values()
+            if "evaluations" in r and r["task"] == "mqar16" and r["d_model"] == 64
+            and r["mixer"] in ("softmax", "delta_rule") and r["steps"] == cli.MQAR_STEPS]
+    assert len(runs) >= 10 and {r["mixer"] for r in runs} == {"softmax", "delta_rule"}
+    assert min(store.finite_metric(r) or 0.0 for r in runs) >= 0.9
+    learned = [r["steps_to_learn"] for r in runs if len(r["evaluations"]) > 1]
+    assert len(learned) >= 5 and max(learned) <= cli.MQAR_STEPS // 2
