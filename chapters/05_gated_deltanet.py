@@ -761,6 +761,8 @@ glue("ch05_grid_kda", cell_success(published_cells, "mqar16", "kda"), display=Fa
 glue("ch05_grid_gdn_runs", str(len(gdn_sweep)), display=False)
 glue("ch05_grid_gdn_best", f"{max(gdn_sweep):.3f}", display=False)
 glue("ch05_grid_sigmoid", str(success_rate(sigmoid_sweep)), display=False)
+glue("ch05_grid_sigmoid_verdict", success_verdict(sigmoid_sweep, gdn_sweep, "sigmoid output gate", "SiLU output gate"),
+     display=False)
 glue("ch05_grid_verdict", success_verdict(deltanet, gdn_sweep, "DeltaNet", "Gated DeltaNet (all its runs)"),
      display=False)
 expect("DeltaNet and KDA succeed on at least 5 seeds each", min(sum(a >= 0.9 for a in x) for x in (deltanet, kda_final))
@@ -805,9 +807,10 @@ glue("ch05_grid_seq_len", str(published_setup["seq_len"]), display=False)
 # the decay is doing something, and what it does is not help. Two suspects remain, and the grid tests one:
 #
 # * **The SiLU output gate** (the toy's suspect). The same layer with a sigmoid output gate succeeds on
-#   {glue:text}`ch05_grid_sigmoid` of its sweep's runs: better than never, far from DeltaNet. Its learning curves
-#   were still rising at the end (the successful seed passed 0.9 late in the run), so a longer budget may help it;
-#   the output gate explains part of the failure at most.
+#   {glue:text}`ch05_grid_sigmoid` of its sweep's runs, far from DeltaNet; against the SiLU-gated layer's sweep
+#   that is *{glue:text}`ch05_grid_sigmoid_verdict`*. Its learning curves were still rising at the end, so a longer
+#   budget may help it. The output gate does not explain the failure alone; whether it explains part of it needs
+#   more seeds.
 # * **The decay's starting point.** As published, the gate starts at a median retention of
 #   {glue:text}`ch05_init_published_median` per token: a memory of about {glue:text}`ch05_gdn_horizon` tokens,
 #   $1/(1 - \alpha)$, in a task whose queries come up to {glue:text}`ch05_grid_seq_len` tokens after their keys. KDA in
