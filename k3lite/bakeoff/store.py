@@ -183,8 +183,10 @@ def _locked(path: Path):
 def _write(path: Path, top: dict, runs: dict[str, dict]) -> None:
     """Atomically: a temporary file in the same folder (the old file's mode, or the umask's for a new one),
     flushed to disk, then renamed over ``path``."""
-    top = dict(top) or {"format": FORMAT}
-    top["format"], top["runs"] = FORMAT, [runs[k] for k in sorted(runs)]
+    # One key order whatever the history (format, runs, then the rest sorted), so that merging into an old store and
+    # into a new one write the same bytes.
+    rest = {key: top[key] for key in sorted(top) if key not in ("format", "runs")}
+    top = {"format": FORMAT, "runs": [runs[k] for k in sorted(runs)], **rest}
     payload = json.dumps(top, indent=1, allow_nan=False)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
