@@ -77,7 +77,7 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
             chosen[cell] = choice["choice"]
     cells = {}
     for cell, records in by_cell.items():
-        current = [r for r in records if "evaluations" in r]
+        current = [r for r in records if published_layer(r)]
         records = current or records
         groups: dict[tuple, list[dict]] = {}
         for r in records:   # earlier records are grouped by rate alone, as they always were
