@@ -250,6 +250,15 @@ def test_variants_are_built_by_name_and_matched():
     sigmoid = build_model("gated_delta_rule_sigmoid_gate", vocab_size=40, d_model=16, backend="torch")
     assert all(torch.equal(a, b) for a, b in zip(silu.state_dict().values(), sigmoid.state_dict().values()))
     assert not torch.allclose(silu(ids), sigmoid(ids))
+    # the unit-A variant is Gated DeltaNet's layer with only the starting A_log changed: 0 instead of log U(0, 16)
+    torch.manual_seed(0)
+    unit_a = build_model("gated_delta_rule_unit_a", vocab_size=40, d_model=16, backend="torch")
+    for (name, a), b in zip(silu.state_dict().items(), unit_a.state_dict().values()):
+        if name.endswith("A_log"):
+            assert torch.equal(b, torch.zeros_like(b)) and not torch.equal(a, b)
+        else:
+            assert torch.equal(a, b), name
+    assert gate_form("gated_delta_rule_unit_a") == "softplus, A = 1"
 
 
 def test_bad_layer_options_are_rejected():
@@ -258,6 +267,8 @@ def test_bad_layer_options_are_rejected():
         BakeoffMixer(config, kda_form="mamba")
     with pytest.raises(ValueError, match="output_gate"):
         BakeoffMixer(config, output_gate="tanh")
+    with pytest.raises(ValueError, match="A_log_init"):
+        BakeoffMixer(config, A_log_init="zeros")   # KDA's A_log has its own form's initialisation
     with pytest.raises(ValueError, match="mixer"):
         check_mixer("kda_mamba")
 

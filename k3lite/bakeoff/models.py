@@ -32,9 +32,12 @@ output) plus what each published layer adds (fla: ``fla/layers/gated_deltanet.py
   reference initialises it (``A_log = 0``), it starts unsaturated too: ``A = 1`` leaves
   ``sigmoid(dt_bias)`` between about 1e-3 and 0.1, so ``g`` starts between about -0.005 and -0.5.
 
-Named variants (``VARIANTS``, accepted wherever a mixer name is): ``kda_kimi_linear`` (above) and
+Named variants (``VARIANTS``, accepted wherever a mixer name is): ``kda_kimi_linear`` (above);
 ``gated_delta_rule_sigmoid_gate``, Gated DeltaNet's layer with a sigmoid output gate in place of SiLU, so
-the output gate can be tested on its own. ``gate_form(mixer)`` names the decay a mixer name builds.
+the output gate can be tested on its own; and ``gated_delta_rule_unit_a``, Gated DeltaNet's layer with
+``A_log = 0`` (``A = 1``) in place of ``A ~ U(0, 16)``, so the starting decay can be tested on its own: the
+median retention starts near ``exp(-0.01) = 0.99`` per token (a memory of about 100 tokens) instead of about
+0.92 (about 12 tokens). Neither is a published layer. ``gate_form(mixer)`` names the decay a mixer name builds.
 
 Linear attention and DeltaNet keep the norm without a gate (fla's defaults). Softmax attention is
 Transformer++ style: RoPE on q and k, SDPA, with the same short convolution as the others.
@@ -98,7 +101,8 @@ KDA_FORMS = ("k3", "kimi_linear")
 DEFAULT_KDA_FORM = "k3"
 # Named layer variants beyond the six built-ins: mixer name -> the mechanism and BakeoffMixer's options.
 VARIANTS = {"kda_kimi_linear": ("kda", {"kda_form": "kimi_linear"}),
-            "gated_delta_rule_sigmoid_gate": ("gated_delta_rule", {"output_gate": "sigmoid"})}
+            "gated_delta_rule_sigmoid_gate": ("gated_delta_rule", {"output_gate": "sigmoid"}),
+            "gated_delta_rule_unit_a": ("gated_delta_rule", {"A_log_init": "zeros"})}
 HYBRID_PERIOD = 4          # K3: every 4th layer is MLA
 MLP_RATIO = 2
 ROPE_THETA = 10000.0
@@ -161,7 +165,7 @@ def gate_form(mixer: str) -> str | None:
     if mixer in ("softmax", "linear_attention", "delta_rule"):
         return None
     if mixer in VARIANTS and VARIANTS[mixer][0] == "gated_delta_rule":
-        return gate_form("gated_delta_rule")
+        return "softplus, A = 1" if VARIANTS[mixer][1].get("A_log_init") == "zeros" else gate_form("gated_delta_rule")
     form = VARIANTS[mixer][1]["kda_form"] if mixer in VARIANTS else DEFAULT_KDA_FORM   # kda, k3_hybrid, custom
     return {"k3": "lower bound -5, A_log = 0", "kimi_linear": "softplus, A ~ U(1, 16)"}[form]
 
@@ -183,18 +187,23 @@ class BakeoffMixer(TokenMixer):
     """A ``TokenMixer`` with its published layer's output gate and decay; ``op`` replaces the recurrence.
 
     ``kda_form`` (``KDA_FORMS``) picks KDA's decay form and the initialisation that goes with it;
-    ``output_gate`` (``"silu"`` or ``"sigmoid"``) replaces the published layer's output gate activation.
+    ``output_gate`` (``"silu"`` or ``"sigmoid"``) replaces the published layer's output gate activation;
+    ``A_log_init="zeros"`` starts Gated DeltaNet's ``A_log`` at 0 instead of its published ``log U(0, 16)``.
     A custom ``op`` gets KDA's inputs and must return ``(o [B, T, H, V], state)``:
     ``op(q, k, v, g [B, T, H, K] <= 0, beta [B, T, H], chunk_size=..., backend=...)``.
     """
 
     def __init__(self, config: MixerConfig, op=None, op_kind: str | None = None, kda_form: str = DEFAULT_KDA_FORM,
-                 output_gate: str | None = None):
+                 output_gate: str | None = None, A_log_init: str = "published"):
         super().__init__(config)
         if kda_form not in KDA_FORMS:
             raise ValueError(f"kda_form must be one of {KDA_FORMS}, got {kda_form!r}")
         if output_gate is not None and output_gate not in OUTPUT_GATES:
             raise ValueError(f"output_gate must be None or one of {tuple(OUTPUT_GATES)}, got {output_gate!r}")
+        allowed = ("published", "zeros") if config.mechanism == "gated_delta_rule" else ("published",)
+        if A_log_init not in allowed:
+            raise ValueError(f"A_log_init must be 'published', or 'zeros' for gated_delta_rule, got {A_log_init!r} "
+                             f"for {config.mechanism!r}")
         self.output_activation = output_gate or OUTPUT_GATE.get(config.mechanism)
         self.op, self.op_kind = op, op_kind or config.mechanism
         d, heads, head_dim = config.d_model, config.num_heads, config.head_dim
@@ -203,6 +212,8 @@ class BakeoffMixer(TokenMixer):
             self.A_log = nn.Parameter(torch.empty(heads).uniform_(*GDN_A_RANGE).log())
             with torch.no_grad():
                 self.decay.bias.copy_(initial_dt_bias(heads))
+                if A_log_init == "zeros":   # after the draw, so every other weight matches the published layer's
+                    self.A_log.zero_()
             self.out_gate = nn.Linear(d, d, bias=False)
         elif config.mechanism == "kda":
             self.decay = LowRankProjection(d, head_dim, heads * head_dim)

@@ -20,11 +20,12 @@ GDN_IN_KDA_LAYER = "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"
 
 COLORS = {"softmax": "#555555", "linear_attention": "#1f77b4", "delta_rule": "#2ca02c",
           "gated_delta_rule": "#d62728", "kda": "#9467bd", "k3_hybrid": "#ff7f0e", GDN_IN_KDA_LAYER: "#e377c2",
-          "gated_delta_rule_sigmoid_gate": "#8c564b", "kda_kimi_linear": "#17becf"}
+          "gated_delta_rule_sigmoid_gate": "#8c564b", "kda_kimi_linear": "#17becf",
+          "gated_delta_rule_unit_a": "#bcbd22"}
 LABELS = {"softmax": "softmax (SDPA)", **{kind: entry.label for kind, entry in RECURRENT_KINDS.items()},
           "k3_hybrid": "K3 hybrid (3 KDA : 1 MLA)", GDN_IN_KDA_LAYER: "GDN recurrence in KDA's layer",
           "gated_delta_rule_sigmoid_gate": "Gated DeltaNet, sigmoid output gate",
-          "kda_kimi_linear": "KDA, Kimi Linear's gate"}
+          "kda_kimi_linear": "KDA, Kimi Linear's gate", "gated_delta_rule_unit_a": "Gated DeltaNet, A = 1 at start"}
 TASK_TITLES = {"rebind": "Rebinding: return the latest value of a key",
                "switch": "Context switch: forget what came before the reset",
                "twoscale": "Two timescales: recall early facts through a fast stream",
