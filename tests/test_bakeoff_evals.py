@@ -4,6 +4,8 @@ still read."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from k3lite.bakeoff import cli, store
@@ -150,7 +152,18 @@ def test_choices_are_stored_with_their_evidence_and_an_all_at_chance_cell_has_no
     assert final_cells(store.load(path), store.load_choices(path)) == {}
     assert ("mqar4", 16, "kda") in final_cells(store.load(path))                 # without choices: as before
     assert cli.main(["--table", "--store", str(path)]) == 0
-    assert "all at chance at every rate" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "all at chance at every rate" in out and "more seeds" not in out
+    # seeds run beyond the sweep (a diagnosis) are counted on the same line, never hidden
+    sweep_spec = next(spec for spec in cli.sweep_specs(args) if spec.lr == 3e-3)
+    for seed, metric in ((2, 0.95), (3, 0.2)):
+        spec = replace(sweep_spec, seed=seed)
+        record = _record("mqar4", "kda", spec.lr, seed, metric, phase="lr")
+        record.update(spec.__dict__, key=spec.key())
+        runs[spec.key()] = record
+    store.save(path, runs, choices=choices)
+    assert cli.main(["--table", "--store", str(path)]) == 0
+    assert "no seeds phase; 2 more seeds at 0.003: 1/2 [" in capsys.readouterr().out
     other = tmp_path / "o.json"
     store.save(other, {}, choices={"x": {"choice": 1e-3}})
     merged = tmp_path / "m.json"

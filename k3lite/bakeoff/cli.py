@@ -914,6 +914,20 @@ def estimate_grid(args, step_seconds, width) -> None:
           f"(per-step times measured with every worker busy)", flush=True)
 
 
+def _beyond_sweep(runs: dict, choice: dict) -> str:
+    """Runs of an all-at-chance cell at the sweep's rates but with seeds the sweep did not use (run on purpose,
+    e.g. to test a diagnosis): their success counts per rate, so the table never hides a stored result."""
+    rates, seeds = set(choice["rates"]), set(choice["seeds"])
+    setup = re.sub(r"\|lrs[^|]*\|seeds\d+\|", "|", choice["key"])      # the sweep's set-up without rates and seeds
+    extra: dict[float, list[float]] = {}
+    for r in runs.values():
+        if re.sub(r"\|lr[^|]*\|s\d+\|", "|", r["key"]) == setup and r["lr"] in rates and r["seed"] not in seeds \
+                and store.finite_metric(r) is not None:
+            extra.setdefault(r["lr"], []).append(r["metric"])
+    return "".join(f"; {len(metrics)} more seeds at {lr:g}: {success_rate(metrics)}"
+                   for lr, metrics in sorted(extra.items()))
+
+
 def print_table(runs: dict, choices: dict | None = None) -> None:
     """Per final cell (``plots.final_cells``: the chosen learning rate's seeds): seeds, mean ± standard error,
     success rate k/n (accuracy >= 0.9) with its 95 % Wilson interval, median steps-to-learn over the seeds that
@@ -939,7 +953,7 @@ def print_table(runs: dict, choices: dict | None = None) -> None:
         if choice.get("verdict") == "all at chance":
             means = ", ".join(f"{lr}: {mean:.3f}" for lr, mean in choice["means"].items())
             print(f"{choice['source_task']:10s} {choice['d_model']:4d} {choice['mixer']:18s} all at chance at every "
-                  f"rate (chance {choice['chance']:.3f}; means {means}): no seeds run")
+                  f"rate (chance {choice['chance']:.3f}; means {means}): no seeds phase{_beyond_sweep(runs, choice)}")
     unfinished = sorted((store.status(r), r["key"]) for r in runs.values() if store.status(r) != "ok")
     for kind, key in unfinished:
         record = runs[key]

@@ -202,10 +202,11 @@ def print_trained_retention(runs: dict, prefix: str, glue, layers: str = "earlie
     from statistics import median
 
     retention = trained_retention(runs, layers)
-    print(f"{'mixer':<31}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
+    width = max([len("mixer"), *(len(LABELS[mixer]) for mixer, _ in retention)]) + 1
+    print(f"{'mixer':<{width}}{'d':>5}{'runs':>6}{'smallest':>10}{'median':>8}   (per-layer trained mean retention)")
     for (mixer, d), per_run in sorted(retention.items()):
         layers = [value for run in per_run for value in run]
-        print(f"{LABELS[mixer]:<31}{d:>5}{len(per_run):>6}{min(layers):>10.3f}{median(layers):>8.3f}")
+        print(f"{LABELS[mixer]:<{width}}{d:>5}{len(per_run):>6}{min(layers):>10.3f}{median(layers):>8.3f}")
         name = f"{prefix}_retention_{mixer.split(':')[-1]}_d{d}"
         glue(f"{name}_runs", str(len(per_run)), display=False)
         glue(f"{name}_min", f"{min(layers):.2f}", display=False)
