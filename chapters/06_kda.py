@@ -774,8 +774,8 @@ expect("as published, every KDA run has a layer with mean retention below 0.9",
 # Built as published, KDA's gates are in use (median layer retention
 # {glue:text}`ch06_published_retention_kda_d64_median`, smallest {glue:text}`ch06_published_retention_kda_d64_min`)
 # and KDA learns MQAR-16 on {glue:text}`ch06_published_mqar16_kda` seeds, as DeltaNet does
-# ({glue:text}`ch06_published_mqar16_delta_rule`), while Gated DeltaNet's published layer stays at chance there
-# (chapter 05). That task does not need forgetting, so it shows that KDA's working gate does not get in the way of
+# ({glue:text}`ch06_published_mqar16_delta_rule`), while Gated DeltaNet's published layer rarely learns there
+# (chapter 05 traces that to its SiLU output gate, not its decay). That task does not need forgetting, so it shows that KDA's working gate does not get in the way of
 # recall; what the gate *buys* needs the tasks built for it (two time scales, context switches) trained again.
 
 # %% tags=["plumbing"]
