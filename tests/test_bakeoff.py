@@ -374,4 +374,6 @@ def test_cell_summary_and_table_say_how_many_seeds(capsys):
     assert cell_summary(cells, "rebind", "softmax") == "0.990 (one seed)"
     print_cell_table(cells, ["rebind"], ["softmax", "kda", "delta_rule"])
     rows = capsys.readouterr().out.splitlines()
-    assert len(rows) == 4 and "no stored run" in rows[3] and rows[2].split()[-3] == "2"
+    assert len(rows) == 4 and "no stored run" in rows[3] and "success [95% CI]" in rows[0]
+    assert rows[2].split()[2:5] == ["2", "0.920", "0.028"] and rows[2].endswith("2/2 [0.34, 1.00]")
+    assert rows[1].endswith("1/1 [0.21, 1.00]")

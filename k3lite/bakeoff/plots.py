@@ -169,8 +169,9 @@ def run_setup(record: dict) -> str:
 
 
 def print_cell_table(cells: dict, tasks, mixers, d_model: int = 64) -> None:
-    """One row per (task, mixer): seeds, mean and std of the metric; a cell with no stored run says so."""
-    print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}")
+    """One row per (task, mixer): seeds, mean and std of the metric, and the success rate (metric >= 0.9) with its
+    95 % Wilson interval where higher is better; a cell with no stored run says so."""
+    print(f"{'task':<10}{'mixer':<27}{'seeds':>6}{'mean':>8}{'std':>8}{'success [95% CI]':>20}")
     for task in tasks:
         for mixer in mixers:
             runs = cell_metrics(cells, task, mixer, d_model)
@@ -178,7 +179,8 @@ def print_cell_table(cells: dict, tasks, mixers, d_model: int = 64) -> None:
                 print(f"{task:<10}{LABELS[mixer]:<27}{0:>6}  no stored run at this size")
                 continue
             stats = summarize(runs)
-            print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}")
+            success = str(success_rate(runs)) if cells[task, d_model, mixer][0].get("higher_is_better", True) else "-"
+            print(f"{task:<10}{LABELS[mixer]:<27}{stats.n:>6}{stats.mean:>8.3f}{stats.std:>8.3f}{success:>20}")
 
 
 def trained_retention(runs: dict, layers: str = "earlier") -> dict[tuple[str, int], list[list[float]]]:
