@@ -177,6 +177,15 @@ def test_the_recorded_command_holds_no_absolute_path(tmp_path):
         "python -m k3lite.bakeoff --out runs/x.json"
 
 
+def test_a_commit_named_by_the_caller_wins_over_the_copys_git(monkeypatch):
+    # a device machine's copy of the tree can hold a .git whose HEAD is an older commit
+    monkeypatch.setenv("BAKEOFF_COMMIT", "0123abc")
+    named = store.provenance("cpu", [])
+    assert named["commit"] == "0123abc" and named["k3lite_modified"] is None
+    monkeypatch.delenv("BAKEOFF_COMMIT")
+    assert store.provenance("cpu", [])["commit"] != "0123abc"
+
+
 # ---------------------------------------------------------------- the command line
 
 

@@ -317,8 +317,10 @@ def provenance(device: str, argv=None) -> dict:
                                     text=True, timeout=10).stdout.strip())
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
-    # A copy of the working tree without .git (a device machine) is told its commit by the caller.
-    commit = commit or os.environ.get("BAKEOFF_COMMIT")
+    # A copy of the working tree (a device machine) is told its commit by the caller, and the caller wins: such a
+    # copy may carry a .git whose HEAD is not the tree's, so neither its commit nor its dirty flag can be trusted.
+    if os.environ.get("BAKEOFF_COMMIT"):
+        commit, dirty = os.environ["BAKEOFF_COMMIT"], None
     name = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else platform.processor()
     return {"commit": commit, "k3lite_modified": dirty, "device_name": name or platform.machine(),
             "torch": torch.__version__, "triton": triton_version, "python": platform.python_version(),
