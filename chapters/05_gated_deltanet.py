@@ -635,18 +635,24 @@ from k3lite.bakeoff.models import build_model, lower_bound_gate, softplus_gate
 from k3lite.bakeoff.tasks import make_task
 
 
-def initial_retentions(seed):
-    """Per-token retention at initialisation of a width-64 bake-off model: the published softplus form it is built
-    with, and the bounded form with A in [1, 16] (the recipe of the stored runs), on the same projections."""
+def mixer_inputs(mixer, task, seed):
+    """A freshly built width-64 bake-off model's token mixers, each with the input it sees on a batch of ``task``."""
     torch.manual_seed(seed)
-    model = build_model("gated_delta_rule", vocab_size=512, d_model=64, num_layers=4)
-    inputs, _, _ = make_task("rebind").sample(8, torch.Generator().manual_seed(seed), "cpu")
+    model = build_model(mixer, vocab_size=512, d_model=64, num_layers=4)
+    inputs, _, _ = make_task(task).sample(8, torch.Generator().manual_seed(seed), "cpu")
     seen = {}
     hooks = [b.mixer.register_forward_pre_hook(lambda m, args: seen.__setitem__(m, args[0])) for b in model.blocks]
     with torch.no_grad():
         model(inputs)
     for hook in hooks:
         hook.remove()
+    return seen
+
+
+def initial_retentions(seed):
+    """Per-token retention at initialisation of a width-64 bake-off model: the published softplus form it is built
+    with, and the bounded form with A in [1, 16] (the recipe of the stored runs), on the same projections."""
+    seen = mixer_inputs("gated_delta_rule", "rebind", seed)
     published, saturated = [], []
     A_log_old = torch.empty(2).uniform_(1.0, 16.0, generator=torch.Generator().manual_seed(seed)).log()
     for mixer, x in seen.items():
@@ -804,15 +810,8 @@ expect("every published-layer Gated DeltaNet run has a layer whose mean retentio
 # %% tags=["plumbing"]
 def initial_gates(mixer, seed=0):
     """At initialisation, on MQAR inputs: every layer's per-token retention exp(g) and output-gate preactivation."""
-    torch.manual_seed(seed)
-    model = build_model(mixer, vocab_size=512, d_model=64, num_layers=4)
-    inputs, _, _ = make_task("mqar16").sample(8, torch.Generator().manual_seed(seed), "cpu")
-    seen = {}
-    hooks = [b.mixer.register_forward_pre_hook(lambda m, args: seen.__setitem__(m, args[0])) for b in model.blocks]
+    seen = mixer_inputs(mixer, "mqar16", seed)
     with torch.no_grad():
-        model(inputs)
-        for hook in hooks:
-            hook.remove()
         retention = torch.cat([m.log_decay(x).exp().flatten() for m, x in seen.items()])
         preactivation = torch.cat([m.out_gate(x).flatten() for m, x in seen.items()])
     return retention, preactivation
