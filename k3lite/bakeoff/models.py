@@ -35,9 +35,10 @@ output) plus what each published layer adds (fla: ``fla/layers/gated_deltanet.py
 Named variants (``VARIANTS``, accepted wherever a mixer name is): ``kda_kimi_linear`` (above);
 ``gated_delta_rule_sigmoid_gate``, Gated DeltaNet's layer with a sigmoid output gate in place of SiLU, so
 the output gate can be tested on its own; and ``gated_delta_rule_unit_a``, Gated DeltaNet's layer with
-``A_log = 0`` (``A = 1``) in place of ``A ~ U(0, 16)``, so the starting decay can be tested on its own: the
-median retention starts near ``exp(-0.01) = 0.99`` per token (a memory of about 100 tokens) instead of about
-0.92 (about 12 tokens). Neither is a published layer. ``gate_form(mixer)`` names the decay a mixer name builds.
+``A_log = 0`` (``A = 1``) in place of ``A ~ U(0, 16)``, so the starting decay can be tested on its own: at zero
+input the median retention starts near ``exp(-0.01) = 0.99`` per token (a memory of about 100 tokens) instead of
+about 0.92 (about 12 tokens); on real inputs both are lower (chapter 05 measures them). Neither is a published
+layer. ``gate_form(mixer)`` names the decay a mixer name builds.
 
 Linear attention and DeltaNet keep the norm without a gate (fla's defaults). Softmax attention is
 Transformer++ style: RoPE on q and k, SDPA, with the same short convolution as the others.
