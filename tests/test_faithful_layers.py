@@ -337,3 +337,34 @@ def test_sweep_metrics_lists_each_rates_seeds_in_order():
     assert sweep_metrics(runs, "mqar16", 64) == {"kda": {1e-3: [0.125, None], 3e-3: [0.25, 0.5]}}
     assert sweep_metrics(runs, "mqar16", 64, layers="earlier") == {}
     assert sweep_metrics(runs, "mqar16", 128) == {}
+
+
+def _budget_record(steps, seed, metric, lr=3e-3):
+    return {"key": f"{steps}-{seed}-{lr}", "task": "mqar16", "mixer": "kda", "d_model": 64, "lr": lr, "seed": seed,
+            "steps": steps, "metric": metric, "evaluations": [{"step": steps, "accuracy": metric}]}
+
+
+def test_sweep_metrics_never_mixes_step_budgets():
+    # Seeds are keyed by number: without the guard the 4000-step seed 0 would silently replace the 2000-step one.
+    from k3lite.bakeoff.plots import sweep_metrics
+
+    records = [_budget_record(2000, 0, 0.25), _budget_record(2000, 1, 0.5), _budget_record(4000, 0, 0.75)]
+    runs = {r["key"]: r for r in records}
+    with pytest.raises(ValueError, match=r"2000, 4000.*steps="):
+        sweep_metrics(runs, "mqar16", 64)
+    assert sweep_metrics(runs, "mqar16", 64, steps=2000) == {"kda": {3e-3: [0.25, 0.5]}}
+    assert sweep_metrics(runs, "mqar16", 64, steps=4000) == {"kda": {3e-3: [0.75]}}
+    assert sweep_metrics(runs, "mqar16", 64, steps=1000) == {}
+
+
+def test_final_cells_at_a_chosen_rate_run_at_two_budgets_takes_the_group_with_more_seeds():
+    # Both budgets ran at the chosen rate: the 2000-step group has more seeds and wins, although the 4000-step
+    # group's mean is higher; its runs never join the 2000-step group (steps is part of the set-up).
+    from k3lite.bakeoff.plots import final_cells
+
+    records = [_budget_record(2000, s, 0.5) for s in range(6)] + [_budget_record(4000, s, 0.9) for s in range(5)]
+    runs = {r["key"]: r for r in records}
+    choices = {"c": {"source_task": "mqar16", "d_model": 64, "mixer": "kda", "choice": 3e-3}}
+    for cells in (final_cells(runs, choices), final_cells(runs, choices, layers="published")):
+        cell = cells["mqar16", 64, "kda"]
+        assert [r["steps"] for r in cell] == [2000] * 6 and sorted(r["seed"] for r in cell) == list(range(6))

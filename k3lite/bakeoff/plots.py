@@ -90,13 +90,24 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
     return cells
 
 
-def sweep_metrics(runs: dict, task: str, d_model: int, layers: str = "published") -> dict[str, dict[float, list]]:
+def sweep_metrics(runs: dict, task: str, d_model: int, layers: str = "published",
+                  steps: int | None = None) -> dict[str, dict[float, list]]:
     """``mixer -> {learning rate: [metric of each seed]}`` of every stored run of one task and width (seeds in
-    order; a diverged or failed run is ``None``): the evidence a learning-rate choice is made from."""
+    order; a diverged or failed run is ``None``): the evidence a learning-rate choice is made from.
+
+    ``steps`` keeps only the runs of that training budget. Seeds are keyed by number, so runs of two budgets
+    would overwrite each other: without ``steps``, runs of more than one budget raise ``ValueError``."""
+    matching = [r for r in _of_layers(runs.values(), layers)
+                if r["task"] == task and r["d_model"] == d_model and r.get("phase") != "measure"
+                and (steps is None or r.get("steps") == steps)]
+    budgets = {r.get("steps") for r in matching}
+    if steps is None and len(budgets) > 1:
+        found = ", ".join(str(b) for b in sorted(budgets, key=lambda b: (b is None, b or 0)))
+        raise ValueError(f"{task} d_model={d_model} has runs of {len(budgets)} step budgets ({found}); "
+                         "pass steps= to pick one")
     table: dict[str, dict[float, dict[int, float | None]]] = {}
-    for r in _of_layers(runs.values(), layers):
-        if r["task"] == task and r["d_model"] == d_model and r.get("phase") != "measure":
-            table.setdefault(r["mixer"], {}).setdefault(r["lr"], {})[r["seed"]] = store.finite_metric(r)
+    for r in matching:
+        table.setdefault(r["mixer"], {}).setdefault(r["lr"], {})[r["seed"]] = store.finite_metric(r)
     return {m: {lr: [by_seed[s] for s in sorted(by_seed)] for lr, by_seed in sorted(rates.items())}
             for m, rates in table.items()}
 
