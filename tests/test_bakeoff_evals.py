@@ -183,3 +183,17 @@ def test_the_default_mqar_budget_is_the_measured_one():
     assert min(store.finite_metric(r) or 0.0 for r in runs) >= 0.9
     learned = [r["steps_to_learn"] for r in runs if len(r["evaluations"]) > 1]
     assert len(learned) >= 5 and max(learned) <= cli.MQAR_STEPS // 2
+
+
+def test_plot_cell_draws_only_the_generation_it_is_asked_for(tmp_path):
+    from k3lite.bakeoff.plots import plot_cell
+
+    path = tmp_path / "s.json"
+    published = [_record("mqar4", "kda", 1e-2, seed, 0.9) for seed in range(2)]
+    earlier = [_record(task, "kda", 3e-3, seed, 0.5, evaluations=False) for task in ("mqar4", "mqar8")
+               for seed in range(2)]
+    store.save(path, {r["key"]: r for r in published + earlier})
+    points = {layers: {int(x): y for x, y in zip(*plot_cell("mqar", path=path, layers=layers).lines[0].get_data())}
+              for layers in ("earlier", "latest")}
+    assert points["earlier"] == {4: 0.5, 8: 0.5}           # the earlier grid alone
+    assert points["latest"] == {4: 0.9, 8: 0.5}            # a cell's published runs replace its earlier ones
