@@ -1,10 +1,12 @@
 """MQAR sweep: one small model per (mechanism, number of key-value pairs, seed); held-out recall accuracy.
 
-    python scripts/mqar_sweep.py --out figures/mqar_sweep.json            # the full sweep (GPU)
+    python scripts/mqar_sweep.py --out runs/mqar_full.json                # the full sweep (GPU)
     python scripts/mqar_sweep.py --steps 200 --pairs 4 16 --workers 1     # a small one (CPU)
 
-Prints a table (mechanism x pairs, accuracy averaged over seeds) and writes the JSON that chapter 06
-plots: the configuration, the command, the device, the date, and one record per run. Runs are
+Prints a table (mechanism x pairs, accuracy averaged over seeds) and writes a JSON in the layout of the one
+chapter 06 reads (figures/mqar_sweep.json): the configuration, the command, the device, the date, and one
+record per run. The default --out is git-ignored scratch, and an existing file is never overwritten (choose a new
+path), so no run can replace the course's evidence by accident. Runs are
 independent, so ``--workers N`` trains N of them at once in separate processes (on one GPU the
 small models are launch-bound, and several processes keep it busier).
 """
@@ -29,8 +31,14 @@ from k3lite.models import mixers
 DEFAULT_PAIRS = (8, 16, 32, 64, 96)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """A user error: one line on stderr, exit status 2, no usage block."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--mechanisms", nargs="+", default=list(mixers.MECHANISMS), choices=mixers.MECHANISMS)
     parser.add_argument("--pairs", nargs="+", type=int, default=list(DEFAULT_PAIRS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -47,8 +55,11 @@ def parse_args(argv):
     parser.add_argument("--eval-size", type=int, default=512)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    parser.add_argument("--out", type=Path, default=Path("figures/mqar_sweep.json"))
+    parser.add_argument("--out", type=Path, default=Path("runs/mqar_sweep.json"),
+                        help="a new file to write (default: %(default)s, git-ignored); an existing one is refused")
     args = parser.parse_args(argv)
+    if args.out.exists():
+        parser.error(f"--out {args.out} exists; choose a new path (a sweep never overwrites stored results)")
     largest = args.vocab_size // 2
     if any(p < 1 or p > largest for p in args.pairs):
         parser.error(f"--pairs must lie in [1, {largest}] for --vocab-size {args.vocab_size}")

@@ -416,3 +416,27 @@ def test_execute_refuses_a_file_that_is_not_a_paired_chapter(name):
                           timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and f"not a paired chapter of book.yml: {name}" in done.stderr
+
+
+# ----- scripts that write results: never over the course's evidence -------------------------------------------
+
+def test_mqar_sweep_refuses_an_existing_out_before_training(tmp_path):
+    stored = tmp_path / "mqar_sweep.json"
+    stored.write_text('{"runs": ["kept"]}\n')
+    done = subprocess.run([sys.executable, "scripts/mqar_sweep.py", "--steps", "1", "--pairs", "4", "--out",
+                           str(stored)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and f"--out {stored} exists" in done.stderr
+    assert stored.read_text() == '{"runs": ["kept"]}\n'
+
+
+def test_result_scripts_default_to_the_ignored_runs_folder():
+    from k3lite.bakeoff.plots import plot_all
+
+    assert inspect.signature(plot_all).parameters["out_dir"].default.startswith("runs/")
+    for script in ("mqar_sweep.py", "plot_bakeoff.py"):
+        shown = subprocess.run([sys.executable, f"scripts/{script}", "--help"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120).stdout
+        assert "(default: runs/" in " ".join(shown.split()), f"scripts/{script}: default output is not under runs/"
+    for path in ("runs/figures/bakeoff_mqar_d64.png", "runs/mqar_sweep.json"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, f"{path} not ignored"

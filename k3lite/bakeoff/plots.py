@@ -328,8 +328,8 @@ def _bars(ax, cells, task, d_model, metric, only=None):
     ax.set_title(TASK_TITLES.get(task, task) + " (mean ± std)", fontsize=10)
 
 
-def plot_lm_curves(runs: dict, ax):
-    cells = final_cells(runs)
+def plot_lm_curves(runs: dict, ax, layers: str = "latest"):
+    cells = final_cells(runs, layers=layers)
     for (task, _, mixer), records in sorted(cells.items(), key=lambda c: _order([c[0][2]])):
         if task != "lm":
             continue
@@ -354,9 +354,9 @@ def _tokens_per_s(cells: dict, mixer: str, length: int, batch: int, d: int) -> f
     return summarize([r["tokens_per_s"] for r in recs]).mean if recs else float("nan")
 
 
-def plot_throughput(runs: dict, ax):
+def plot_throughput(runs: dict, ax, layers: str = "latest"):
     """Training tokens/s of each mixer divided by the SDPA model's at the same shape."""
-    cells = final_cells(runs)
+    cells = final_cells(runs, layers=layers)
     shapes = sorted({(r[0]["seq_len_used"], r[0]["batch_size"], d) for (t, d, m), r in cells.items()})
     mixers = _order({m for (_, _, m) in cells})
     width = 0.8 / max(1, len(mixers))
@@ -391,8 +391,12 @@ def plot_lr_sweep(runs: dict, task: str, d_model: int, ax):
     ax.legend(fontsize=8)
 
 
-def plot_all(path="figures/bakeoff.json", out_dir="figures") -> list[Path]:
-    """Every bake-off figure from the store at ``path``; returns the files written."""
+SCRATCH_FIGURES = "runs/figures"   # git-ignored: regenerated figures never overwrite committed files
+
+
+def plot_all(path="figures/bakeoff.json", out_dir=SCRATCH_FIGURES, layers: str = "latest") -> list[Path]:
+    """Every bake-off figure from the store at ``path`` into ``out_dir``; returns the files written. ``layers``
+    as in :func:`final_cells` ("published" or "earlier" keeps one generation of runs per figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -401,7 +405,7 @@ def plot_all(path="figures/bakeoff.json", out_dir="figures") -> list[Path]:
     runs = store.load(path)
     if not runs:
         raise ValueError(f"path {str(path)!r} holds no runs")
-    cells = final_cells(runs)
+    cells = final_cells(runs, layers=layers)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -428,10 +432,10 @@ def plot_all(path="figures/bakeoff.json", out_dir="figures") -> list[Path]:
             _bars(ax, cells, "lm", None, metric)
             save(fig, f"bakeoff_lm_{metric}.png")
         fig, ax = _figure(plt)
-        plot_lm_curves(runs, ax)
+        plot_lm_curves(runs, ax, layers)
         save(fig, "bakeoff_lm_loss.png")
     fig, ax = _figure(plt, width=9.0)
-    plot_throughput(runs, ax)
+    plot_throughput(runs, ax, layers)
     save(fig, "bakeoff_throughput.png")
     for task, d in sorted({(r["task"], r["d_model"]) for r in runs.values() if r.get("phase") == "lr"}):
         fig, ax = _figure(plt)
