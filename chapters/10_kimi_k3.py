@@ -47,9 +47,10 @@
 
 # %% [markdown] tags=["notes"]
 # The closing lecture: assemble the parts, count them, train a toy K3 next to a toy GPT-2, and hold the
-# three articles' claims against numbers. The trained bake-off was meant to answer two ledger rows (the hybrid or
-# Kimi Linear against full attention, and the hybrid against pure KDA); its stored KDA and hybrid runs began with
-# a saturated gate, so both rows stay open until those columns are trained again.
+# three articles' claims against numbers. The trained bake-off answers two ledger rows (the hybrid or Kimi Linear
+# against full attention, and the hybrid against pure KDA). Its earlier KDA and hybrid runs began with a saturated
+# gate; the two MQAR cells trained again with the published layers settle the first row at toy scale (softmax
+# attention wins on 64 pairs) and leave the second open.
 
 # %%
 import json
@@ -889,13 +890,13 @@ print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x 
 # Two claims need trained models: that Kimi Linear "beats full attention in controlled comparisons" (the
 # worklog's section "KDA/Kimi Linear", after the Kimi Linear paper), and that
 # the hybrid's MLA layers recover what pure KDA loses. The course's bake-off (`k3lite.bakeoff`; small models
-# that differ only in their token mixer, trained on an H200 through k3lite's Triton kernels, every run with its
+# that differ only in their token mixer, trained on a GPU through k3lite's Triton kernels, every run with its
 # provenance in `figures/bakeoff.json`) compares softmax attention (SDPA), pure KDA and the K3 hybrid
 # (3 KDA : 1 MLA) on recall tasks. The rule for "better", as in every chapter: **A beats B when the difference of
 # their mean accuracies is larger than two standard errors of that difference** (`k3lite.bakeoff.stats.beats`); a
-# cell with one seed gets no call. These are small models and short runs (1000 steps), far from the scale of the
-# claims; what they can test is whether the claims show up at toy scale, and, as the next cells show, the stored
-# KDA and hybrid runs cannot test even that yet.
+# cell with one seed gets no call. These are small models and short runs, far from the scale of the
+# claims; what they can test is whether the claims show up at toy scale. As the next cells show, the earlier KDA
+# and hybrid runs cannot test even that; the cells trained again with the published layers, further down, can.
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import beats, store, summarize
@@ -999,53 +1000,85 @@ expect("the stored runs' gate began saturated: median retention at initialisatio
 # describes the stored runs only.
 
 # %% [markdown]
-# One cell has been trained again with the layers as published (chapter 05, section 7): MQAR with 16 pairs at
-# width 64, a budget long enough for softmax attention and DeltaNet to learn on every seed, each mixer's rate
-# chosen from a sweep, and success (accuracy at least 0.9) compared by Fisher's exact test.
+# Two cells have been trained again with the layers as published (chapter 05, section 7): MQAR with 16 and with
+# 64 pairs at width 64, a budget long enough for softmax attention and DeltaNet to learn MQAR-16 on every seed,
+# each mixer's rate chosen from its MQAR-16 sweep, five seeds a cell, and success (accuracy at least 0.9) compared
+# by Fisher's exact test.
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff.plots import cell_success
 from k3lite.bakeoff.stats import success_verdict
+from k3lite.bakeoff.tasks import family
 
 choices = store.load_choices(BAKEOFF)
-chosen = {(c["source_task"], c["d_model"], c["mixer"]) for c in choices.values() if c.get("choice") is not None}
-# A final cell is the seeds at a rate the sweep chose; a mixer whose sweep is unfinished has none yet.
-published_cells = {cell: runs for cell, runs in final_cells(bakeoff_runs, choices, layers="published").items()
-                   if cell in chosen}
+choice_of = {(c["family"], c["d_model"], c["mixer"]): c["choice"] for c in choices.values()
+             if c.get("choice") is not None}
+# A final cell is the seeds at the rate its family's sweep chose (every MQAR task takes MQAR-16's); a mixer whose
+# sweep is unfinished has none yet.
+published_cells = {(task, d, mixer): runs
+                   for (task, d, mixer), runs in final_cells(bakeoff_runs, choices, layers="published").items()
+                   if runs[0]["lr"] == choice_of.get((family(task), d, mixer))}
 
 
-def published_note(a, b, task="mqar16", d=64):
-    """What the published layers' runs say about ``a`` against ``b`` on their one trained cell, in words."""
+PUBLISHED_TASKS = ("mqar16", "mqar64")
+
+
+def published_verdict(a, b, task, d=64):
+    """Fisher's exact test on success counts of ``a`` against ``b`` in one published-layer cell, in words."""
     missing = [LABELS[m] for m in (a, b) if (task, d, m) not in published_cells]
     if missing:
-        return f"as published ({task}, d {d}): no call, {' and '.join(missing)} not yet trained to a final cell"
+        return f"no call, {' and '.join(missing)} not yet trained to a final cell"
     a_runs, b_runs = ([r["metric"] for r in published_cells[task, d, m]] for m in (a, b))
-    return f"as published ({task}, d {d}): " + success_verdict(a_runs, b_runs, LABELS[a], LABELS[b])
+    return success_verdict(a_runs, b_runs, LABELS[a], LABELS[b])
 
 
-for mixer in ("softmax", "kda", "k3_hybrid"):
-    cell = published_cells.get(("mqar16", 64, mixer))
-    print(f"MQAR-16, width 64, as published: {LABELS[mixer]:<26} "
-          + (f"{cell_success(published_cells, 'mqar16', mixer)} succeed" if cell else "no final cell yet"))
+def published_note(a, b, d=64):
+    """What the published layers' cells say about ``a`` against ``b``, cell by cell, in words."""
+    return "as published: " + "; ".join(f"{task}, d {d}, {published_verdict(a, b, task, d)}"
+                                        for task in PUBLISHED_TASKS)
+
+
+for task in PUBLISHED_TASKS:
+    for mixer in ("softmax", "kda", "k3_hybrid"):
+        cell = published_cells.get((task, 64, mixer))
+        print(f"{task}, width 64, as published: {LABELS[mixer]:<26} "
+              + (f"{cell_success(published_cells, task, mixer)} succeed" if cell else "no final cell yet"))
 published_kda_softmax, published_hybrid_kda = published_note("kda", "softmax"), published_note("k3_hybrid", "kda")
+softmax_wins = {task: [m for m in ("kda", "k3_hybrid")
+                       if published_verdict("softmax", m, task).startswith(f"{LABELS['softmax']} beats")]
+                for task in PUBLISHED_TASKS}
 glue("ch10_published_kda_softmax", published_kda_softmax, display=False)
 glue("ch10_published_hybrid_kda", published_hybrid_kda, display=False)
+glue("ch10_published_softmax_hybrid_hard", published_verdict("softmax", "k3_hybrid", "mqar64"), display=False)
+hard_setup = published_cells["mqar64", 64, "softmax"][0]
+glue("ch10_published_setup", f"width {hard_setup['d_model']}, {hard_setup['num_layers']} layers, "
+     f"{hard_setup['steps']:,} steps", display=False)
 print(published_kda_softmax)
 print(published_hybrid_kda)
-expect("on the published layers' one cell, neither trained ledger row can be called",
-       all(note.startswith("as published (mqar16, d 64): no call") for note in (published_kda_softmax,
-                                                                                 published_hybrid_kda)))
+expect("on MQAR-16 the published layers' cells call neither row",
+       all(published_verdict(a, b, "mqar16").startswith("no call") for a, b in (("kda", "softmax"),
+                                                                                 ("k3_hybrid", "kda"))))
+expect("on MQAR-64 softmax attention beats both pure KDA and the hybrid", softmax_wins["mqar64"] == ["kda", "k3_hybrid"])
+expect("on MQAR-64 the hybrid is no call against pure KDA",
+       published_verdict("k3_hybrid", "kda", "mqar64").startswith("no call"))
+expect("neither KDA nor the hybrid beats softmax attention in any published cell",
+       not any(published_verdict(m, "softmax", task).startswith(f"{LABELS[m]} beats")
+               for m in ("kda", "k3_hybrid") for task in PUBLISHED_TASKS))
 
 # %% [markdown]
-# There, pure KDA, the hybrid and softmax attention all learn the task
-# (*{glue:text}`ch10_published_kda_softmax`*; *{glue:text}`ch10_published_hybrid_kda`*): this cell is too easy to
-# separate them. The ledger's two trained rows therefore stay open until a harder cell (more pairs, the context
-# switch, two time scales) is trained with the published layers.
+# On MQAR-16 pure KDA, the hybrid and softmax attention all learn the task: that cell is too easy to separate
+# them. On MQAR-64 softmax attention learns on every seed and both recurrent designs mostly fall short, the hybrid
+# included (*{glue:text}`ch10_published_softmax_hybrid_hard`*), while the hybrid and pure KDA stay too close to
+# call. In full: *{glue:text}`ch10_published_kda_softmax`*; *{glue:text}`ch10_published_hybrid_kda`*.
+#
+# Read this for what it is: {glue:text}`ch10_published_setup`, and a learning rate chosen on the easier MQAR-16.
+# The hybrid's MLA layer keeps every pair, yet it does not carry the model the way an all-softmax stack does here. What the hybrid is built for, long and busy contexts at scale, is far from this cell; the context-switch
+# and two-time-scale tasks have not been trained with the published layers yet.
 
 # %% tags=["plumbing"]
 fig, axes = plt.subplots(3, 1, figsize=(7.2, 11.5))          # stacked: the site's column is 7.5 in wide
 for ax, task in zip(axes, ("rebind", "switch", "twoscale")):
-    plot_cell(task, d_model=64, path=BAKEOFF, ax=ax)
+    plot_cell(task, d_model=64, path=BAKEOFF, layers="earlier", ax=ax)
 fig.tight_layout()
 plt.show()
 
@@ -1146,9 +1179,9 @@ expect("the hybrid and KDA are not separated by either rule, nor softmax attenti
 
 # %% tags=["plumbing"]
 fig, axes = plt.subplots(2, 1, figsize=(7.2, 8.4))           # stacked: the site's column is 7.5 in wide
-plot_cell("lm", d_model=128, path=BAKEOFF, ax=axes[0])
+plot_cell("lm", d_model=128, path=BAKEOFF, layers="earlier", ax=axes[0])
 axes[0].set_ylim(1.2, None)
-plot_cell("lm", d_model=128, path=BAKEOFF, ax=axes[1], metric="probe_recall")
+plot_cell("lm", d_model=128, path=BAKEOFF, layers="earlier", ax=axes[1], metric="probe_recall")
 fig.tight_layout()
 plt.show()
 
@@ -1220,6 +1253,13 @@ def bakeoff_verdict(mixers_read, verdict_from_cells, what_the_stored_runs_show, 
 
 bakeoff_rebind = (f"rebind: softmax {shown('rebind', 'softmax')}, KDA {shown('rebind', 'kda')}, "
                   f"hybrid {shown('rebind', 'k3_hybrid')}")
+published_hard_value = ("MQAR-64 as published, success: " + ", ".join(
+    f"{name} {cell_success(published_cells, 'mqar64', m)}" for name, m in (("softmax", "softmax"), ("KDA", "kda"),
+                                                                          ("hybrid", "k3_hybrid"))))
+softmax_won_published = ("does not hold at toy scale: as published, " + "; ".join(
+    f"{task}, d 64, {published_verdict('softmax', m, task)}" for task, won in softmax_wins.items() for m in won)
+    + "; the other tasks' runs predate the faithful layers; at the published scale not checkable here"
+    if any(softmax_wins.values()) else "")
 bakeoff_twoscale = f"two timescales: hybrid {shown('twoscale', 'k3_hybrid')}, KDA {shown('twoscale', 'kda')}"
 HERE = "ch 10"
 ledger = [
@@ -1296,9 +1336,9 @@ ledger = [
     ("unit-norm keys read back v exactly", "C", "-", "ch 03", "holds (ch 03, to 1e-12)"),
     ("decay product alpha_x ... alpha_(x+t)", "C", "factor = prod alpha_(x+1..x+t)", f"{HERE} §6; ch 05",
      "holds with a nuance: with decay-then-write, t factors alpha_(x+1)..alpha_(x+t), not t + 1"),
-    ("Kimi Linear beats full attention in controlled comparisons", "C", bakeoff_rebind,
-     f"{HERE} §6 (bake-off); ch 03, 05, 06",
-     bakeoff_verdict(("softmax", "kda", "k3_hybrid"),
+    ("Kimi Linear beats full attention in controlled comparisons", "C",
+     published_hard_value if softmax_won_published else bakeoff_rebind, f"{HERE} §6 (bake-off); ch 03, 05, 06",
+     softmax_won_published or bakeoff_verdict(("softmax", "kda", "k3_hybrid"),
                      (f"does not hold at toy scale: softmax attention is best or tied on every bake-off task "
                       f"(rebinding: {softmax_vs_kda_rebind}; "
                       f"{softmax_vs_hybrid_rebind.replace('no call: ', 'hybrid, no call: ')}); "
@@ -1385,11 +1425,11 @@ else:
 # carefully (halving comes from the latent, not from SiTU; the decay product has $t$ factors), except the
 # per-step O(N²) framing, which the worklog itself corrects: with a cache a step grows linearly in $N$. The
 # performance claims (latency, compute advantage, throughput, quality) are measurements of real systems
-# at scale: this notebook can bound them with arithmetic, not confirm them. The two quality claims a trained
-# bake-off could speak to at toy scale stay open: the stored KDA and hybrid runs began with a saturated gate,
-# and in them softmax attention is best or tied everywhere while the MLA layers recover what KDA loses on the
-# one task that needs exact recall across a long, busy stretch; both need the columns trained again with the
-# layers as published.
+# at scale: this notebook can bound them with arithmetic, not confirm them. Of the two quality claims a trained
+# bake-off can speak to at toy scale, one is answered there: on MQAR-64 softmax attention beats both pure KDA and
+# the hybrid, built as published (a toy cell, far from the papers' scale). The other, that the MLA layers recover
+# what pure KDA loses, stays open: the published layers' cells cannot separate the hybrid from pure KDA, and the
+# stored runs of the other tasks began with a saturated gate.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
