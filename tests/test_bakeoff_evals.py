@@ -121,9 +121,12 @@ def test_table_prints_success_rates_intervals_and_steps_to_learn_and_reads_old_r
     out = capsys.readouterr().out
     kda = next(line for line in out.splitlines() if line.startswith("mqar4") and " kda " in line)
     assert "4/5 [0.38, 0.96]" in kda and kda.split()[12] == "55"                 # median of 40, 50, 60, 80
+    assert kda.split()[-2:] == ["100", "published"]                              # its budget and generation
+    assert kda.split()[14] == "nan"                                              # no SDPA cell: no ratio
     assert "0.818 ± 0.155" in kda
     rebind = next(line for line in out.splitlines() if line.startswith("rebind"))
     assert "0/3 [0.00, 0.56]" in rebind and rebind.split()[12] == "-"            # old records: no evaluations
+    assert rebind.split()[-1] == "earlier"
     from k3lite.bakeoff.plots import cell_success, success_rule_verdict
 
     assert cell_success(cells, "mqar4", "kda", 16) == "4/5 [0.38, 0.96]"
@@ -197,3 +200,18 @@ def test_plot_cell_draws_only_the_generation_it_is_asked_for(tmp_path):
               for layers in ("earlier", "latest")}
     assert points["earlier"] == {4: 0.5, 8: 0.5}           # the earlier grid alone
     assert points["latest"] == {4: 0.9, 8: 0.5}            # a cell's published runs replace its earlier ones
+
+
+def test_table_compares_speed_with_sdpa_only_on_the_same_device(tmp_path, capsys):
+    def on(device, record):
+        return {**record, "provenance": {"device_name": device}}
+
+    path = tmp_path / "s.json"
+    sdpa = [on("GPU A", _record("mqar4", "softmax", 1e-2, seed, 1.0)) for seed in range(2)]
+    same = [on("GPU A", {**_record("mqar4", "kda", 1e-2, seed, 1.0), "tokens_per_s": 500.0}) for seed in range(2)]
+    other = [on("GPU B", _record("mqar4", "delta_rule", 1e-2, seed, 1.0)) for seed in range(2)]
+    store.save(path, {r["key"]: r for r in sdpa + same + other})
+    assert cli.main(["--table", "--store", str(path)]) == 0
+    rows = {line.split()[2]: line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith("mqar4")}
+    assert rows["kda"][14] == "0.50" and rows["delta_rule"][14] == "nan"

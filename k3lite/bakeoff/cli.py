@@ -931,24 +931,33 @@ def _beyond_sweep(runs: dict, choice: dict) -> str:
 def print_table(runs: dict, choices: dict | None = None) -> None:
     """Per final cell (``plots.final_cells``: the chosen learning rate's seeds): seeds, mean ± standard error,
     success rate k/n (accuracy >= 0.9) with its 95 % Wilson interval, median steps-to-learn over the seeds that
-    learned (``-``: none did, or records without periodic evaluation), tokens/s against SDPA's, seconds per
-    run; then every learning-rate sweep that stayed at chance, and every diverged or failed run."""
-    from k3lite.bakeoff.plots import final_cells
+    learned (``-``: none did, or records without periodic evaluation), tokens/s against SDPA's (``nan`` unless
+    both cells ran on the same kind of device), seconds per run, the training budget in steps and which layers
+    trained it (``published``, or ``earlier``: the grid run before the layers were rebuilt,
+    ``plots.published_layer``); then every learning-rate sweep that stayed at chance, and every diverged or
+    failed run."""
+    from k3lite.bakeoff.plots import final_cells, published_layer
 
     cells = final_cells(runs, choices)
     speed = {cell: summarize([r["tokens_per_s"] for r in records]).mean for cell, records in cells.items()}
-    print(f"{'task':10s} {'d':>4s} {'mixer':18s} {'lr':>7s} {'n':>2s} {'metric':>10s} {'mean ± s.e.':>15s} "
-          f"{'success [95% CI]':>18s} {'learned@':>8s} {'tok/s':>9s} {'vs sdpa':>7s} {'s/run':>6s}")
+    devices = {cell: {r.get("provenance", {}).get("device_name") for r in records} for cell, records in cells.items()}
+    name = min(30, max([18] + [len(mixer) for _, _, mixer in cells]))   # a module:function name may overflow
+    print(f"{'task':10s} {'d':>4s} {'mixer':{name}s} {'lr':>7s} {'n':>2s} {'metric':>10s} {'mean ± s.e.':>15s} "
+          f"{'success [95% CI]':>18s} {'learned@':>8s} {'tok/s':>9s} {'vs sdpa':>7s} {'s/run':>6s} {'steps':>6s} "
+          "layers")
     for (task, d, mixer), records in sorted(cells.items()):
         s = summarize([r["metric"] for r in records])
-        sdpa = speed.get((task, d, "softmax"), float("nan"))
+        same_device = devices.get((task, d, "softmax")) == devices[task, d, mixer]
+        sdpa = speed.get((task, d, "softmax"), float("nan")) if same_device else float("nan")
         success = str(success_rate([r["metric"] for r in records])) if records[0].get("higher_is_better", True) \
             else "-"
         learned = median(r.get("steps_to_learn") for r in records)
         wall = summarize([r.get("cost", {}).get("wall_s", r.get("wall_s", float("nan"))) for r in records]).mean
-        print(f"{task:10s} {d:4d} {mixer:18s} {records[0]['lr']:7.0e} {s.n:2d} {records[0]['metric_name']:>10s} "
+        layers = "published" if published_layer(records[0]) else "earlier"
+        print(f"{task:10s} {d:4d} {mixer:{name}s} {records[0]['lr']:7.0e} {s.n:2d} {records[0]['metric_name']:>10s} "
               f"{s.mean:7.3f} ± {s.sem:5.3f} {success:>18s} {'-' if learned is None else f'{learned:.0f}':>8s} "
-              f"{speed[(task, d, mixer)]:9.0f} {speed[(task, d, mixer)] / sdpa:7.2f} {wall:6.1f}")
+              f"{speed[(task, d, mixer)]:9.0f} {speed[(task, d, mixer)] / sdpa:7.2f} {wall:6.1f} "
+              f"{records[0]['steps']:6d} {layers}")
     for _, choice in sorted((choices or {}).items()):
         if choice.get("verdict") == "all at chance":
             means = ", ".join(f"{lr}: {mean:.3f}" for lr, mean in choice["means"].items())
