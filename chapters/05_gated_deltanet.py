@@ -923,7 +923,7 @@ plt.show()
 # ### Blocked or slowed? Twice the budget
 #
 # Seeds still climbing at the last evaluation leave a question open: does the SiLU gate stop some seeds from ever
-# learning, or only make them slower? Five more runs of the published layer, at the same rate, doubled the budget.
+# learning, or only make them slower? More runs of the published layer, at the same rate, doubled the budget.
 # A longer run is a new run (the learning-rate schedule stretches with it), so these seeds are not the earlier
 # ones continued.
 
@@ -970,7 +970,7 @@ plt.show()
 #
 # Sixteen pairs were too easy to separate DeltaNet, KDA and the sigmoid-gated layer. With 64 pairs at the same
 # width, every head's state must hold more associations than its key has dimensions, so keys interfere (chapter 03).
-# The same mixers were trained there, five seeds each, at the rate their MQAR-16 sweep chose.
+# The same mixers were trained there, each at the rate its MQAR-16 sweep chose (every seed is printed below).
 
 # %% tags=["plumbing"]
 HARD = ("softmax", "delta_rule", SIGMOID_GATED, "kda")
@@ -1003,7 +1003,7 @@ expect("the sigmoid-gated layer is no call against DeltaNet on MQAR-64",
 # recurrent layers' heads have {glue:text}`ch05_hard_head_dim` key dimensions for 64 pairs. DeltaNet comes close on
 # every seed (its lowest is {glue:text}`ch05_hard_deltanet_low`) but crosses 0.9 on {glue:text}`ch05_hard_deltanet`;
 # the sigmoid-gated Gated DeltaNet ({glue:text}`ch05_hard_sigmoid`) and KDA ({glue:text}`ch05_hard_kda`) split
-# between seeds that get most of the way and seeds that stay near chance. Five seeds cannot call the gated layer
+# between seeds that get most of the way and seeds that stay near chance. These seeds cannot call the gated layer
 # against DeltaNet (*{glue:text}`ch05_hard_verdict`*). Nothing in MQAR ever needs forgetting, so a decay has
 # nothing to win here; what it buys needs tasks that change what is true (the context switch and the two time
 # scales of chapter 06).

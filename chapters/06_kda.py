@@ -755,8 +755,8 @@ expect("the stored runs' gate began saturated: median retention at initialisatio
 
 # %% [markdown]
 # Two cells have been trained again with the layers as published (chapter 05, section 7): MQAR with 16 and with 64
-# pairs at width 64, a budget long enough for softmax attention and DeltaNet to learn MQAR-16 on every seed, five
-# seeds at the rate the MQAR-16 sweep chose. Their gated layers record their retention too.
+# pairs at width 64, a budget long enough for softmax attention and DeltaNet to learn MQAR-16 on every seed, each
+# mixer's seeds at the rate its MQAR-16 sweep chose. Their gated layers record their retention too.
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff.plots import cell_success

@@ -1002,7 +1002,7 @@ expect("the stored runs' gate began saturated: median retention at initialisatio
 # %% [markdown]
 # Two cells have been trained again with the layers as published (chapter 05, section 7): MQAR with 16 and with
 # 64 pairs at width 64, a budget long enough for softmax attention and DeltaNet to learn MQAR-16 on every seed,
-# each mixer's rate chosen from its MQAR-16 sweep, five seeds a cell, and success (accuracy at least 0.9) compared
+# each mixer's rate chosen from its MQAR-16 sweep, several seeds a cell, and success (accuracy at least 0.9) compared
 # by Fisher's exact test.
 
 # %% tags=["plumbing"]

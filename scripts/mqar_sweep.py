@@ -13,7 +13,6 @@ small models are launch-bound, and several processes keep it busier).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import multiprocessing
@@ -26,19 +25,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from k3lite.bakeoff.cli import OneLineParser
 from k3lite.models import mixers
 
 DEFAULT_PAIRS = (8, 16, 32, 64, 96)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """A user error: one line on stderr, exit status 2, no usage block."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parse_args(argv):
-    parser = _Parser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mechanisms", nargs="+", default=list(mixers.MECHANISMS), choices=mixers.MECHANISMS)
     parser.add_argument("--pairs", nargs="+", type=int, default=list(DEFAULT_PAIRS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])

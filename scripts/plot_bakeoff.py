@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from k3lite.bakeoff.cli import _Parser  # a user error: one line, exit 2
+from k3lite.bakeoff.cli import OneLineParser
 from k3lite.bakeoff.plots import LAYERS, SCRATCH_FIGURES, plot_all
 
 
 def main(argv=None) -> None:
-    parser = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", default="figures/bakeoff.json", help="the store to read (default: %(default)s)")
     parser.add_argument("--out-dir", default=SCRATCH_FIGURES, help="where the PNGs go (default: %(default)s)")
     parser.add_argument("--layers", default="latest", choices=LAYERS,

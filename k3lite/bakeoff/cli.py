@@ -132,14 +132,14 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text + " (default: %(default)s)"
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         """A user error: one line on stderr, exit status 2 (argparse's convention), no usage block or traceback."""
         self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m k3lite.bakeoff", description=__doc__, formatter_class=_HelpFormatter)
+    p = OneLineParser(prog="python -m k3lite.bakeoff", description=__doc__, formatter_class=_HelpFormatter)
     p.add_argument("--tasks", default=DEFAULT_TASKS,
                    help="comma-separated: mqar<pairs>, rebind[<keys>], switch, twoscale, lm")
     p.add_argument("--mixers", default=",".join(BUILTIN),
