@@ -357,6 +357,27 @@ def test_sweep_metrics_never_mixes_step_budgets():
     assert sweep_metrics(runs, "mqar16", 64, steps=1000) == {}
 
 
+def test_lr_sweep_figure_draws_one_budget_and_the_mean_over_seeds():
+    # The figure is the evidence of a choice: one budget per line, and the line is the seeds' mean, not seed 0.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from k3lite.bakeoff.plots import plot_lr_sweep
+
+    records = [_budget_record(2000, 0, 0.25), _budget_record(2000, 1, 0.75), _budget_record(4000, 0, 1.0),
+               _budget_record(2000, 0, 0.0, lr=1e-3), _budget_record(2000, 1, 0.5, lr=1e-3)]
+    runs = {r["key"]: {**r, "metric_name": "accuracy"} for r in records}
+    fig, ax = plt.subplots()
+    plot_lr_sweep(runs, "mqar16", 64, ax, steps=2000)
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [1e-3, 3e-3] and list(line.get_ydata()) == [0.25, 0.5]
+    dots = sorted(float(y) for collection in ax.collections for y in collection.get_offsets()[:, 1])
+    assert dots == [0.0, 0.25, 0.5, 0.75]   # every seed of the 2000-step budget, none of the 4000-step run
+    plt.close(fig)
+
+
 def test_final_cells_at_a_chosen_rate_run_at_two_budgets_takes_the_group_with_more_seeds():
     # Both budgets ran at the chosen rate: the 2000-step group has more seeds and wins, although the 4000-step
     # group's mean is higher; its runs never join the 2000-step group (steps is part of the set-up).

@@ -376,18 +376,24 @@ def plot_throughput(runs: dict, ax, layers: str = "latest"):
     ax.legend(fontsize=7)
 
 
-def plot_lr_sweep(runs: dict, task: str, d_model: int, ax):
-    sweep = [r for r in runs.values() if r["task"] == task and r["d_model"] == d_model and r["seed"] == 0
-             and r.get("phase") in ("lr", "seeds")]
-    for mixer in _order({r["mixer"] for r in sweep}):
-        points = sorted((r["lr"], store.finite_metric(r)) for r in sweep
-                        if r["mixer"] == mixer and store.finite_metric(r) is not None)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=COLORS.get(mixer),
+def plot_lr_sweep(runs: dict, task: str, d_model: int, ax, *, steps: int, layers: str = "published"):
+    """The evidence of one learning-rate choice: each seed's metric (dots) and their mean (line) at every rate,
+    for the runs of one budget ``steps`` and one generation ``layers`` (never two budgets on one line)."""
+    sweep = sweep_metrics(runs, task, d_model, layers=layers, steps=steps)
+    metric_name = next((r["metric_name"] for r in runs.values() if r["task"] == task), "metric")
+    for mixer in _order(sweep):
+        rates = {lr: [m for m in seeds if m is not None] for lr, seeds in sweep[mixer].items()}
+        rates = {lr: finite for lr, finite in rates.items() if finite}
+        color = COLORS.get(mixer)
+        for lr, finite in rates.items():
+            ax.scatter([lr] * len(finite), finite, s=12, color=color, alpha=0.5)
+        ax.plot(list(rates), [sum(f) / len(f) for f in rates.values()], marker="o", color=color,
                 label=LABELS.get(mixer, mixer))
     ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate (seed 0)")
-    ax.set_ylabel(sweep[0]["metric_name"] if sweep else "metric")
-    ax.set_title(f"Learning-rate sweep on {task}, d_model {d_model}", fontsize=10)
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel(metric_name)
+    ax.set_title(f"Learning-rate sweep on {task}, d_model {d_model}, {steps} steps: mean (line), seeds (dots)",
+                 fontsize=10)
     ax.legend(fontsize=8)
 
 
@@ -437,10 +443,12 @@ def plot_all(path="figures/bakeoff.json", out_dir=SCRATCH_FIGURES, layers: str =
     fig, ax = _figure(plt, width=9.0)
     plot_throughput(runs, ax, layers)
     save(fig, "bakeoff_throughput.png")
-    for task, d in sorted({(r["task"], r["d_model"]) for r in runs.values() if r.get("phase") == "lr"}):
+    swept = {(r["task"], r["d_model"], r["steps"], "published" if published_layer(r) else "earlier")
+             for r in _of_layers(runs.values(), layers) if r.get("phase") == "lr"}
+    for task, d, steps, generation in sorted(swept):   # one figure per budget and generation: seeds never mix
         fig, ax = _figure(plt)
-        plot_lr_sweep(runs, task, d, ax)
-        save(fig, f"bakeoff_lr_{task}_d{d}.png")
+        plot_lr_sweep(runs, task, d, ax, steps=steps, layers=generation)
+        save(fig, f"bakeoff_lr_{task}_d{d}_n{steps}_{generation}.png")
     return written
 
 
