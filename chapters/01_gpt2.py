@@ -222,7 +222,7 @@ print(f"{'total':<22}{accounting.gpt2_parameter_count(small):>14,}")
 # %% [markdown]
 # An analytic count is only as good as its check. PyTorch's `meta` device builds a module with
 # shapes but no storage, so we can count the real `GPT2` module of every size, even XL, in
-# milliseconds and without allocating 6 GB:
+# milliseconds and without allocating the gigabytes XL's weights would take (the last line prints how many):
 
 # %% tags=["plumbing"]
 print(f"{'size':<8}{'analytic':>16}{'counted on meta':>18}")

@@ -588,11 +588,11 @@ else:
 # same arithmetic buys on a GPU; "Triton/fla" says how far the course's kernels are from the production ones;
 # SDPA is the softmax attention that a chunked linear form competes with.
 #
-# What the stored file shows, and no more. Two shapes were measured for KDA, $(B, T) = (2, 8192)$ and
-# $(1, 32768)$, with $H = 16$, $d = 128$: the same number of tokens arranged as two sequences or as one four
-# times longer. Softmax attention pays per sequence for $T^2$ pairs, so its time should grow about
+# What the stored file shows, and no more. Take two of the shapes measured for KDA, $(B, T) = (2, 8192)$ and
+# $(1, 32768)$, with $H = 16$, $d = 128$: one sequence four times longer than each of the two, so twice the
+# tokens. Softmax attention pays per sequence for $T^2$ pairs, so its time should grow about
 # $32768^2 / (2 \cdot 8192^2) = 8\times$ between the two; the chunked form pays per token, so its time should
-# barely move. The cell below reads both growth factors off the file.
+# only double. The cell below reads both growth factors off the file.
 
 # %% tags=["plumbing"]
 def growth(path, kind="kda", mode="fwd", shapes=((2, 8192), (1, 32768))):
@@ -605,11 +605,13 @@ def growth(path, kind="kda", mode="fwd", shapes=((2, 8192), (1, 32768))):
     return {name: second[key] / first[key] for name, key in (("SDPA", "sdpa_ms"), ("k3lite KDA", "k3lite_triton_ms"))}
 
 
+(B1, T1), (B2, T2) = (2, 8192), (1, 32768)
+pairs_ratio, tokens_ratio = (B2 * T2**2) / (B1 * T1**2), (B2 * T2) / (B1 * T1)
 for mode in ("fwd", "fwd+bwd"):
-    factors = growth(BENCH, mode=mode) if BENCH.exists() else None
+    factors = growth(BENCH, mode=mode, shapes=((B1, T1), (B2, T2))) if BENCH.exists() else None
     if factors:
-        print(f"{mode:>7}, (2, 8192) -> (1, 32768): " + ", ".join(f"{name} x{f:.1f}" for name, f in factors.items())
-              + "   (T^2 per sequence predicts x8.0, linear in tokens x1.0)")
+        print(f"{mode:>7}, ({B1}, {T1}) -> ({B2}, {T2}): " + ", ".join(f"{name} x{f:.1f}" for name, f in factors.items())
+              + f"   (T^2 per sequence predicts x{pairs_ratio:.1f}, linear in tokens x{tokens_ratio:.1f})")
         if mode == "fwd":
             glue("ch04_sdpa_growth_fwd", f"{factors['SDPA']:.1f}", display=False)
 
@@ -621,12 +623,14 @@ for mode in ("fwd", "fwd+bwd"):
 # ties SDPA's forward there ({glue:text}`ch04_kda_fwd_8192_triton` ms against {glue:text}`ch04_kda_fwd_8192_sdpa` ms)
 # and loses once the backward is added ({glue:text}`ch04_kda_fwdbwd_8192_triton` ms against
 # {glue:text}`ch04_kda_fwdbwd_8192_sdpa` ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then grows
-# {glue:text}`ch04_sdpa_growth_fwd`-fold (the $T^2$ count says 8), while KDA's a little over doubles: at
+# {glue:text}`ch04_sdpa_growth_fwd`-fold (the $T^2$ count says 8), while KDA's a little more than doubles, as a cost
+# linear in tokens says it should: at
 # $T = 32768$ KDA's forward takes {glue:text}`ch04_kda_fwd_32768_triton` ms against SDPA's
 # {glue:text}`ch04_kda_fwd_32768_sdpa` ms, and {glue:text}`ch04_kda_fwdbwd_32768_triton` ms against
-# {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward. The growth
-# is more than the ideal $\times 1$ because the chunk-to-chunk pass is sequential: one sequence of 32768 tokens is
-# 512 chunks in a row, against 128 for each of two sequences of 8192, which run side by side. At $T = 32768$
+# {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward. What it pays beyond $\times 2$ comes from the
+# chunk-to-chunk pass being sequential: one sequence of 32768 tokens is 512 chunks in a row, against 128 for each
+# of two sequences of 8192, and with one sequence there are half as many (sequence, head) pairs to run side by
+# side on the GPU. At $T = 32768$
 # every chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for
 # the linear form.
 #

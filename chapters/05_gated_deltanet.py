@@ -565,9 +565,10 @@ print(f"g = {floor}, T = 200, C = 64: all finite {torch.isfinite(o_long).all().i
 #
 # The rule for "better", the same in every chapter: **A beats B when the difference of their mean accuracies
 # is larger than two standard errors of that difference** (`k3lite.bakeoff.stats.beats`; sample standard
-# deviations over seeds). With three seeds it is a rough screen; a cell with one seed cannot be called.
+# deviations over seeds). With few seeds it is a rough screen; a cell with one seed cannot be called.
 # All numbers are read from the committed file, so they are exact. The first table is the bake-off's earlier
-# grid: a shorter budget, three seeds per cell, trained before k3lite built Gated DeltaNet and KDA as published.
+# grid: a shorter budget, {glue:text}`ch05_earlier_seeds` seeds per cell, trained before k3lite built Gated DeltaNet
+# and KDA as published.
 
 # %% [markdown] tags=["notes"]
 # Trained evidence, and how it misled us. Ask the room first: "what would a decay look like if it never took
@@ -598,6 +599,8 @@ for task in ("switch", "rebind", "mqar128", "twoscale"):
         glue(f"ch05_{task}_{mixer}", cell_summary(bakeoff_cells, task, mixer), display=False)
 glue("ch05_steps", str(setup["steps"]), display=False)
 expect("every switch cell has at least 3 seeds", min(len(accuracies("switch", m)) for m in MIXERS) >= 3)
+earlier_seeds = {len(accuracies(t, m)) for t in ("switch", "rebind", "mqar128", "twoscale") for m in MIXERS}
+glue("ch05_earlier_seeds", "–".join(str(n) for n in sorted({min(earlier_seeds), max(earlier_seeds)})), display=False)
 
 # %% [markdown]
 # Read as a table of mechanisms, this says Gated DeltaNet's layer failed where DeltaNet succeeded: at width 64
@@ -1021,7 +1024,7 @@ expect("the sigmoid-gated layer is no call against DeltaNet on MQAR-64",
 #
 # The lesson reaches beyond this chapter: a layer named after a published layer must *be* that layer, down to its
 # initialisation; the first thing to check of a trained gate is whether it ever gated; a sweep with two seeds per
-# rate can miss a layer that learns one time in five; and a claim about why a layer fails stays a hypothesis until
+# rate can miss a layer that learns on {glue:text}`ch05_more_silu` seeds; and a claim about why a layer fails stays a hypothesis until
 # the run that isolates it is in the store.
 
 # %% [markdown] slideshow={"slide_type": "slide"}

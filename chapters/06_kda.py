@@ -852,6 +852,8 @@ glue("ch06_mqar_seeds_note", f"Every cell holds {mqar_seeds} seeds or more." if 
      f"Some cells hold only {mqar_seeds} seeds: their remaining runs are not trained yet.", display=False)
 expect("at d 64 every recurrent mixer (Gated DeltaNet aside) loses > 0.3 of recall from 16 to 128 pairs",
        min(drop_d64.values()) > 0.3)
+expect("at d 64 the earlier Gated DeltaNet layer is near chance (mean < 0.1) already at 16 pairs",
+       mean_of["gated_delta_rule", 16, 64] < 0.1)
 expect("at d 128 every recurrent mixer (Gated DeltaNet aside) keeps a mean above 0.98 at 128 pairs",
        min(mean_of[m, 128, 128] for m in RECURRENT) > 0.98)
 expect("softmax attention keeps a mean above 0.99 at every size and number of pairs",
@@ -866,24 +868,26 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# At width 64 (a state of {glue:text}`ch06_state_numbers_d64` numbers per layer) every recurrent mixer loses
-# {glue:text}`ch06_mqar_drop_d64` of its recall between 16 and 128 pairs, while softmax attention, whose cache
+# At width 64 (a state of {glue:text}`ch06_state_numbers_d64` numbers per layer) every recurrent mixer except
+# Gated DeltaNet (below) loses {glue:text}`ch06_mqar_drop_d64` of its recall between 16 and 128 pairs, while softmax attention, whose cache
 # grows with the sequence, loses nothing. At width 128 ({glue:text}`ch06_state_numbers_d128` numbers) the same
 # mixers hold at least {glue:text}`ch06_mqar128_d128_low` even at 128 pairs: the pairs no longer outgrow the state.
 # That is Zoology's picture (Arora, Eyuboglu et al. 2023, arXiv:2312.04927: in its MQAR experiments the recall of
 # efficient mixers falls as the pairs outgrow the state and recovers with a larger model dimension, while
 # attention's does not fall), and the reason the step from linear attention to KDA is about *using* a fixed state
 # well, not escaping its size. The capacity picture holds for the ungated mixers; for KDA and the hybrid it comes
-# from runs whose gates barely decayed. Gated DeltaNet's stored layer is the exception
-# ({glue:text}`ch06_mqar128_d128_gdn` at 128 pairs and width 128), from runs trained with the saturated gate: it
-# says nothing yet about the published layer. {glue:text}`ch06_mqar_seeds_note`
+# from runs whose gates barely decayed. Gated DeltaNet's stored layer is the exception at both widths: it is
+# near chance already at 16 pairs at width 64, so it has little to lose, and reaches only
+# {glue:text}`ch06_mqar128_d128_gdn` at 128 pairs and width 128. Those runs used the saturated gate, so they say
+# nothing yet about the published layer. {glue:text}`ch06_mqar_seeds_note`
 #
 # One earlier GPU sweep, kept in `figures/mqar_sweep.json`, shows a way gates fail that does not need
-# statistics to see. There the decay started
-# at 0.91 per token. At 64 pairs an answer is written up to 191 tokens before it is asked for, so
-# one asked 100 tokens later arrived multiplied by $0.91^{100} \approx 10^{-4}$: no signal, no gradient, and both gated
-# models stayed at chance while the ungated ones were near perfect (one seed). `k3lite.models.mixers` now starts the
-# decay at $e^{-5\,\sigma(-7)} \approx 0.995$ per token.
+# statistics to see. There the decay started at {glue:text}`ch06_sweep_decay_init` per token. At 64 pairs an
+# answer is written up to {glue:text}`ch06_sweep_longest_gap` tokens before it is asked for, so one asked 100 tokens
+# later arrived multiplied by {glue:text}`ch06_sweep_decay_init`$^{100} \approx$
+# {glue:text}`ch06_sweep_decay_100`: no signal, no gradient, and both gated models stayed at chance while the
+# ungated ones were near perfect (one seed). `k3lite.models.mixers` now starts the decay at
+# {glue:text}`ch06_mixers_decay_init` per token (the cell prints the formula).
 
 # %% tags=["plumbing"]
 def accuracy_table(runs, mechanisms, pairs):
@@ -897,8 +901,14 @@ sweep = json.loads((viz.FIGURES_DIR / "mqar_sweep.json").read_text())
 earlier = sweep["earlier_run"]
 earlier_accuracies = accuracy_table(earlier["runs"], earlier["config"]["mechanisms"], earlier["config"]["pairs"])
 print(f"earlier run: d_model={earlier['config']['d_model']}, initial decay {earlier['decay_init_per_token']} per token")
-print(f"longest write-to-read distance at 64 pairs: {2 * 64 + 64 - 1} tokens; 0.91^100 = {0.91 ** 100:.0e}")
+decay_init, longest_gap = earlier["decay_init_per_token"], 2 * 64 + 64 - 1
+print(f"longest write-to-read distance at 64 pairs: {longest_gap} tokens; "
+      f"{decay_init}^100 = {decay_init ** 100:.0e}")
 initial_decay = math.exp(mixers.LOG_DECAY_FLOOR * torch.sigmoid(torch.tensor(mixers.DECAY_BIAS_INIT)).item())
+glue("ch06_sweep_decay_init", f"{decay_init}", display=False)
+glue("ch06_sweep_longest_gap", str(longest_gap), display=False)
+glue("ch06_sweep_decay_100", f"{decay_init ** 100:.0e}", display=False)
+glue("ch06_mixers_decay_init", f"{initial_decay:.3f}", display=False)
 print(f"k3lite.models.mixers now: exp({mixers.LOG_DECAY_FLOOR:g} · sigmoid({mixers.DECAY_BIAS_INIT:g})) = {initial_decay:.3f} per token")
 print(f"{'pairs':<18}" + "".join(f"{p:>7}" for p in earlier["config"]["pairs"]))
 for mechanism, row in earlier_accuracies.items():

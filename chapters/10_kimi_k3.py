@@ -346,6 +346,9 @@ print(f"small K3 layout: {'-'.join(k3_small_config.layer_types)}, width {k3_smal
 print(f"small GPT-2 layout: {gpt2_small_config.n_layer} layers, width {gpt2_small_config.n_embd}, "
       f"{gpt2_small_config.n_head} heads")
 print(f"budget: {STEPS} steps x {BATCH} x {SEQ_LEN} = {STEPS * BATCH * SEQ_LEN:,d} training tokens each")
+glue("ch10_small_k3_params", f"{k3_counts['total']:,d}", display=False)
+glue("ch10_small_gpt2_params", f"{gpt2_count:,d}", display=False)
+glue("ch10_small_train_bytes", f"{STEPS * BATCH * SEQ_LEN:,d}", display=False)
 
 # %%
 histories = {}
@@ -457,9 +460,10 @@ print(f"GPT-2: {gpt2_text!r}")
 # well below the context-free (unigram) loss, so both use the context, and the whole K3 machinery
 # (chunked KDA, absorbed MLA, routing, SiTU, AttnRes) runs end to end, forward and backward.
 #
-# **What it cannot show:** which architecture is better. At about 300k parameters and roughly 77k training
-# bytes the final losses are a few hundredths of a nat apart (K3 − GPT-2 = {glue:text}`ch10_loss_gap` nats here), from one seed and
-# one learning rate, which is too little evidence to rank two architectures; the samples are barely code. K3's design pays off at lengths and scales this run never reaches:
+# **What it cannot show:** which architecture is better. With {glue:text}`ch10_small_k3_params` (K3) and
+# {glue:text}`ch10_small_gpt2_params` (GPT-2) parameters and {glue:text}`ch10_small_train_bytes` training bytes,
+# the final losses differ by K3 − GPT-2 = {glue:text}`ch10_loss_gap` nats here, from one seed and one learning
+# rate, which is too little evidence to rank two architectures; the samples are barely code. K3's design pays off at lengths and scales this run never reaches:
 # its KDA layers earn their keep when the context is long (memory, section 5), its experts when there are
 # many tokens to specialise on, AttnRes when the stack is deep. A fair quality comparison needs trained
 # models at scale, and it is the one claim family this notebook leaves open.
@@ -528,7 +532,7 @@ ax.legend(fontsize=7.5, loc="upper left")
 plt.show()
 
 # %% [markdown]
-# The slopes are the lesson: K3, a model 22,000 times larger, adds {glue:text}`ch10_k3_bytes_per_token` bytes
+# The slopes are the lesson: K3, a model {glue:text}`ch10_ratio_exact` times larger, adds {glue:text}`ch10_k3_bytes_per_token` bytes
 # per token, *less* than GPT-2 small's {glue:text}`ch10_gpt2_bytes_per_token`, because only 24 of its 93 layers
 # keep a cache and that cache is a latent. It pays a fixed {glue:text}`ch10_kda_state_mib` MiB of KDA state up
 # front ({glue:text}`ch10_fixed_mib` MiB with the convolution tails), which is why at short contexts the small
@@ -1129,10 +1133,11 @@ expect("the withdrawn LM runs fit their training text far better than held-out t
 # %% [markdown]
 # ### The language model: bits per byte, and a recall probe
 #
-# Each run trains on 16 M bytes of the standard library's Python files (T = 2048, nothing repeated) and is scored
+# Each run trains on {glue:text}`ch10_lm_train_mb` M bytes of the standard library's Python files (T = 2048, nothing
+# repeated) and is scored
 # on held-out files: validation **bits per byte** (lower is better), and the **probe**: every window carries a
 # random 8-character code near its start (`#k=...`) and asks for it again near its end, so only a model that
-# recalls across about 2000 bytes gets it (chance: one guess in 36 per character).
+# recalls across about 2000 bytes gets it (chance: {glue:text}`ch10_probe_chance` per character).
 #
 # The seeds' spread here is mostly the *text*: a seed fixes which windows a run trains and is scored on, the same
 # for every mixer, and some windows are simply harder. So beside the chapters' rule this section also states a
@@ -1146,6 +1151,9 @@ from k3lite.bakeoff.tasks import PROBE_ALPHABET
 LM_MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 print(run_setup(bakeoff_cells["lm", 128, "kda"][0]))
 print_cell_table(bakeoff_cells, ("lm",), LM_MIXERS, d_model=128)
+lm_setup = bakeoff_cells["lm", 128, "kda"][0]
+glue("ch10_lm_train_mb", f"{lm_setup['steps'] * lm_setup['batch_size'] * lm_setup['lm_seq_len'] / 1e6:.1f}",
+     display=False)
 for mixer in LM_MIXERS:
     glue(f"ch10_lm_{mixer}", shown("lm", mixer, 128), display=False)
 probe = {m: [r["metrics"]["probe_recall"] for r in bakeoff_cells["lm", 128, m]] for m in LM_MIXERS}
@@ -1630,7 +1638,8 @@ print(f"K3-shaped layers, 1M tokens, 40 GiB: at most "
 #   GPT-2 small; caches reproduce recomputation exactly on the small model.
 # - At toy scale K3 and GPT-2 train alike; whether the design wins is a question of scale and context
 #   length that a CPU notebook cannot settle, and the ledger says so claim by claim.
-# - The trained bake-off (GPU, small models, three seeds, the two-standard-error rule), in stored runs whose KDA and
+# - The trained bake-off (GPU, small models, {glue:text}`ch10_bakeoff_seeds` seeds or more, the two-standard-error
+#   rule), in stored runs whose KDA and
 #   hybrid gates began saturated: softmax attention is best or tied on every task; the hybrid beats pure KDA on the
 #   two-timescale task and is not separated from it on the others. What the gate changes waits for the re-run
 #   with the layers as published.

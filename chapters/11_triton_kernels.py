@@ -571,11 +571,16 @@ for tag, mode in (("fwd", "fwd"), ("both", "fwd+bwd")):
     kda_ratios = [ratios["kda", mode, B, T] for B, T in shapes]
     glue(f"ch11_fla_kda_{tag}", f"{min(kda_ratios):.2f}–{max(kda_ratios):.2f}", display=False)
     expect(f"KDA {mode}: faster than fla at every shape", max(kda_ratios) < 1)
+    for kind in ("gated_delta_rule", "delta_rule"):
+        kind_ratios = [ratios[kind, mode, B, T] for B, T in shapes]
+        glue(f"ch11_fla_{kind}_{tag}", f"{min(kind_ratios):.2f}–{max(kind_ratios):.2f}", display=False)
 
 # %% [markdown]
 # KDA, the layer this course builds, takes {glue:text}`ch11_fla_kda_fwd`× fla's time forward and
-# {glue:text}`ch11_fla_kda_both`× forward plus backward; Gated DeltaNet and DeltaNet, which the same kernels serve,
-# are level with fla on some rows and behind on others. The algorithm is the same, so the differences are engineering.
+# {glue:text}`ch11_fla_kda_both`× forward plus backward. The same kernels serve Gated DeltaNet
+# ({glue:text}`ch11_fla_gated_delta_rule_fwd`× forward, {glue:text}`ch11_fla_gated_delta_rule_both`× with the
+# backward) and DeltaNet ({glue:text}`ch11_fla_delta_rule_fwd`× and {glue:text}`ch11_fla_delta_rule_both`×), each
+# against fla's own kernels for that layer. The algorithm is the same, so the differences are engineering.
 # Five of them are worth learning from, and each explains lines you met in sections 2 to 4.
 #
 # ### a. Exact gate sums

@@ -56,6 +56,16 @@ def test_chapter_pair_exists_in_sync_and_executed(stem):
     assert not never_run, f"{stem}: code cells {never_run} were never executed in the stored notebook"
 
 
+@pytest.mark.parametrize("stem", STEMS)
+def test_stored_notebook_shows_no_font_warnings(stem):
+    # A stale matplotlib font cache (one built by a virtual environment since deleted) makes every figure print
+    # a screen of "findfont" warnings into the stored outputs the student reads; re-execute with a fresh cache.
+    executed = nbformat.read(CHAPTERS_DIR / f"{stem}.ipynb", as_version=4)
+    warned = [i for i, cell in enumerate(executed.cells) for output in cell.get("outputs", [])
+              if output.get("name") == "stderr" and "findfont" in output.get("text", "")]
+    assert not warned, f"{stem}: cells {sorted(set(warned))} carry matplotlib font warnings; rm -rf ~/.cache/matplotlib"
+
+
 def _requirement_names(requirements):
     names = set()
     for requirement in requirements:
