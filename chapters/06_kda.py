@@ -339,7 +339,7 @@ plt.show()
 #
 # $$ O = (Q \odot e^{G})\,S_0 + A^{qk} V', \qquad A^{qk}_{ri} = \sum_d q_{r,d}\, k_{i,d}\, e^{G_{r,d} - G_{i,d}} \quad (i \le r), $$
 #
-# with $Q$ already multiplied by $\mathrm{scale} = K^{-1/2}$, and the state handed to the next chunk is
+# with $Q$ already multiplied by $\mathrm{scale} = d_k^{-1/2}$ (keys of $d_k$ channels), and the state handed to the next chunk is
 #
 # $$ S \leftarrow \mathrm{Diag}\big(e^{G_C}\big)\,S_0 + \big(e^{G_C - G} \odot K\big)^\top V' . $$
 #
@@ -448,16 +448,24 @@ for name, g_long in strong_gates.items():
 # Where the split fails it fails completely: $e^{-G_i}$ overflows to `inf`, $e^{G_r}$ underflows to 0, and
 # $0 \cdot \infty$ is NaN, which spreads through the triangular solve to the whole chunk and, through the state, to
 # every later one. The segment-sum table never exponentiates a positive number and agrees with the recurrence, at
-# the price of a $C \times C \times K$ table per chunk. Production kernels (flash-linear-attention's `fla/ops/kda`)
-# keep the matrix products instead: they cut a 64-token chunk into sub-chunks of 16 and factor each pair through a
-# sub-chunk anchor so that each factor is $\le 1$, and K3 additionally bounds every gate at $-5$, which keeps a
-# 16-token factor below $e^{80}$. `k3lite.ops.kda` halves each chunk recursively down to single tokens, which is
-# the same idea with the anchor at every halving boundary. The Triton forward of `k3lite.kernels` (`chunk_fwd.py`)
-# follows the production split: in a 64-token chunk, the six $16 \times 16$ blocks below the diagonal are
-# tensor-core products through an anchor row, and each of the four blocks on the diagonal is one product through an
-# anchor row in its middle. There one factor of a pair may exceed 1, so the kernel keeps that product only while
-# every exponent stays within a fixed limit (`DIAGONAL_SPAN_LIMIT`); where the gates are stronger, K3's strongest
-# among them, it walks the block's rows with sums of gates of one sign instead (chapter 11 gives the numbers). The
+# the price of a $C \times C \times K$ table per chunk.
+#
+# Production kernels (flash-linear-attention's `fla/ops/kda`) keep the matrix products instead, with an
+# **anchor**: a position $a$ with $i \le a \le r$ through which the pair's factor is split,
+# $e^{G_r - G_i} = e^{G_r - G_a}\, e^{G_a - G_i}$. Each factor is the exponential of a sum of gates $\le 0$, so
+# each is $\le 1$, and each depends on one token only ($e^{G_r - G_a}$ on the reader $r$, $e^{G_a - G_i}$ on the
+# writer $i$), which turns the table back into a matrix product. They cut a 64-token chunk into sub-chunks of 16 and
+# anchor each pair of sub-chunks at the boundary between them; K3 additionally bounds every gate at $-5$, which
+# keeps every 16-token factor between $e^{-80}$ and 1. `k3lite.ops.kda` halves each chunk recursively down to single
+# tokens, the same idea with an anchor at every halving boundary.
+#
+# The Triton forward of `k3lite.kernels` (`chunk_fwd.py`) follows the production split: in a 64-token chunk, the
+# six $16 \times 16$ blocks below the diagonal are tensor-core products through an anchor row between the two
+# sub-chunks, and each of the four blocks on the diagonal is one product through an anchor row in its middle. For
+# a pair on the same side of that middle row the anchor is not between them, so one of its factors exceeds 1; the
+# kernel keeps that product only while every exponent stays within a fixed limit (`DIAGONAL_SPAN_LIMIT`). Where
+# the gates are stronger than that allows, as K3's strongest gates are, it walks the block's rows with sums of
+# gates of one sign instead (chapter 11 gives the numbers). The
 # bound matters to the backward too: the gates' gradient, as fast kernels compute it, keeps only an absolute
 # accuracy, so with gates far below $-5$ it is mostly rounding (chapter 11, "The gates' gradient where the gates
 # are strong").
@@ -533,17 +541,18 @@ print(f"K3 bound at init, A = 1 and dt_bias <= softplus^-1(0.1) = {softplus_inv(
 # %% [markdown]
 # Both forms are $\le 0$, so the memory never grows. Kimi Linear's falls without limit as $f$ grows
 # ($g =$ {glue:text}`ch06_kimi_linear_strongest_at_f50` at $f = 50$ in this layer), so one step can wipe a channel completely, and the chunked form must then be careful
-# (previous section). K3's saturates at $-5$: one step keeps at least $e^{-5} \approx 0.0067$ of a channel. At
-# initialisation (the Mamba initialisation of Gu and Dao 2023,
-# [arXiv:2312.00752](https://arxiv.org/abs/2312.00752), which Kimi Linear keeps: $A \in [1, 16]$ per head and
-# $b_{dt} = \mathrm{softplus}^{-1}(dt)$ with $dt \in [10^{-3}, 10^{-1}]$, so
-# $b_{dt} \le \mathrm{softplus}^{-1}(0.1) = -2.25$; 96 heads here, so 96 draws of $A$) the two forms start
-# differently. Kimi Linear's median channel keeps $\alpha =$ {glue:text}`ch06_kimi_linear_init_median_alpha` per step
+# (previous section). K3's saturates at $-5$: one step keeps at least $e^{-5} \approx 0.0067$ of a channel.
+#
+# Kimi Linear initialises its gate as Mamba does (Gu and Dao 2023,
+# [arXiv:2312.00752](https://arxiv.org/abs/2312.00752)): $A \in [1, 16]$ per head and
+# $b_{dt} = \mathrm{softplus}^{-1}(dt)$ with $dt \in [10^{-3}, 10^{-1}]$ per channel, so
+# $b_{dt} \le \mathrm{softplus}^{-1}(0.1) = -2.25$. From that start (96 heads here, so 96 draws of $A$) the two
+# forms behave differently. Kimi Linear's median channel keeps $\alpha =$ {glue:text}`ch06_kimi_linear_init_median_alpha` per step
 # and its strongest $\alpha =$ {glue:text}`ch06_kimi_linear_init_strongest_alpha`. In K3's form $A$ does not scale
 # the rate: it sharpens the sigmoid, and since $b_{dt}$ is negative, a larger $A$ pushes $\sigma(A\, b_{dt})$
 # towards 0, so a *smaller* $A$ forgets faster. With $A$ up to 16 most channels would start, and stay, at
-# retention 1; K3's form therefore starts every head from $A = 1$ ($A_{\log} = 0$, as the reference's bounded
-# gate does), where the strongest possible gate at initialisation is $g \ge -5\,\sigma(-2.25) \approx -0.48$. In this
+# retention 1; K3's form therefore starts every head from $A = 1$ ($A_{\log} = 0$, as the bounded variant of the
+# reference library, flash-linear-attention, does), where the strongest possible gate at initialisation is $g \ge -5\,\sigma(-2.25) \approx -0.48$. In this
 # layer the strongest is $g =$ {glue:text}`ch06_k3_init_strongest_g` ($\alpha =$
 # {glue:text}`ch06_k3_init_strongest_alpha`) and the median $g =$ {glue:text}`ch06_k3_init_median_g`
 # ($\alpha =$ {glue:text}`ch06_k3_init_median_alpha`): every channel starts close to remembering, none saturated.
@@ -594,9 +603,9 @@ for form, options in LAYER_FORMS.items():
 # [arXiv:2312.04927](https://arxiv.org/abs/2312.04927); `k3lite.data.mqar_batch`): a sequence lists key-value
 # pairs, then asks for some of the keys again; the model must produce each queried key's value. The models of
 # `k3lite.models.mixers` differ only in the token mixer: embedding, then [RMSNorm → mixer → +, RMSNorm → MLP → +]
-# per layer. Every mixer sees q, k, v after a short causal convolution (kernel 4). The published KDA and Gated
-# DeltaNet layers have one (section 6); softmax attention and MLA do not, and it is given to all five here so that
-# only the mixer differs. The recurrent ones L2-normalise q and k, use K3's bounded gate and `k3lite.ops`' chunked
+# per layer. The five mixers are softmax attention, linear attention, DeltaNet, Gated DeltaNet and KDA. Every one
+# sees q, k, v after a short causal convolution (kernel 4). The published KDA and Gated DeltaNet layers have one
+# (section 6); softmax attention does not, and it is given to all five here so that only the mixer differs. The recurrent ones L2-normalise q and k, use K3's bounded gate and `k3lite.ops`' chunked
 # forms.
 #
 # **A live demo first, not evidence**: a tiny version on this CPU (width 32, one layer, two heads of 16
@@ -654,6 +663,12 @@ viz.heatmap(ax, layer_gates[0, :, 0].T, title="Learned KDA decay, 4-pair MQAR (h
             colorbar_label="g = log α")
 plt.show()
 
+# %% [markdown]
+# Read the colour bar first: every log-gate is close to 0, so after 200 steps each channel still keeps nearly all
+# of its memory per token, which suits a task that never needs forgetting. What the picture shows is the gate's
+# shape: the decay differs from channel to channel (rows) and from token to token (columns). A Gated DeltaNet
+# head has one gate per token, so its picture would repeat the same row for every channel.
+
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### The bake-off: several seeds, error bars, one rule
 #
@@ -661,9 +676,12 @@ plt.show()
 # (`figures/mqar_sweep.json`) and concluded "KDA worst". Re-running its setting with other seeds moved KDA's
 # accuracy by tens of points: that ranking was seed noise. The course's bake-off (`k3lite.bakeoff`,
 # trained on an H200 through k3lite's Triton kernels, every run with its provenance in `figures/bakeoff.json`)
-# replaces it. Models differ only in their token mixer; the rule for "better" is the same in every chapter:
-# **A beats B when the difference of their mean accuracies is larger than two standard errors of that
-# difference** (`k3lite.bakeoff.stats.beats`). A cell with one seed has no spread and gets no call.
+# replaces it. Models differ only in their token mixer; the rules for "better" are the same in every chapter
+# (`k3lite.bakeoff.stats`): by the **means rule**, A beats B when the difference of their mean accuracies is
+# larger than two standard errors of that difference; by **success counts**, A beats B when Fisher's exact test
+# on how many seeds reach 0.9 gives p < 0.05 (chapter 05, section 7). The first asks "how much, on average", the
+# second "how often does it learn"; where they disagree the course reports both. A cell with one seed has no
+# spread and gets no call.
 #
 # In the stored runs Gated DeltaNet's layer trained poorly at this size (chapter 05), so "KDA against Gated
 # DeltaNet" would compare layers, not gates. The test meant for this chapter's idea, one decay per channel
@@ -886,8 +904,10 @@ plt.show()
 # statistics to see. There the decay started at {glue:text}`ch06_sweep_decay_init` per token. At 64 pairs an
 # answer is written up to {glue:text}`ch06_sweep_longest_gap` tokens before it is asked for, so one asked 100 tokens
 # later arrived multiplied by {glue:text}`ch06_sweep_decay_init`$^{100} \approx$
-# {glue:text}`ch06_sweep_decay_100`: no signal, no gradient, and both gated models stayed at chance while the
-# ungated ones were near perfect (one seed). `k3lite.models.mixers` now starts the decay at
+# {glue:text}`ch06_sweep_decay_100`: almost no signal, and almost no gradient to teach the gate to keep it. Both
+# gated models stayed at chance at 64 pairs while the ungated ones were near perfect; at 32 pairs, whose gaps are
+# half as long, they still learned (table below). That fits the decay as the likely cause, but with one seed per
+# cell it is a reading, not a measurement. `k3lite.models.mixers` now starts the decay at
 # {glue:text}`ch06_mixers_decay_init` per token (the cell prints the formula).
 
 # %% tags=["plumbing"]
@@ -1072,11 +1092,12 @@ ch06.check_gla_chunk(gla_chunk_solution);
 #   and a gated RMSNorm on the output.
 # * Trained (GPU bake-off, error bars, the two-standard-error rule): the stored gated runs began with a
 #   saturated gate (retention 1 at initialisation) and mostly kept it, so they measure the layers largely
-#   without their decay. In them per-channel and per-head decay tie on rebinding, and on the two-timescale task
-#   KDA kept the facts (accuracy above 0.5) in {glue:text}`ch06_twoscale_kda_learned` while every seed of
-#   ungated DeltaNet and of the K3 hybrid did; what the gate
-#   itself does waits for the re-run with the layers as published. Gates must be initialised to remember, and
-#   to move.
+#   without their decay. In them per-channel and per-head decay tie on rebinding. On the two-timescale task
+#   KDA's seeds split (accuracies {glue:text}`ch06_twoscale_kda_seeds`), so its mean {glue:text}`ch06_twoscale_kda`
+#   cannot be told from ungated DeltaNet's {glue:text}`ch06_twoscale_delta_rule`
+#   (*{glue:text}`ch06_verdict_twoscale_delta_rule_kda`*), while *{glue:text}`ch06_verdict_twoscale_kda_k3_hybrid`*.
+#   What the gate itself does waits for the re-run with the layers as published. Gates must be initialised to
+#   remember, and to move.
 # * Chapter 07 turns to the other half of Kimi Linear and K3: the softmax layers (MLA) that keep
 #   exact recall, with a compressed cache.
 
