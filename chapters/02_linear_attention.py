@@ -109,6 +109,9 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
+# On logarithmic axes the cache is a straight line (it grows in proportion to $N$) and the state is flat; they
+# cross at the length printed above, and beyond it the gap widens without limit.
+#
 # Per decode step the cost that matters on a GPU is not arithmetic but **bytes moved from memory**.
 # With a cache, each head reads $N$ keys and $N$ values ($2ND$ elements) and writes one key and one value
 # ($2D$). Linear attention reads its state and writes it back: $D^2 + D$ elements each way, whatever $N$ is.
@@ -178,6 +181,11 @@ q, k, v = (torch.randn(T, D, generator=generator) for _ in range(3))
 gap = (softmax_attention(q, k, v) - linear_attention_parallel(q, k, v)).abs().mean().item()
 print(f"two different averages of the same values: mean |softmax - linear| = {gap:.2f}")
 
+# %% [markdown]
+# The two outputs differ by a margin on the scale of the values themselves. Linear attention is not softmax
+# attention computed faster: it is a different layer, a different weighted average of the same values. What it
+# buys with that change comes next.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 3. Re-association: the history folds into a $D\times D$ state
 #
@@ -194,7 +202,8 @@ print(f"two different averages of the same values: mean |softmax - linear| = {ga
 # $$ S_t = S_{t-1} + \phi(k_t)\, v_t^\top, \qquad z_t = z_{t-1} + \phi(k_t), \qquad
 #    o_t = \frac{S_t^\top \phi(q_t)}{z_t^\top \phi(q_t)} . $$
 #
-# An RNN whose hidden state is a matrix: this is the recurrent form, and $S$ is all a decode step needs.
+# Here $D_v$ is the value dimension (equal to $D$ in GPT-2). An RNN whose hidden state is a matrix: this is the
+# recurrent form, and $S$ and $z$ are all a decode step needs.
 
 # %% [markdown]
 # ![Linear attention: the history folds into a fixed-size state S, written by k v-transpose and read by q](../figures/diagram_linear_attention_state.svg)
@@ -261,14 +270,16 @@ for chunk_size in (1, 4, 5, T):
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 4. Why the denominator stays
 #
-# Drop the division and the "average" becomes a sum that grows with every token: with positive
-# features each new token adds a positive amount to every score. Measure the output norm along a long
-# random sequence with and without the normaliser.
+# Drop the division and the "average" becomes a sum of $t$ weighted values whose weights are all positive, so
+# nothing keeps its size in check as $t$ grows. With values of random sign the sum grows like a random walk,
+# roughly as $\sqrt{t}$; the denominator, a sum of $t$ positive weights, grows like $t$, and dividing by it keeps
+# the output on the scale of one value. Measure the output norm along a long random sequence with and without
+# the normaliser.
 
 # %% [markdown] tags=["notes"]
 # Show the plot of the output norm: without the denominator the output grows with the position.
-# Ask the room why a sum of positive features can only grow; the normaliser turns it back into an
-# average.
+# Ask the room how fast a sum of random-sign values grows (about sqrt(t)) and how fast the sum of
+# positive weights grows (t); the normaliser turns the sum back into an average.
 
 # %%
 T_long = 512
@@ -347,7 +358,8 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 #
 # * **recomputation without a cache**: reference generation loops re-ran the whole prefix at every step,
 #   so step $t$ computed the causal half of a $t\times t$ attention, about $2t^2D$ FLOPs per head;
-# * **a materialised $N\times N$ score matrix** in training and prefill, whose memory is quadratic.
+# * **a materialised $N\times N$ score matrix** in training and prefill (running the whole prompt through the
+#   model in one parallel pass before decoding starts), whose memory is quadratic.
 #
 # FlashAttention (Dao et al. 2022, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §3.1) removed the second:
 # it streams over key blocks with a running maximum and sum (the "online softmax") and never stores the $N\times N$
@@ -388,9 +400,14 @@ for regime in ("no cache", "KV cache", "linear"):
     print(f"{regime:>9}: {attention_flops_per_decode_step(4096, head_dim, regime):>16,} FLOPs at position 4,096")
 
 # %% [markdown]
+# Read the slopes on the logarithmic axes: 2 without a cache (each step redoes a triangle that grows as $t^2$),
+# 1 with a KV cache (one query against $t$ keys), 0 for linear attention (one state, whatever $t$). Only
+# recomputation makes a single step quadratic.
+#
 # Memory of the score matrix for one head in float32, against what a streaming (FlashAttention-style)
 # pass keeps beyond its inputs and output: a running maximum and a running sum per query, plus one
-# $B_q\times B_k$ tile of scores (64 × 64 here).
+# $B_q\times B_k$ tile of scores, for blocks of $B_q$ queries and $B_k$ keys (64 × 64 in the table). The
+# demonstration after it tiles only the keys, which is enough to show the running maximum and sum at work.
 
 # %%
 tile = 64
@@ -440,7 +457,8 @@ print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
 # ## 7. Checked against `k3lite.ops.linear_attention`
 #
 # The library works in the field's layout: `q, k [B, T, H, K]`, `v [B, T, H, V]`, state `[B, H, K, V]` in
-# float32, `scale` multiplying `q`. With `feature_map="elu1", normalize=True` it is the layer of this
+# float32 (B sequences, T tokens, H heads, K the key width, our $D$, and V the value width), and `scale`
+# multiplying `q`, by default $K^{-1/2}$; we pass `scale=1.0` to match our code. With `feature_map="elu1", normalize=True` it is the layer of this
 # chapter. We compare in float32 on a batch of two sequences with three heads, against our single-head
 # code run head by head.
 
@@ -646,8 +664,8 @@ ch02.check_interference_prediction(predicted_retrieval_error_solution, measured=
 #    $f(q)\,g(k)$, so the past cannot be summed before the query is known.
 # 3. Inside: the masked scores $(QK^\top \odot M)V$; across: the state, read as $QS$ and updated by
 #    $S \leftarrow S + K^\top V$.
-# 4. It grows with the position: positive features add a positive amount to every score, so the "average" becomes an
-#    ever larger sum.
+# 4. It grows with the position: it is a sum of $t$ positively weighted values, not an average, so with random-sign
+#    values it grows roughly like $\sqrt{t}$; the denominator, which grows like $t$, is what kept it in scale.
 #
 # </details>
 

@@ -2,7 +2,8 @@
 # # 03 · DeltaNet: fast weights that overwrite
 #
 # Linear attention (chapter 02) keeps the whole past in one $D\times D$ matrix,
-# $S_t = S_{t-1} + k_t v_t^\top$. That is the source of its efficiency, and of its main weakness:
+# $S_t = S_{t-1} + k_t v_t^\top$. From here on "linear attention" means this bare sum, as in chapter 02's
+# section 4: no feature map and no denominator, with the keys L2-normalised instead. That is the source of its efficiency, and of its main weakness:
 # a token does not get a slot of its own, it is *added* into the same matrix as every other token.
 # Once more associations are written than the matrix can separate, they blur into each other, and
 # nothing ever leaves.
@@ -142,7 +143,8 @@ print(f"{D} random unit keys, additive rule: mean error "
 # %% [markdown]
 # Orthogonal keys: perfect recall. Random unit keys (what a network produces) in 64 dimensions: the
 # interference is already about as large as the value itself when $N = D$, because the
-# $N-1$ stray terms, each of size about $1/\sqrt{D}$, add up. And a second failure hides here: the additive
+# $N-1$ stray terms, each of size about $1/\sqrt{D}$ and pointing in random directions, add like a random walk, to
+# about $\sqrt{(N-1)/D}$ in all, close to 1 at $N = D$. And a second failure hides here: the additive
 # rule cannot *change* a stored value. Write $(k, v_{\text{old}})$, later $(k, v_{\text{new}})$, and
 # reading $k$ returns their sum.
 
@@ -157,10 +159,10 @@ print(f"  its error against v_new: {((read - v_new).norm() / v_new.norm()).item(
 # ## 3. The fix: write only the difference (the delta rule)
 #
 # Before writing $(k_t, v_t)$, read what the memory currently returns for $k_t$,
-# $v_t^{\text{old}} = S_{t-1}^\top k_t$. Remove it, and write a blend of old and new with a write strength
-# $\beta_t\in(0,1]$, $v_t^{\text{new}} = \beta_t v_t + (1-\beta_t)\, v_t^{\text{old}}$:
+# $\hat v_t = S_{t-1}^\top k_t$. Remove it, and write a blend $\tilde v_t$ of the current read and the new value,
+# with a write strength $\beta_t\in(0,1]$, $\tilde v_t = \beta_t v_t + (1-\beta_t)\, \hat v_t$:
 #
-# $$ S_t = S_{t-1} - k_t (v_t^{\text{old}})^\top + k_t (v_t^{\text{new}})^\top
+# $$ S_t = S_{t-1} - k_t \hat v_t^\top + k_t \tilde v_t^\top
 #        = S_{t-1} + \beta_t\, k_t \big(v_t - S_{t-1}^\top k_t\big)^\top . $$
 #
 # Collect the terms in $S_{t-1}$ and it becomes a linear recurrence with a matrix transition:
@@ -395,9 +397,11 @@ for name, errors in position_error.items():
 #   of that difference (`k3lite.bakeoff.stats.beats`, sample standard deviations over seeds). With three seeds it
 #   is a rough screen, not a significance test, and a cell with one seed cannot be called at all;
 # * **the success test**: a seed *succeeds* when its accuracy reaches 0.9, and A beats B when Fisher's exact test
-#   on the two success counts gives p < 0.05 (`k3lite.bakeoff.stats.success_verdict`). Trained outcomes are often
+#   on the two success counts gives p < 0.05 (`k3lite.bakeoff.stats.success_verdict`). Fisher's test gives the
+#   probability of counts at least this lopsided if both mixers succeeded equally often. Trained outcomes are often
 #   bimodal (a seed learns the task or it does not), and this test is made for such counts; the table gives each
-#   success rate with its 95 % Wilson interval.
+#   success rate with its 95 % Wilson interval (a confidence interval for a proportion that stays inside
+#   [0, 1] and stays honest with few seeds).
 #
 # The numbers below are read from the committed file, so they are exact.
 
@@ -461,7 +465,8 @@ plt.show()
 # {glue:text}`ch03_rebind_steps` steps):
 #
 # * **Accumulating fails, overwriting works.** Linear attention reaches {glue:text}`ch03_rebind_linear_attention`
-#   (mean ± std over seeds): it never learns to return the latest value. DeltaNet, the same model with the
+#   (mean ± std over seeds), no better than naming one of the 16 keys' values blind (1/16): it never learns to
+#   return the latest value. DeltaNet, the same model with the
 #   delta write, reaches {glue:text}`ch03_rebind_delta_rule`. The means rule's call:
 #   *{glue:text}`ch03_verdict_linear_attention_delta_rule`*. The success test:
 #   *{glue:text}`ch03_success_linear_attention_delta_rule`*: every DeltaNet seed succeeds and no linear-attention
@@ -480,7 +485,8 @@ plt.show()
 #
 # The bake-off's code runs here too, at toy size (the arguments of the call below): rebinding with 4 keys
 # re-bound again and again in 64 tokens, width 32, one layer, 300 steps, three seeds; a few seconds per run.
-# Guessing scores {glue:text}`ch03_live_chance`. The accuracies depend on the processor's float rounding, so
+# Guessing a value uniformly scores {glue:text}`ch03_live_chance`; a model that has learned which four values are
+# bound, but not which key holds which, scores 1/4. The accuracies depend on the processor's float rounding, so
 # the next cell shows them without the notebook tests comparing them, and the cell after checks the claim
 # the text makes.
 
@@ -498,7 +504,7 @@ expect("live: every DeltaNet seed is above 0.9 and every linear-attention seed b
        min(live["delta_rule"]) > 0.9 and max(live["linear_attention"]) < 0.4)
 
 # %% [markdown]
-# The toy model tells the same story as the GPU runs, and more starkly: with 4 keys DeltaNet's state has
+# The toy model tells the same story as the GPU runs: with 4 keys DeltaNet's state has
 # room for every binding, so overwriting is all it needs; linear attention's read is the sum of every value
 # the key ever had.
 
@@ -639,7 +645,8 @@ ch03.check_decayed_delta_write(decayed_delta_write_solution);
 #   \beta_t k_t v_t^\top$, is one gradient step on the fast weights: it overwrites instead of piling up.
 # * Measured: it lowers interference at every load and keeps the newest associations, but a $D\times D$
 #   state still cannot hold more than about $D$ of them.
-# * Its recurrence is no longer a plain sum, so the chunked trick of chapter 02 does not apply as is.
+# * Each step now multiplies $S$ by $(I - \beta_t k_t k_t^\top)$ instead of only adding to it, so a chunk's
+#   contribution is no longer the plain sum $K^\top V$ and the chunked trick of chapter 02 does not apply as is.
 #   Chapter 04 finds the reparameterisation that makes it parallel again.
 
 # %% [markdown] tags=["notes"]
@@ -664,8 +671,8 @@ ch03.check_decayed_delta_write(decayed_delta_write_solution);
 # 2. When $|1 - \beta\lVert k\rVert^2| > 1$, i.e. $\beta\lVert k\rVert^2 > 2$ (or negative): that is why keys are
 #    normalised and $\beta$ stays below 2.
 # 3. $k\,(S^\top k - v)^\top$; a step with learning rate $\beta$ is the delta rule.
-# 4. The delta memory keeps the newest ones exactly and lets the oldest go; the additive memory blurs old and new
-#    alike.
+# 4. The delta memory returns the last pair exactly and recent ones approximately, and loses the oldest; the
+#    additive memory blurs old and new alike.
 #
 # </details>
 
