@@ -15,7 +15,7 @@
 #    **UT transform**, that makes the whole chunk a few matrix products and one triangular solve;
 # 3. builds it step by step on a 16-token example with chunks of 4, with pictures of every matrix;
 # 4. checks it against the recurrence and `k3lite.ops.delta_rule.chunked`, and computes the two limits
-#    $C = 1$ and $C = L$;
+#    $C = 1$ and $C = L$ ($L$ the sequence length);
 # 5. prices the choice of $C$ in FLOPs (with a slider) and in measured time.
 
 # %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
@@ -57,6 +57,7 @@ from myst_nb import glue
 
 import k3lite.kernels  # noqa: F401  (first: on a CPU it switches Triton's interpreter on before triton loads)
 from k3lite.course import viz, widgets
+from k3lite.course.checks import expect
 from k3lite.ops import delta_rule
 from k3lite.course.runtime import device, pick, seed_everything
 
@@ -106,8 +107,10 @@ print(f"example: T={T} tokens, chunks of C={C}, key dim {K}, value dim {V}")
 #
 # $$ u_t = \beta_t\,\big(v_t - S_{t-1}^\top k_t\big), $$
 #
-# and $u_t$ depends on $S_{t-1}$, i.e. on every $u_i$ before it. If we pretend the added values are known,
-# say $u_t \approx \beta_t v_t$ (the additive write with strength $\beta$), the chunked code runs, and is wrong:
+# and $u_t$ depends on $S_{t-1}$, i.e. on every $u_i$ before it. Try the obvious shortcut: compute every $u_t$ of a
+# chunk from the state at the chunk's start, $u_t = \beta_t (v_t - S_0^\top k_t)$, blind to what the chunk's
+# earlier tokens wrote, and then take chapter 02's chunk step. With one token per chunk that *is* the delta rule;
+# with more, it is not:
 
 # %% [markdown] tags=["notes"]
 # Recall chapter 02's chunk step and ask the room what changes for the delta rule: the value a
@@ -115,23 +118,30 @@ print(f"example: T={T} tokens, chunks of C={C}, key dim {K}, value dim {V}")
 # show that it is wrong; the error is the motivation for the next twenty minutes.
 
 # %%
-def linear_attention_chunked(q, k, v, chunk_size, state=None):
-    """Chapter 02's chunk step, unchanged: correct only when what each token adds is known in advance."""
-    state = torch.zeros(k.shape[1], v.shape[1]) if state is None else state
+def chunked_from_chunk_start(q, k, v, beta, chunk_size):
+    """Chapter 02's chunk step, with each token's value u_t corrected against the state at its chunk's start."""
+    state = torch.zeros(k.shape[1], v.shape[1])
     outputs = []
     for start in range(0, len(q), chunk_size):
-        q_c, k_c, v_c = (x[start:start + chunk_size] for x in (q, k, v))
-        outputs.append(q_c @ state + (q_c @ k_c.T).tril() @ v_c)
-        state = state + k_c.T @ v_c
+        q_c, k_c, v_c, b_c = (x[start:start + chunk_size] for x in (q, k, v, beta))
+        u_c = b_c[:, None] * (v_c - k_c @ state)          # blind to what this chunk's earlier tokens wrote
+        outputs.append(q_c @ state + (q_c @ k_c.T).tril() @ u_c)
+        state = state + k_c.T @ u_c
     return torch.cat(outputs), state
 
 
-o_naive, _ = linear_attention_chunked(q, k, beta[:, None] * v, C)
-relative = ((o_naive - o_reference).norm() / o_reference.norm()).item()
-print(f"naive chunking (values β·v) vs the delta rule: relative error {relative:.2f}")
+naive_error = {}
+for chunk_size in (1, 2, C):
+    o_naive, _ = chunked_from_chunk_start(q, k, v, beta, chunk_size)
+    naive_error[chunk_size] = ((o_naive - o_reference).norm() / o_reference.norm()).item()
+    print(f"chunks of {chunk_size}, values corrected at the chunk's start: relative error vs the delta rule "
+          f"{naive_error[chunk_size]:.2f}")
+expect("one token per chunk reproduces the delta rule", naive_error[1] < 1e-5)
+expect(f"chunks of {C} do not", naive_error[C] > 0.05)
 
 # %% [markdown]
-# The sequential dependence is real: each correction reads the memory that all earlier corrections wrote.
+# The sequential dependence is real: each correction reads the memory that all earlier corrections wrote, those
+# of its own chunk included.
 # To chunk, we need the chunk's $u_t$ *all at once*, from quantities known at the start of the chunk.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
@@ -398,8 +408,10 @@ for chunk_size in (1, 32, 64, L_count):
     print(f"C={chunk_size:>3}: counted {counter.get_total_flops():>10,} FLOPs, 6Ld² + 6LCd = {predicted:>10,}")
 
 # %% [markdown]
-# The solves are missing from that count because `torch.linalg.solve_triangular` is not a matrix product, so
-# the counter does not see it. Forward substitution on a $C\times C$ unit-lower-triangular system with $d$
+# The solves are missing from that count. The library never forms $T = (I + A)^{-1}$ as this notebook did: it
+# solves $(I + A)\,W = \mathrm{Diag}(\beta)K$ and $(I + A)\,U = \mathrm{Diag}(\beta)V$ with
+# `torch.linalg.solve_triangular` (`k3lite/ops/_common.py`), which is not a matrix product, so the counter does
+# not see it. Forward substitution on a $C\times C$ unit-lower-triangular system with $d$
 # right-hand sides subtracts, for row $r$, the $r-1$ rows already solved: $C(C-1)d/2$ multiply-adds per chunk,
 # $C(C-1)d$ FLOPs. Write it out as products and the counter sees it (one chunk, $C = d = 32$):
 
@@ -450,8 +462,9 @@ plt.show()
 
 # %% [markdown]
 # In FLOPs, smaller $C$ is always cheaper, and $C = 1$ is cheapest. The catch: the state part at small $C$
-# is a long sequence of small products, and the intra part at $C = 64$ or $128$ is exactly the tile
-# size of a tensor-core matrix instruction. Hardware, not arithmetic, picks $C$.
+# is a long sequence of small products, while tensor-core matrix instructions work on $16 \times 16$ tiles, and a
+# chunk of 64 or 128 gives each of its products several whole tiles to keep those units busy. Hardware, not
+# arithmetic, picks $C$.
 
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 7. What the chunk size costs: time
@@ -505,10 +518,10 @@ print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); toke
 
 # %% [markdown]
 # Small chunks pay Python and per-call overhead for every chunk: at $C = 4$ a chunk runs a dozen small
-# operations for four tokens, and can be slower than the plain token loop. From a few dozen tokens per chunk
+# operations for four tokens, so it gains least over the plain token loop. From a few dozen tokens per chunk
 # on, the chunked form is an order of magnitude faster than the loop, and the curve flattens; at large $C$
-# the intra-chunk work, quadratic in $C$, starts to show. (On a busy machine, such as the one these notebooks
-# were executed on, the timings are noisy; run the cell yourself.)
+# the intra-chunk work, quadratic in $C$, starts to show. (Timings on a shared machine are noisy; run the cell
+# yourself.)
 #
 # On a GPU the Triton kernels of `k3lite.kernels` run whole 64-token chunks as tiles. The H200 measurements of
 # `python -m benchmarks.bench` are stored in `benchmarks/results/bench_h200.json`: per mechanism and shape, the
@@ -542,8 +555,7 @@ def show_bench_table(path, first=("delta_rule", "linear_attention")):
     """The chunked-forward rows of `python -m benchmarks.bench`: this chapter's mechanisms first, then the gated ones."""
     data = json.loads(path.read_text(encoding="utf-8"))
     meta = data.get("meta", {})
-    dates = [run.get("date_utc") for run in meta.get("runs", []) if run.get("date_utc")] or [meta.get("date_utc", "?")]
-    print(f"device: {meta.get('device', '?')}; measured {dates[-1]}")
+    print(f"device: {meta.get('device', '?').split(' (')[0]}")
     print(f"timing: {meta.get('timing', '?')}")
     rows = sorted(data.get("chunked", []), key=lambda row: (row.get("kind") not in first, str(row.get("kind"))))
     print(f"{'mechanism':>17} {'B x T x H':>11} {'D':>4} {'pass':>8} {'k3lite Triton':>14} {'k3lite torch':>13} "
@@ -572,9 +584,6 @@ def show_bench_table(path, first=("delta_rule", "linear_attention")):
             print(f"    measured on {row['measured_on_commit']}")
     if meta.get("not_measured"):
         print(f"why rows are missing: {meta['not_measured']}")
-    for key in ("row_sources", "noise"):
-        if meta.get(key):
-            print(f"{key.replace('_', ' ')}: {meta[key]}")
 
 
 if BENCH.exists():
@@ -588,59 +597,65 @@ else:
 # same arithmetic buys on a GPU; "Triton/fla" says how far the course's kernels are from the production ones;
 # SDPA is the softmax attention that a chunked linear form competes with.
 #
-# What the stored file shows, and no more. Take two of the shapes measured for KDA, $(B, T) = (2, 8192)$ and
+# What the stored file shows, and no more. Take two of the shapes measured, $(B, T) = (2, 8192)$ and
 # $(1, 32768)$, with $H = 16$, $d = 128$: one sequence four times longer than each of the two, so twice the
 # tokens. Softmax attention pays per sequence for $T^2$ pairs, so its time should grow about
 # $32768^2 / (2 \cdot 8192^2) = 8\times$ between the two; the chunked form pays per token, so its time should
 # only double. The cell below reads both growth factors off the file.
 
 # %% tags=["plumbing"]
-def growth(path, kind="kda", mode="fwd", shapes=((2, 8192), (1, 32768))):
-    """Time at the second shape over time at the first, for SDPA and for the k3lite Triton kernels."""
+def growth(path, kind="delta_rule", mode="fwd", shapes=((2, 8192), (1, 32768))):
+    """Time at the second shape over time at the first, for SDPA and for one k3lite Triton kernel."""
     rows = {(r["B"], r["T"]): r for r in json.loads(path.read_text(encoding="utf-8")).get("chunked", [])
             if r.get("kind") == kind and r.get("mode") == mode}
     if not all(shape in rows for shape in shapes):
         return None
     first, second = rows[shapes[0]], rows[shapes[1]]
-    return {name: second[key] / first[key] for name, key in (("SDPA", "sdpa_ms"), ("k3lite KDA", "k3lite_triton_ms"))}
+    return {"SDPA": second["sdpa_ms"] / first["sdpa_ms"],
+            f"k3lite {kind}": second["k3lite_triton_ms"] / first["k3lite_triton_ms"]}
 
 
 (B1, T1), (B2, T2) = (2, 8192), (1, 32768)
 pairs_ratio, tokens_ratio = (B2 * T2**2) / (B1 * T1**2), (B2 * T2) / (B1 * T1)
-for mode in ("fwd", "fwd+bwd"):
-    factors = growth(BENCH, mode=mode, shapes=((B1, T1), (B2, T2))) if BENCH.exists() else None
-    if factors:
-        print(f"{mode:>7}, ({B1}, {T1}) -> ({B2}, {T2}): " + ", ".join(f"{name} x{f:.1f}" for name, f in factors.items())
-              + f"   (T^2 per sequence predicts x{pairs_ratio:.1f}, linear in tokens x{tokens_ratio:.1f})")
-        if mode == "fwd":
-            glue("ch04_sdpa_growth_fwd", f"{factors['SDPA']:.1f}", display=False)
-            glue("ch04_kda_growth_fwd", f"{factors['k3lite KDA']:.1f}", display=False)
+for kind in ("delta_rule", "kda"):
+    for mode in ("fwd", "fwd+bwd"):
+        factors = growth(BENCH, kind, mode, shapes=((B1, T1), (B2, T2))) if BENCH.exists() else None
+        if factors:
+            print(f"{mode:>7}, ({B1}, {T1}) -> ({B2}, {T2}): "
+                  + ", ".join(f"{name} x{f:.1f}" for name, f in factors.items())
+                  + f"   (T^2 per sequence predicts x{pairs_ratio:.1f}, linear in tokens x{tokens_ratio:.1f})")
+            if mode == "fwd":
+                glue(f"ch04_{kind}_growth_fwd", f"{factors[f'k3lite {kind}']:.1f}", display=False)
+            if mode == "fwd" and kind == "delta_rule":     # the prose compares DeltaNet with SDPA's row beside it
+                glue("ch04_sdpa_growth_fwd", f"{factors['SDPA']:.1f}", display=False)
 
 # %% [markdown]
 # This chapter's DeltaNet is already ahead of softmax attention at $T = 8192$: its forward takes
 # {glue:text}`ch04_delta_rule_fwd_8192_triton` ms against SDPA's {glue:text}`ch04_delta_rule_fwd_8192_sdpa` ms, and
 # {glue:text}`ch04_delta_rule_fwdbwd_8192_triton` ms against {glue:text}`ch04_delta_rule_fwdbwd_8192_sdpa` ms with the
-# backward pass. KDA, whose per-channel decay has to be applied inside the intra-chunk products (chapter 6), about
-# ties SDPA's forward there ({glue:text}`ch04_kda_fwd_8192_triton` ms against {glue:text}`ch04_kda_fwd_8192_sdpa` ms)
-# and loses once the backward is added ({glue:text}`ch04_kda_fwdbwd_8192_triton` ms against
-# {glue:text}`ch04_kda_fwdbwd_8192_sdpa` ms). From $(2, 8192)$ to $(1, 32768)$ SDPA's time then grows
-# {glue:text}`ch04_sdpa_growth_fwd`-fold (the $T^2$ count says 8), while KDA's grows
-# {glue:text}`ch04_kda_growth_fwd`-fold, near the $\times 2$ of a cost linear in tokens: at
-# $T = 32768$ KDA's forward takes {glue:text}`ch04_kda_fwd_32768_triton` ms against SDPA's
-# {glue:text}`ch04_kda_fwd_32768_sdpa` ms, and {glue:text}`ch04_kda_fwdbwd_32768_triton` ms against
-# {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward. A likely reason for what it pays beyond $\times 2$
-# (the table does not isolate it): the chunk-to-chunk pass is sequential, and one sequence of 32768 tokens is 512
-# chunks in a row, against 128 for each of two sequences of 8192, with half as many (sequence, head) pairs to run
-# side by side on the GPU. At $T = 32768$
-# every chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for
-# the linear form.
+# backward pass.
+#
+# From $(2, 8192)$ to $(1, 32768)$ SDPA's forward time grows {glue:text}`ch04_sdpa_growth_fwd`-fold (the $T^2$ count
+# says 8), while DeltaNet's grows {glue:text}`ch04_delta_rule_growth_fwd`-fold, near the $\times 2$ of a cost linear
+# in tokens. A likely reason for what it pays beyond $\times 2$ (the table does not isolate it): the chunk-to-chunk
+# pass is sequential, and one sequence of 32768 tokens is 512 chunks in a row, against 128 for each of two
+# sequences of 8192, with half as many (sequence, head) pairs to run side by side on the GPU. At $T = 32768$ every
+# chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for the linear
+# form.
+#
+# A preview of chapter 06: KDA gives every key channel its own decay, which must be applied inside the
+# intra-chunk products, so its chunk costs more. It about ties SDPA's forward at $T = 8192$
+# ({glue:text}`ch04_kda_fwd_8192_triton` ms against {glue:text}`ch04_kda_fwd_8192_sdpa` ms) and loses once the
+# backward is added ({glue:text}`ch04_kda_fwdbwd_8192_triton` ms against {glue:text}`ch04_kda_fwdbwd_8192_sdpa` ms),
+# yet its time also grows only {glue:text}`ch04_kda_growth_fwd`-fold, so at $T = 32768$ its forward takes
+# {glue:text}`ch04_kda_fwd_32768_triton` ms against SDPA's {glue:text}`ch04_kda_fwd_32768_sdpa` ms, and
+# {glue:text}`ch04_kda_fwdbwd_32768_triton` ms against {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward.
 #
 # The last column says how far the course's kernels are from the production ones. Every forward is within
 # $1.25\times$ of fla except linear attention at $T = 32768$
 # ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`×), and every forward+backward within $1.5\times$ except
 # linear attention there ({glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`×); at $B = 8$, $T = 2048$ every
-# k3lite kernel is faster than fla's. (fla's own times move between runs, by up to $2\times$ in earlier
-# measurements (the runs kept in `benchmarks/archive/`), so read a ratio near a threshold as "about there".)
+# k3lite kernel is faster than fla's. fla's own timings vary between runs, so read a ratio near 1 as a tie.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -756,7 +771,8 @@ ch04.check_ut_transform(ut_transform_solution);
 #   system, $(I+A)V' = \mathrm{Diag}(\beta)(V - KS_0)$; the UT transform $T = (I+A)^{-1}$ gives the WY factors $W$, $U$,
 #   and then $V' = U - WS_0$ is fed to ordinary chunked linear attention.
 # * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $2Ld^2$ is fixed
-#   and the intra-chunk part $2LCd$ (multiply-adds) grows with $C$. Tensor-core tiles make $C = 64$ or $128$ the practical choice.
+#   and the intra-chunk part $2LCd$ (multiply-adds) grows with $C$. Tensor cores work on $16 \times 16$ tiles, and
+#   $C = 64$ or $128$ gives each product enough of them: the practical choice.
 # * DeltaNet still cannot forget on purpose. Chapter 05 adds a gate and, in its section 6, redoes this derivation with the gate in.
 
 # %% [markdown] tags=["notes"]

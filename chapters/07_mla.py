@@ -124,7 +124,8 @@ for model, row in table.items():
 print("* = what the published model uses")
 
 # %% [markdown]
-# GPT-2's 36,864 bytes per token is the number from chapter 01. K3 has 24 MLA layers. Below: what it would
+# GPT-2's 36,864 bytes per token is the number from chapter 01. K3 has 93 layers: 23 cycles of three KDA layers
+# and one MLA layer, then a final MLA layer, so 69 KDA and 24 MLA (chapter 10 counts them). Below: what it would
 # cache had all 93 layers been MLA, or had its 24 attention layers been plain MHA. Our MHA baseline, here and
 # in the rest of the chapter, is K3's 96 heads with $d_h = 128$ numbers for each key and each value, the
 # $2 n_h d_h$ of the table:
@@ -159,6 +160,11 @@ ax.set_ylabel("KV cache per token (bytes, bf16, log scale)")
 ax.set_title("The same attention layers, four ways to cache them")
 ax.legend(ncols=4, loc="upper left")
 plt.show()
+
+# %% [markdown]
+# The axis is logarithmic, so equal steps are equal ratios. For every model MLA's bar sits below MHA's, and by
+# more the more heads a model has: MLA's cache does not depend on the number of heads, since all of them share
+# the latent.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # Bytes per token become memory per sequence once multiplied by the context. K3 is trained for a context of
@@ -211,9 +217,11 @@ plt.show()
 # $$c_t = \mathrm{RMSNorm}(W_{DKV}\,x_t) \in \mathbb{R}^{d_c}, \qquad
 #   k^{\text{nope}}_{t,h} = W_{UK,h}\, c_t, \qquad v_{t,h} = W_{UV,h}\, c_t .$$
 #
-# A second, small key part $k^{\text{rope}}_t \in \mathbb{R}^{d_r}$ (shared by all heads) is projected from $x_t$
-# too. In DeepSeek it carries rotary position information (RoPE, Su et al. 2021, arXiv:2104.09864; DeepSeek-V2
-# §2.1.3); K3, like Kimi Linear, uses no positional encoding (NoPE), but keeps the 64 channels. The query also goes
+# Here "nope" marks the key part without position information: $d_{\text{nope}}$ numbers per head, and $d_v$ per
+# head for the value (128 each in K3). A second, small key part $k^{\text{rope}}_t \in \mathbb{R}^{d_r}$ (shared by
+# all heads) is projected from $x_t$ too. In DeepSeek it carries rotary position information (RoPE, Su et al. 2021,
+# arXiv:2104.09864; DeepSeek-V2 §2.1.3); K3, like Kimi Linear, uses no positional encoding (NoPE), but keeps the 64
+# channels: in K3, and in this chapter's code, they are an extra key part shared by all heads, never rotated. The query also goes
 # through a low-rank bottleneck (query LoRA):
 # $[q^{\text{nope}}_h; q^{\text{rope}}_h] = W_{UQ,h}\,\mathrm{RMSNorm}(W_{DQ} x_t)$. The score of query $t$ against
 # token $s$ is
@@ -228,8 +236,10 @@ plt.show()
 # \qquad
 # o_{t,h} = \sum_s p_{h}(t,s)\, W_{UV,h}\, c_s = W_{UV,h} \Big(\sum_s p_{h}(t,s)\, c_s\Big).$$
 #
-# Now every head scores and mixes the *same* cached 576-vectors. This is why the positional part is kept
-# separate: a rotation that depends on $s$ would sit between $W_{UK}$ and $c_s$ and block the absorption.
+# Now every head scores and mixes the *same* cached 576-vectors. This is why DeepSeek keeps the positional part
+# separate: a rotation $R_s$ applied to the rebuilt key would give the score $q^\top R_s W_{UK} c_s$, with $R_s$
+# between the query and $W_{UK}$, so $W_{UK}^\top R_s^\top q$ would change with every cached position and could not
+# be computed once per query.
 
 # %% [markdown]
 # ![MLA: cache one latent and a shared rotary key per token, absorb the up-projections into the query and the output](../figures/diagram_mla_cache.svg)
@@ -357,7 +367,9 @@ print(f"absorbed = materialised (float64, max gap below 1e-12): {gap < 1e-12}")
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### What absorption costs
 #
-# Absorption trades memory for arithmetic. Per decoding step, per layer and per cached token, MHA reads
+# Against MHA, absorbed MLA reads far fewer numbers per cached token but does more multiply-adds per number it
+# reads. (Against rebuilding every key and value from the latent, absorption saves arithmetic too: exercise 4.)
+# Per decoding step, per layer and per cached token, MHA reads
 # $2 n_h d_h$ numbers and does $2 n_h d_h$ multiply-adds (a score and a weighted value per head). Absorbed MLA
 # reads only 576 numbers but every head does $d_c + d_r$ multiply-adds for its score and $d_c$ for its mix. For K3's
 # 96 heads, with the same MHA baseline as in section 1 ($d_h = 128$ for keys and values), counting multiply-adds
@@ -401,7 +413,9 @@ glue("ch07_h200_balance", f"{H200_BF16_DENSE_FLOPS / H200_BYTES_PER_S:.0f}", dis
 # $$y_t = W_O\big(\,o_t \odot \sigma(W_g\, x_t)\,\big), \qquad o_t = [o_{t,1}; \dots; o_{t,n_h}] .$$
 #
 # The gate depends on the current token only, so it costs one projection and nothing in the cache. With a
-# strongly negative gate the layer is silent; with the gate at $+\infty$ it is ordinary MLA:
+# strongly negative pre-activation $W_g x_t$ the gate is near 0 and the layer is silent; as the pre-activation
+# goes to $+\infty$ the gate goes to 1 and the layer is ordinary MLA. The cell sets $W_g = 0$, a gate of exactly
+# 0.5, and checks that the output halves:
 
 # %% [markdown] tags=["notes"]
 # A softmax head must put its weight somewhere, so it always writes something. Ask the room how
@@ -422,6 +436,10 @@ fig, ax = plt.subplots(figsize=(7.0, 3.2))
 viz.heatmap(ax, gates.T, title="Output gate σ(W_g x) at initialisation",
             xlabel="token position", ylabel="channel (head × d_v)", colorbar_label="gate value")
 plt.show()
+
+# %% [markdown]
+# At initialisation the gates scatter around 0.5 (the printed span and mean), mixed over channels and tokens: no
+# channel is closed yet. Training has to push a gate towards 0 wherever the layer should stay silent.
 
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 5. Checked against `k3lite.layers.mla`

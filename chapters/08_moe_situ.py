@@ -175,6 +175,11 @@ axes[1].set_title("Balancing without a loss")
 plt.show()
 
 # %% [markdown]
+# Left: without a bias a few experts take about twice their share and others a fraction of it; with the balanced
+# bias every bar sits close to the dashed line $k/E$. Right: within a few dozen updates the busiest expert of a
+# batch falls from about twice the mean to a level it then fluctuates around. Per batch it stays above the
+# whole-corpus figure printed above, because one batch is a small sample of the text.
+#
 # The bias can only move tokens whose scores differ. Without the context noise, every copy of a byte has the
 # same hidden state and goes to the same experts, whatever the bias; the most frequent byte of this corpus
 # alone sets a floor:
@@ -214,7 +219,8 @@ print(f"K3: each routed expert sees {16 / 896:.2%} of the tokens on average; the
 # projections are paid. The FLOP counter then checks the arithmetic on the real module.
 
 # %%
-HIDDEN, LATENT, WIDTH, K3_TOP_K, K3_EXPERTS, SHARED_WIDTH = 7168, 3584, 3072, 16, 896, 6144
+HIDDEN, LATENT, WIDTH, K3_TOP_K, K3_EXPERTS = 7168, 3584, 3072, 16, 896
+SHARED_WIDTH = 2 * WIDTH      # the 2 shared experts, each as wide as a routed one, act as one wider MLP
 
 
 def moe_macs(latent):
@@ -252,8 +258,10 @@ print(f"parameters saved per MoE layer: {expert_params_saved / 1e9:.1f}B "
       f"(minus {2 * HIDDEN * LATENT / 1e6:.0f}M for W_down and W_up)")
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# **Checked against `k3lite`.** Build `k3lite.layers.moe.MoE` at 1/32 of K3's sizes (all ratios are unchanged:
-# every term scales by $1/32^2$), count the floating-point operations PyTorch actually runs with
+# **Checked against `k3lite`.** First the parameter counts: each active weight is used in one multiply-add per
+# token, so the weights that `k3lite.course.accounting` counts for the published configuration must equal the
+# multiply-adds above (first printed line). Then build `k3lite.layers.moe.MoE` at 1/32 of K3's sizes (all ratios
+# are unchanged: every term scales by $1/32^2$), count the floating-point operations PyTorch actually runs with
 # `FlopCounterMode`, and divide by two to get multiply-adds:
 
 # %%
@@ -431,6 +439,11 @@ print(f"[{rows} x {cols}] float32 on the CPU: SiLU-GLU eager {silu_ms:.1f} ms, S
 # %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### On an H200
 #
+# First, the CPU line above against the pass counts before it: the CPU gap is wider than the ratio of the two
+# eager versions' passes, because a CPU computes tanh and the sigmoid slowly enough that arithmetic, not memory,
+# sets its pace. A GPU's special-function units make them cheap, which is why the GPU measurement below follows
+# the traffic count.
+#
 # `python -m benchmarks.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
 # `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
 # `benchmarks/results/bench_h200.json`. The worklog (section "Kimi K3") and the 机器之心 summary claim an
@@ -450,7 +463,8 @@ if not situ_bench:
     print("benchmarks/results/bench_h200.json has no SiTU measurement yet: run `python -m benchmarks.bench` on an H200 "
           "and re-execute this chapter.")
 else:
-    print(f"{bench['meta']['device']}, {situ_bench['shape'][0]} x {situ_bench['shape'][1]}, {situ_bench['dtype']}:")
+    print(f"{bench['meta']['device'].split(' (')[0]}, {situ_bench['shape'][0]} x {situ_bench['shape'][1]}, "
+          f"{situ_bench['dtype']}:")
     print(f"{'':22s}{'forward':>10s}{'fwd+bwd':>10s}   (ms)")
     for name, label in VERSIONS:
         print(f"{label:22s}{situ_bench[name + '_fwd_ms']:10.4f}{situ_bench[name + '_fwd+bwd_ms']:10.4f}")
@@ -478,8 +492,9 @@ else:
     glue("ch08_bytes_ratio", f"{situ_log.passes / FUSED_PASSES:.1f}", display=False)
     glue("ch08_silu_fused_fwd_wall", f"{situ_bench['silu_mul_fused_fwd_ms']:.3f}", display=False)
     glue("ch08_silu_fused_fwd_gpu", f"{situ_bench.get('silu_mul_fused_fwd_gpu_ms', float('nan')):.3f}", display=False)
-    glue("ch08_situ_fused_fwdbwd_gpu", f"{situ_bench.get('situ_fused_fwd+bwd_gpu_ms', float('nan')):.2f}", display=False)
-    glue("ch08_situ_fused_fwdbwd_wall", f"{situ_bench['situ_fused_fwd+bwd_ms']:.2f}", display=False)
+    glue("ch08_silu_fused_fwdbwd_gpu", f"{situ_bench.get('silu_mul_fused_fwd+bwd_gpu_ms', float('nan')):.2f}",
+         display=False)
+    glue("ch08_silu_fused_fwdbwd_wall", f"{situ_bench['silu_mul_fused_fwd+bwd_ms']:.2f}", display=False)
 
 # %% tags=["plumbing"]
 if situ_bench:
@@ -502,13 +517,16 @@ if situ_bench:
 # launch it; in this measurement the fused SiLU forward took {glue:text}`ch08_silu_fused_fwd_wall` ms of wall time
 # for {glue:text}`ch08_silu_fused_fwd_gpu` ms on the GPU, which pulls the wall-clock forward ratio down to
 # {glue:text}`ch08_eager_over_fused_wall_fwd`×. With the backward pass the wall-clock gap is about
-# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the articles' "almost 3×" — but a fused SiTU
-# forward+backward keeps the GPU busy for about {glue:text}`ch08_situ_fused_fwdbwd_gpu` ms of the
-# {glue:text}`ch08_situ_fused_fwdbwd_wall` ms it takes; the rest is launching kernels and autograd's bookkeeping,
+# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the articles' "almost 3×" — but the fused SiLU that this
+# ratio divides by keeps the GPU busy for about {glue:text}`ch08_silu_fused_fwdbwd_gpu` ms of the
+# {glue:text}`ch08_silu_fused_fwdbwd_wall` ms it takes; the rest is launching kernels and autograd's bookkeeping,
 # and that fixed cost flatters the slow version. Counted in GPU time, the eager SiTU is several times slower in
 # both passes.
 #
-# Fused, both are one pass over memory (3 tensors read or written in the forward) and SiTU runs level with SiLU.
+# The chart above shows wall-clock time, where at this size launch overhead dominates: there fused SiLU's
+# forward+backward even takes longer than its eager version, which says more about launching than about the
+# kernels. In GPU time (the "GPU kernel time only" lines), fused, both are one pass over memory (3 tensors read or
+# written in the forward) and SiTU runs level with SiLU.
 # That took one decision in the kernel: its two tanh and its sigmoid go to the GPU's special-function unit in
 # approximate form (`tanh.approx`, an approximate reciprocal), whose documented relative error (NVIDIA's PTX ISA),
 # about $2^{-11}$, is below the bf16 rounding of the result, and the kernel stays bound by memory traffic rather

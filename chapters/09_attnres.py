@@ -29,8 +29,9 @@
 #    unnormalised) and check it against `k3lite.layers.attnres`;
 # 3. compute the sources a block-AttnRes reader attends over for any block size, and K3's 8 stored sources plus one
 #    partial block;
-# 4. compute the FLOPs of the AttnRes reads ($7d$ per source and token) and explain why blocks save memory traffic
-#    rather than arithmetic.
+# 4. compute the FLOPs of the AttnRes reads ($7d$ per source and token) and explain why what blocks save that
+#    matters is memory traffic: they cut the arithmetic too, but both versions' arithmetic is a sliver of the
+#    forward pass.
 #
 # **Prerequisites.**
 #
@@ -123,7 +124,7 @@ class MLP(nn.Module):
 
 
 # %% [markdown]
-# One model class with a switch: `residual="sum"` is the standard stream; `"attnres"` (used from section 3 on)
+# One model class with a switch: `residual="sum"` is the standard stream; `"attnres"` (used from section 4 on)
 # mixes the earlier outputs with learned weights. With `record` set, a forward pass keeps what each sub-layer
 # read and wrote, for the plots.
 
@@ -417,8 +418,9 @@ plt.show()
 # top reads is smaller than after the first layer ({glue:text}`ch09_full_growth`× in the table), and the last
 # sub-layer writes more than it reads ({glue:text}`ch09_full_last_ratio`×) instead of a few percent of it.
 # **Block** AttnRes does not show that here: its state grows by {glue:text}`ch09_block_growth`× after the first
-# layer, more than the plain sum's {glue:text}`ch09_plain_growth`× (each block source is itself a plain sum of
-# four outputs, so inside a block the stream is a residual sum again). It stays smaller in absolute size than
+# layer, more than the plain sum's {glue:text}`ch09_plain_growth`×. A likely reason, not tested here: each block
+# source is itself a plain sum of four outputs, so inside a block the stream is a residual sum again (look for the
+# steps between blocks in the left panel). It stays smaller in absolute size than
 # the plain sum's, and its last sub-layer writes {glue:text}`ch09_block_last_ratio` of what it reads rather
 # than {glue:text}`ch09_plain_last_ratio`.
 #
@@ -459,6 +461,11 @@ ax.set_ylabel("share of the final hidden state")
 ax.set_title("Which depths the head reads")
 ax.legend()
 plt.show()
+
+# %% [markdown]
+# In the run stored here one early MLP output carries the largest share in both models, and AttnRes does not move
+# the final state's weight towards the late layers: at this depth and training length, what it changes is how
+# large the state grows (above), not which depths the head reads.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 5. What the queries learned
@@ -513,6 +520,12 @@ ax.set_xticks(range(len(block_names)), block_names, rotation=45, fontsize=8)
 ax.set_yticks(range(len(READERS)), READERS, fontsize=8)
 plt.show()
 
+# %% [markdown]
+# Read the full map row by row. In the run stored here the early readers put most of their weight on the
+# embedding (the first column), and the later ones spread theirs thinly over many sources.
+# In the block map a reader sitting at a block boundary has no partial source yet, which leaves its cell in the
+# last column blank.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 6. K3: blocks of 12 layers over 93
 #
@@ -539,8 +552,8 @@ print(f"block boundaries at layers {list(range(0, K3_LAYERS, K3_BLOCK_LAYERS))}"
 
 # %% [markdown]
 # What the blocks save. Full AttnRes would keep every sub-layer output of a token alive until the last reader;
-# block AttnRes keeps at most 9. We count arithmetic in FLOPs (one multiply-add is two FLOPs), the same model as
-# chapter 10. A reader pays, per source and token, about $3d$ FLOPs for the RMSNorm of the source as its key
+# block AttnRes keeps at most 9. We count arithmetic in FLOPs (one multiply-add is two FLOPs), the convention
+# chapter 10 also uses for the whole of K3. A reader pays, per source and token, about $3d$ FLOPs for the RMSNorm of the source as its key
 # (square, sum, scale), $2d$ for the score against its query and $2d$ for its share of the weighted sum:
 # $7d$ FLOPs per source, so $7 S d$ over its $S$ sources. For scale, the rest of K3's forward pass costs about
 # $2\times$ its active parameters in FLOPs per token (one multiply-add per active weight, `k3lite.course.accounting`).
@@ -622,7 +635,8 @@ ch09.check_depth_attention(solution_depth_attention);
 # ### Exercise 2 (transfer) — counting sources in any model
 # Section 6 counted K3's blocks. Write `block_count(layers, layers_per_block)` for any depth and block size,
 # returning `(stored_sources, layers_in_partial_block)` after the last layer, counting in decoder layers (the
-# embedding is a stored source; the partial block is not stored yet). The checker tries depths that are and are
+# embedding is a stored source; the partial block is not stored yet). Count a block as stored as soon as its last
+# layer is done, so a depth that is a multiple of the block size leaves a partial block of 0 layers. The checker tries depths that are and are
 # not multiples of the block size, and a block longer than the model. Then use it on a model you know, e.g. a
 # 61-layer model with blocks of 8.
 
