@@ -2,12 +2,12 @@
 # # 00 · Introduction: seven years in one lineage
 #
 # In 2019 GPT-2 small had 124 million parameters (OpenAI's GPT-2 report, Radford et al. 2019). In 2026
-# Kimi K3 has about 2.8 trillion (its published configuration, July 2026). The article this course starts
-# from, the worklog *From GPT-2 to Kimi K3, Explained* (unsigned; we read it together with two published
-# summaries of it; all three are listed under Sources at the end of this chapter), opens with the ratio,
-# 22,580, and then asks whether the seven years in between were *just* scale. "The article" in every
-# chapter means that worklog. They were not: almost every part of the model that mixes tokens has been
-# replaced, each time to fix a specific failure of the part before it.
+# Kimi K3 has about 2.8 trillion (its published configuration, July 2026). This course starts from an unsigned
+# worklog, *From GPT-2 to Kimi K3, Explained*, which every chapter calls "the article" (it and two published
+# summaries of it are listed under Sources at the end of this chapter). The article opens with the ratio of the
+# two sizes, 22,580, and asks whether the seven years in between were *just* scale. They were not: almost every
+# part of the model that mixes tokens has been replaced, each time to fix a specific failure of the part before
+# it.
 #
 # This course rebuilds that lineage step by step, in code that runs on a laptop. Each chapter
 # shows the failure of the previous step with an experiment, writes the fix as math, builds it,
@@ -92,8 +92,10 @@ glue("ch00_spread", f"{spread:.1%}", display=False)
 # {glue:text}`ch00_ratio_exact_gpt2`, and K3's total as configured (about {glue:text}`ch00_k3_total`) gives
 # {glue:text}`ch00_ratio_exact`. The three readings are {glue:text}`ch00_spread` apart: the
 # headline is right to about one percent, and its five significant figures are not meaningful.
-# Nor are the "GPT-2s inside K3" alike: K3 spends most of its parameters on routed experts, of
-# which each token uses only 16 of 896, so the parameters that work on any one token are far fewer:
+# Nor is K3 22,580 copies of GPT-2 at work on every token. Its MLPs are a *mixture of experts*: each layer's MLP
+# is split into many small MLPs ("experts"), and a router sends each token to 16 of its 896 routed experts, plus
+# 2 shared experts that every token uses (chapter 08). Most of K3's parameters sit in the routed experts, so the
+# parameters that work on any one token, the *active* ones, are far fewer:
 
 # %%
 k3_config = K3Config.published()
@@ -119,6 +121,10 @@ ax.set_xlabel("parameters (log scale)")
 ax.set_title("Parameter counts: GPT-2 (2019) and Kimi K3 (2026)")
 plt.show()
 
+# %% [markdown]
+# Each step on the logarithmic axis is a factor of ten: K3's total sits about four steps beyond GPT-2 small, and
+# even the part of K3 that works on one token sits about three steps beyond it.
+
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 2. The lineage: what each step fixes
 #
@@ -129,7 +135,8 @@ plt.show()
 # * **Linear attention** folds the history into a fixed-size matrix $S_t = S_{t-1} + k_t v_t^\top$.
 #   Constant memory, but writes only *add*: associations pile up and interfere.
 # * **DeltaNet** first reads what the key already retrieves and writes only the correction,
-#   $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top$: targeted overwrites.
+#   $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top$, with a learned write strength
+#   $\beta_t \in (0, 1]$: targeted overwrites.
 #   But nothing fades unless it is overwritten.
 # * **Gated DeltaNet** decays the whole state by a learned $\alpha_t \in (0, 1]$ each step, so
 #   stale memories can be cleared in bulk. One rate per head, though, forgets every channel alike.
@@ -390,7 +397,8 @@ print(f"implied: {implied_count_solution():,.0f}; exact: {gpt2_exact:,}; "
 # ## Next
 #
 # Chapter 01 builds GPT-2 from its pieces and measures the structure the whole lineage is about:
-# the KV cache, which grows by 36,864 bytes for every token GPT-2 small reads.
+# the KV cache, which grows by a fixed number of bytes for every token GPT-2 small reads (printed below, in bf16:
+# 16-bit floats of 2 bytes each).
 
 # %% [markdown] tags=["notes"]
 # Close with the number chapter 01 starts from: the bytes GPT-2 small adds to its cache for every

@@ -286,7 +286,9 @@ same_tokens = torch.equal(model.generate(prompt, 64, temperature=0),
 print(f"greedy tokens identical with and without cache: {same_tokens}")
 
 # %% [markdown]
-# Inside the cache: one key and one value tensor per layer, laid out `[B, T, H, d_h]`.
+# Inside the cache: one key and one value tensor per layer, laid out `[B, T, H, d_h]`, the field's layout and the
+# one every later chapter uses. Note that heads are the third axis here, not the second as inside `attention`
+# above, which moves them forward for the matrix products.
 
 # %%
 print(f"cached tokens: {cache.length}")
@@ -302,8 +304,9 @@ print(f"formula, {cache.length} tokens x {accounting.gpt2_kv_bytes_per_token(tin
 # multiply-adds for query, key, value and output, $8d^2$ for the MLP) plus $4dn$ FLOPs to score and mix the $n$
 # keys it can see; the logits add $2dV$, where $V$ = 50,257 is the vocabulary size (GPT-2's, from its report). With
 # the cache, the token at position $n$ pays this once; without it, the whole prefix of $n$ tokens is run through
-# the model again (a plain forward pass with logits at every position, as reference code computes them; a loop that
-# keeps only the last position's logits saves the $2dV$ of the others, and we print that count too).
+# the model again. We count that recomputation two ways: as a plain forward pass with logits at every position, as
+# reference code computes them, and as a loop that keeps only the last position's logits, which saves the $2dV$
+# of the others.
 
 # %% tags=["plumbing"]
 positions = list(range(0, small.n_ctx, 8))
@@ -318,6 +321,11 @@ ax.set_ylabel("GFLOPs for that one token")
 ax.set_title("GPT-2 small: compute per generated token")
 ax.legend()
 plt.show()
+
+# %% [markdown]
+# On the logarithmic axis the recomputation (red) climbs with the position while the cached step (blue) stays
+# nearly flat: with a cache only the $4dn$ attention term grows, and it stays small next to the projections and
+# the logits.
 
 # %%
 last = small.n_ctx - 1
@@ -334,8 +342,9 @@ glue("ch01_cache_saving_last_logits", f"{recomputed_last_logits / cached_flops:.
 
 # %% [markdown]
 # At the end of GPT-2's context the cache saves a factor of {glue:text}`ch01_cache_saving` in compute, or
-# {glue:text}`ch01_cache_saving_last_logits` against a recomputation that keeps only the last logits. On this machine, for the tiny model (times vary
-# from run to run, so the output is not checked):
+# {glue:text}`ch01_cache_saving_last_logits` against a recomputation that keeps only the last logits. On this
+# machine, for the tiny model, expect far less: it generates only 120 tokens, where fixed costs per step (Python,
+# small kernels) weigh more than the arithmetic. Times vary from run to run, so the output is not checked:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -352,6 +361,8 @@ for use_cache in (True, False):
 # Per token, multi-head attention caches one key and one value per layer and head:
 #
 # $$\text{bytes per token} = 2 \cdot L \cdot H \cdot d_h \cdot \text{bytes per element}.$$
+#
+# Served models keep the cache in bf16 (bfloat16), 2 bytes per number, against float32's 4.
 
 # %% [markdown] tags=["notes"]
 # The formula is the whole lesson: two tensors per layer and head, for every token, for ever.
@@ -376,6 +387,10 @@ ax.set_ylabel("KV cache per sequence (MiB, bf16)")
 ax.set_title("The KV cache grows linearly with the sequence")
 ax.legend()
 plt.show()
+
+# %% [markdown]
+# Straight lines through the origin: every token adds the same bytes, and a bigger model adds more per token
+# (more layers, more heads).
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Bytes read per decoding step
@@ -484,6 +499,10 @@ ax.set_ylabel("cross-entropy (nats per byte)")
 ax.set_title("A tiny GPT-2 learning Python source")
 ax.legend()
 plt.show()
+
+# %% [markdown]
+# The validation loss starts near the uniform guess over 256 bytes, $\ln 256$, and falls as the model learns which
+# bytes follow which; the loss on each training batch is noisier but follows it.
 
 # %% [markdown]
 # The same seeded sample after training (temperature 0.8, with the KV cache). Its letters depend on the
@@ -600,7 +619,7 @@ plt.show()
 # GPT-2 small. In bf16, after how many tokens of *one* sequence does its KV cache hold as many bytes as the
 # model's own weights? Estimate it from sections 2 and 4 without computing the exact count (a rough count
 # of the blocks' weights is enough), return your number, then run the measurement. The checker accepts a
-# prediction within 30 %.
+# prediction within 30 %. The answer may exceed XL's 1,024-token context: treat it as a hypothetical length.
 
 # %% [markdown] tags=["notes"]
 # Take the prediction as a show of hands first: most guesses are either far too small or scale with the
