@@ -38,6 +38,8 @@
 # - Chapter 03 (the delta rule and its one-token step) and chapter 05 (log-space gates and their running sums).
 # - Row-major layout and strides of PyTorch tensors: *PyTorch documentation*,
 #   [Tensor Views](https://pytorch.org/docs/stable/tensor_view.html).
+# - Optional: how a GPU is organised (threads, registers, shared memory, main memory): the "Programming Model" and
+#   "Memory Hierarchy" sections of NVIDIA's *CUDA C++ Programming Guide*.
 # - Optional: Triton's first tutorials, vector addition and fused softmax, at
 #   [triton-lang.org](https://triton-lang.org/main/getting-started/tutorials/index.html).
 
@@ -64,8 +66,9 @@ print(f"Triton interpreter on: {kernels.interpreting()}")
 # `n0 × n1` **programs**, and each asks `tl.program_id(axis)` which one it is. A program works on a **block**: a small
 # tensor whose shape is a compile-time constant (`tl.constexpr`, a power of two), built with `tl.arange`. Tensors
 # arrive as pointers to their first element; `ptr + offsets` addresses a block of them, `tl.load` reads it and
-# `tl.store` writes it. A **mask** says which lanes of a block are inside the tensor: the others neither load (they
-# get `other` instead) nor store.
+# `tl.store` writes it. A **lane** is one element position of a block, and a **tile** is a 2-D block, such as one
+# program's piece of a matrix. A **mask** says which lanes of a block are inside the tensor: the others neither load
+# (they get `other` instead) nor store.
 #
 # The kernel below stamps each element with the number of the program that owns it: ten elements, blocks of four.
 
@@ -86,8 +89,9 @@ print(f"grid {grid}, {grid[0] * BLOCK} lanes for {n} elements; owner of each ele
 # %% [markdown]
 # On a GPU the programs run at the same time, in no promised order; under the interpreter (`TRITON_INTERPRET=1`,
 # which `k3lite.kernels` switches on when there is no GPU) they run one after another as NumPy code, in float32,
-# slowly, which is why every shape here is tiny. A kernel that is right under the interpreter computes the same on
-# a GPU, up to the order of float additions.
+# slowly, which is why every shape here is tiny. The interpreter checks your indexing, masks and arithmetic, not the
+# program the compiler makes for a GPU: precision (TF32 in `tl.dot`, bf16) and, rarely, compiler bugs can still make
+# the GPU differ (chapter 11 meets one), so a kernel is tested on a GPU too.
 #
 # **How the checkers work.** Each puzzle has a kernel to write, a cell that calls its checker from
 # `k3lite.exercises.ch11a`, and a folded solution. The checker launches your kernel at several shapes, always
@@ -302,8 +306,8 @@ ch11a.check_chunk_cumsum(chunk_cumsum_kernel);
 # ## Puzzle 5: SiLU(gate) · up, fused
 #
 # **Why.** A gated MLP computes one projection `x W` whose columns hold the gate and the up projection side by side,
-# then $\mathrm{SiLU}(\text{gate}) \cdot \text{up}$ (chapter 08). In PyTorch that is a slice, a SiLU and a product:
-# three passes over memory and two intermediate tensors. One kernel reads each input once and writes the result once.
+# then $\mathrm{SiLU}(\text{gate}) \cdot \text{up}$ (chapter 08). In PyTorch that is a SiLU and a product (the
+# slices are views and move nothing): two kernels, and one intermediate tensor written and read back. One kernel reads each input once and writes the result once.
 # Chapter 11's fused SiTU kernel has exactly this shape, with bounded factors instead of SiLU.
 #
 # **Spec.** `silu_mul_kernel(x_ptr, out_ptr, D, BLOCK)`: `x [rows, 2D]` (contiguous, float32) holds the gate in its
@@ -420,9 +424,13 @@ ch11a.check_delta_step(delta_step_kernel);
 #
 # $$A_{rc} = (q_r \cdot k_c)\, e^{G_r - G_c} \ \text{ for } c \le r, \qquad A_{rc} = 0 \ \text{ for } c > r,$$
 #
-# with $G$ the chunk's running gate sums of puzzle 4. It is stage 2 of chapter 11's pipeline (`_intra_chunk_dense`).
+# with $G$ the chunk's running gate sums of puzzle 4. It is Gated DeltaNet's stage 2 in chapter 11's pipeline
+# (`_intra_chunk_dense`, named in the pipeline's docstring there; section 4 walks KDA's kernels instead).
 #
 # ![Chunking: parallel inside a chunk, a state across chunks](../figures/diagram_chunk_tiling.svg)
+#
+# In the diagram, this puzzle computes one of the $C \times C$ tiles on the diagonal; the tiles below it and the
+# state carried from chunk to chunk are chapter 11's business.
 #
 # Above the diagonal $G_r - G_c > 0$, and with strong gates $e^{G_r - G_c}$ is infinite in float32; multiplied by a
 # mask of 0 it gives NaN ($\infty \cdot 0$). A causal kernel *chooses* with `tl.where` and keeps every exponent it
@@ -476,10 +484,12 @@ ch11a.check_chunk_scores(chunk_scores_kernel);
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Open question: what Triton decides for you
 #
-# In every puzzle you wrote what one program does with its blocks; you never chose which thread holds which element,
-# where a block lives (registers or shared memory) or how loads overlap with arithmetic. Pick two of the seven
-# puzzles. For each, say what a hand-written CUDA kernel could do differently, and whether it would be faster, on
-# what, and by roughly how much.
+# In every puzzle you wrote what one program does with its blocks. Triton decided the rest: which of the GPU's
+# threads holds which element, whether a block lives in registers (each thread's own fast storage) or in shared
+# memory (a small fast memory shared by a group of threads), and how loads from the GPU's main memory overlap with
+# arithmetic. Pick one puzzle limited by memory traffic (say 1 or 5) and one limited by arithmetic (3). For each,
+# say which resource limits it, and whether a kernel written by hand in CUDA, where you decide all of the above,
+# could lift that limit.
 
 # %% [markdown] tags=["solution"]
 # <details>
@@ -511,7 +521,7 @@ ch11a.check_chunk_scores(chunk_scores_kernel);
 # | 4. chunk-local sums | stage 1, `_chunk_cumsum`; exercise 4 (sums that keep their digits) |
 # | 5. SiLU(gate) · up | the fused SiTU forward (section 3; exercise 2) |
 # | 6. delta-rule step | the fused decode step (section 2; exercise 1 adds the decay) |
-# | 7. causal scores | stage 2, `_intra_chunk_dense` (section 4) |
+# | 7. causal scores | Gated DeltaNet's stage 2, `_intra_chunk_dense` (the pipeline's docstring, section 4) |
 #
 # Chapter 11 reads the kernels themselves from the package, so you can now follow them line by line.
 
