@@ -827,9 +827,10 @@ plt.show()
 # So the data support the articles' direction and not their number, at these sizes. "Up to 6×" is Kimi Linear's
 # measurement at 1M tokens against an all-MLA model (arXiv:2510.26692); here, against a full KV cache at up to
 # {glue:text}`ch10_gpu_long_ctx`, the hybrid is nearly level at {glue:text}`ch10_gpu_mid_ctx` and
-# {glue:text}`ch10_gpu_device_ratio_long`× faster at {glue:text}`ch10_gpu_long_ctx`. Two traps in measuring this are
-# worth knowing when you read any such benchmark. GPT-2's attention at first went through SDPA's cuDNN backend, which builds a new plan for every
-# new key length, so {glue:text}`ch10_cudnn_ms` ms per step instead of {glue:text}`ch10_no_cudnn_ms`. MLA's two
+# {glue:text}`ch10_gpu_device_ratio_long`× faster at {glue:text}`ch10_gpu_long_ctx`. Two traps in measuring this are worth
+# knowing when you read any such benchmark. GPT-2's attention at first went through SDPA's cuDNN backend,
+# which builds a new plan for every new key length: in a probe of GPT-2 decoding at 4k tokens (stored beside the
+# table's file), {glue:text}`ch10_cudnn_ms` ms per step instead of {glue:text}`ch10_no_cudnn_ms` without it. MLA's two
 # products got slow cuBLAS kernels at the unaligned cache lengths of decoding ({glue:text}`ch10_gpu_long_ctx` plus
 # a few tokens), some without tensor cores, until the cache was read padded to a multiple of
 # {glue:text}`ch10_mla_align` rows (`k3lite.layers.mla.KEY_ALIGN_CUDA`). A benchmark has to be read kernel by
