@@ -782,7 +782,8 @@ from k3lite.bakeoff.plots import cell_success
 from k3lite.bakeoff.stats import success_verdict
 
 published_cells = final_cells(bakeoff_runs, store.load_choices(BAKEOFF), layers="published")
-published_retention = print_trained_retention(bakeoff_runs, "ch06_published", glue, layers="published")
+mqar_runs = {key: r for key, r in bakeoff_runs.items() if r["task"].startswith("mqar")}  # switch: chapter 05
+published_retention = print_trained_retention(mqar_runs, "ch06_published", glue, layers="published")
 for task in ("mqar16", "mqar64"):
     for mixer in ("delta_rule", "kda"):
         glue(f"ch06_published_{task}_{mixer}", cell_success(published_cells, task, mixer), display=False)
