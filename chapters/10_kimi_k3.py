@@ -1094,8 +1094,9 @@ expect("neither KDA nor the hybrid beats softmax attention in any published cell
 # call. In full: *{glue:text}`ch10_published_kda_softmax`*; *{glue:text}`ch10_published_hybrid_kda`*.
 #
 # Read this for what it is: {glue:text}`ch10_published_setup`, and a learning rate chosen on the easier MQAR-16.
-# The hybrid's MLA layer keeps every pair, yet it does not carry the model the way an all-softmax stack does here. What the hybrid is built for, long and busy contexts at scale, is far from this cell; the context-switch
-# and two-time-scale tasks have not been trained with the published layers yet.
+# The hybrid's MLA layer keeps every pair, yet it does not carry the model the way an all-softmax stack does here.
+# What the hybrid is built for, long and busy contexts at scale, is far from this cell; the context switch has been
+# trained with the published recurrent layers only (chapter 05), and the two time scales not yet.
 
 # %% tags=["plumbing"]
 fig, axes = plt.subplots(3, 1, figsize=(7.2, 11.5))          # stacked: the site's column is 7.5 in wide
