@@ -1054,8 +1054,7 @@ expect("the sigmoid-gated layer is no call against DeltaNet on MQAR-64",
 # The context switch is section 4's experiment as a trained task: after a reset token, a query for a key that only
 # an earlier episode bound must be answered "none" (chance 0.5: always answering "none"). The bake-off trained
 # DeltaNet, Gated DeltaNet and KDA as published on it, at width 64 with the same budget: a sweep of three rates
-# with two seeds each, then more seeds at the chosen rate. These cells have fewer seeds than the MQAR cells
-# (printed below), so read the counts with their intervals.
+# with two seeds each, then more seeds at the chosen rate, as many as the MQAR cells have (printed below).
 
 # %% tags=["plumbing"]
 SWITCH_MIXERS = ("delta_rule", "gated_delta_rule", "kda")
@@ -1081,8 +1080,8 @@ glue("ch05_switch_pub_means_gdn", rule_verdict(published_cells, "switch", "gated
 glue("ch05_switch_pub_means_kda", rule_verdict(published_cells, "switch", "kda", "gated_delta_rule"), display=False)
 glue("ch05_switch_gdn_retention_max", f"{max(switch_gdn):.2f}", display=False)
 glue("ch05_switch_stuck", str(stuck_sweep), display=False)
-expect("each switch cell has at least 3 seeds at a rate chosen from 3 rates x 2 seeds",
-       min(len(v) for v in switch_final.values()) >= 3
+expect("each switch cell has at least 5 seeds at a rate chosen from 3 rates x 2 seeds",
+       min(len(v) for v in switch_final.values()) >= 5
        and all(len(switch_sweep[m]) >= 3 and min(len(s) for s in switch_sweep[m].values()) >= SWEEP_SEEDS
                for m in SWITCH_MIXERS))
 expect("at the chosen rate every seed of all three layers succeeds (>= 0.9)",
@@ -1105,7 +1104,8 @@ expect("every published Gated DeltaNet switch run has a layer with mean retentio
 # token or less. And the published Gated DeltaNet, SiLU output gate and all, learns this task on every seed at its
 # chosen rate, where it rarely learned MQAR-16; {glue:text}`ch05_switch_stuck` of its sweep runs never left
 # chance. So on the task built for forgetting, a working gate buys a point or so of accuracy, not the ability to
-# learn the task. With this few seeds per cell, that is a reading to confirm with more, not a verdict.
+# learn the task. That gap of a point is called by the means rule alone, and only because the seeds of each cell
+# land so close together.
 
 # %% [markdown]
 # At this scale (width 64, four layers, {glue:text}`ch05_grid_steps` steps) the published layer's SiLU output gate
