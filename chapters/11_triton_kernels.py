@@ -758,8 +758,7 @@ SUB, LIMIT, strengths = chunk_fwd.SUB, chunk_fwd.DIAGONAL_SPAN_LIMIT, [0.5 * n f
 anchors = {"anchor at the block's start": 0, "anchor in its middle (the kernel)": SUB // 2}
 blocks = {label: [diagonal_block(-s, a) for s in strengths] for label, a in anchors.items()}
 overflow_at = [next(s for s, (err, _) in zip(strengths, runs) if not math.isfinite(err)) for runs in blocks.values()]
-isolated = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-04c.json").read_text())[
-    "same_machine_isolated"]["results"]
+isolated = viz.archived_measurement("kda_diagonal_forms")["same_machine_isolated"]["results"]
 for name, text in (("walk_exps", f"{sum(range(1, SUB + 1)) / SUB:.1f}"), ("span_gate", f"{LIMIT / (SUB // 2):.2f}"),
                    ("span_limit", f"{LIMIT:.0f}"), ("overflow_start", f"{overflow_at[0]:g}"),
                    ("overflow_middle", f"{overflow_at[1]:g}"), ("anchor_alone", f"{isolated['new']['diag_ms']:.3f}"),
@@ -855,7 +854,7 @@ expect("decode B=64, host ms per call: the cached launch below the GPU's time, T
 # with programs that stream memory.
 
 # %%
-FUSIONS = json.loads((viz.BENCH_ARCHIVE_DIR / "bench_h200_2026-12-02f.json").read_text())
+FUSIONS = viz.archived_measurement("kda_fusions")
 in_order, one_launch = FUSIONS["fusions_in_pipeline_order"]["timings"], FUSIONS["one_launch"]["timings"]
 FUSION_SHAPES = ((2, 8192), (1, 32768), (8, 2048))
 kernel_ms = lambda row, *names: sum(row["kernels"][name] for name in names)  # noqa: E731

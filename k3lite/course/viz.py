@@ -76,6 +76,18 @@ BENCH_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 BENCH_ARCHIVE_DIR = REPO_ROOT / "benchmarks" / "archive"
 
 
+def archived_measurement(name: str) -> dict:
+    """An archived benchmark file, by the name ``benchmarks/archive/index.json`` gives what it measured (the
+    dated file names stay in the archive, where the run history belongs)."""
+    import json
+
+    index = json.loads((BENCH_ARCHIVE_DIR / "index.json").read_text())
+    names = sorted(key for key in index if key != "about")
+    if name not in names:
+        raise ValueError(f"name must be one of {names} (benchmarks/archive/index.json), got {name!r}")
+    return json.loads((BENCH_ARCHIVE_DIR / index[name]["file"]).read_text())
+
+
 def use_style() -> None:
     """Apply the course style to matplotlib (call once at the top of a chapter)."""
     mpl.rcParams.update(STYLE)
