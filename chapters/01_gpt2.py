@@ -452,8 +452,10 @@ student_config = GPT2Config.tiny(n_embd=96, n_layer=3)
 student = GPT2(student_config).to(runtime.device())
 print(student_config)
 print(f"parameters: {accounting.count_parameters(student):,}")
-steps = runtime.pick(400, 4000)
+SMALL_STEPS, FULL_STEPS = 400, 4000            # the CPU profile's budget, and the GPU profile's
+steps = runtime.pick(SMALL_STEPS, FULL_STEPS)
 glue("ch01_steps", f"{steps}", display=False)
+glue("ch01_full_steps", f"{FULL_STEPS:,}", display=False)
 batch_generator = torch.Generator().manual_seed(0)
 
 
@@ -529,7 +531,7 @@ expect("trained sample: over 95 % of it printable ASCII", printable_share(traine
 # {glue:text}`ch01_final_val_loss` on this machine), the sample is made of the characters of Python
 # source and starts to take its *layout*: line breaks, indentation, groups of letters separated by
 # spaces and punctuation, but hardly any real words yet. Words need many more steps; the full profile
-# (`K3LITE_PROFILE=full`, meant for a GPU) trains ten times longer.
+# (`K3LITE_PROFILE=full`, meant for a GPU) trains for {glue:text}`ch01_full_steps` steps.
 
 # %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### Where the trained model looks
