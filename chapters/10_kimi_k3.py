@@ -1018,7 +1018,7 @@ expect("the stored runs' gate began saturated: median retention at initialisatio
 # initialisation (Yang, Kautz and Hatamizadeh 2024, [arXiv:2412.06464](https://arxiv.org/abs/2412.06464)), KDA's
 # per-channel form of Kimi Linear ([arXiv:2510.26692](https://arxiv.org/abs/2510.26692)), and K3's bounded gate
 # starting from $A_{\log} = 0$ (chapter 06, section 6). These columns have to be trained again before they can
-# speak about the gate, or about KDA and the hybrid against attention. Two cells have been (next); every other
+# speak about the gate, or about KDA and the hybrid against attention. Four cells have been (next); every other
 # comparison below that involves them describes the stored runs only.
 
 # %% [markdown]
@@ -1084,9 +1084,14 @@ for task in ("switch", "twoscale"):
                                             for name, m in (("softmax attention", "softmax"), ("pure KDA", "kda"),
                                                             ("the hybrid", "k3_hybrid"))), display=False)
 glue("ch10_published_twoscale_means", rule_verdict(published_cells, "twoscale", "kda", "k3_hybrid"), display=False)
-forgetting_gap = max(summarize(cell_metrics(published_cells, task, "softmax")).mean
-                     - summarize(cell_metrics(published_cells, task, "k3_hybrid")).mean for task in ("switch", "twoscale"))
-glue("ch10_published_softmax_hybrid_gap", f"{forgetting_gap:.3f}", display=False)
+for task, digits in (("switch", 4), ("twoscale", 3)):
+    gap = (summarize(cell_metrics(published_cells, task, "softmax")).mean
+           - summarize(cell_metrics(published_cells, task, "k3_hybrid")).mean)
+    glue(f"ch10_published_gap_{task}", f"{gap:.{digits}f}", display=False)
+    print(f"{task}: softmax attention's mean accuracy minus the hybrid's: {gap:.{digits}f}")
+expect("on MQAR-16 the means rule puts softmax attention ahead of pure KDA and the hybrid",
+       all(rule_verdict(published_cells, "mqar16", "softmax", m).startswith(LABELS["softmax"])
+           for m in ("kda", "k3_hybrid")))
 expect("on the switch and two time scales the means rule puts softmax attention ahead of the hybrid on both",
        all(rule_verdict(published_cells, task, "softmax", "k3_hybrid").startswith(LABELS["softmax"])
            for task in ("switch", "twoscale")))
@@ -1106,9 +1111,9 @@ expect("neither KDA nor the hybrid beats softmax attention in any published cell
                for m in ("kda", "k3_hybrid") for task in PUBLISHED_TASKS))
 
 # %% [markdown]
-# On MQAR-16 pure KDA, the hybrid and softmax attention all learn the task: that cell is too easy to separate
-# them. On MQAR-64 softmax attention learns on every seed and both recurrent designs mostly fall short, the hybrid
-# included (*{glue:text}`ch10_published_softmax_hybrid_hard`*), while the hybrid and pure KDA stay too close to
+# On MQAR-16 pure KDA, the hybrid and softmax attention all learn the task on every seed, so success counts cannot
+# separate them (the means rule puts softmax attention a little ahead, from near-perfect seeds). On MQAR-64
+# softmax attention learns on every seed and both recurrent designs mostly fall short, the hybrid included (*{glue:text}`ch10_published_softmax_hybrid_hard`*), while the hybrid and pure KDA stay too close to
 # call. In full: *{glue:text}`ch10_published_kda_softmax`*; *{glue:text}`ch10_published_hybrid_kda`*.
 #
 # Read this for what it is: {glue:text}`ch10_published_setup`, and a learning rate chosen on the easier MQAR-16.
@@ -1116,9 +1121,10 @@ expect("neither KDA nor the hybrid beats softmax attention in any published cell
 #
 # On the two tasks built for forgetting all three learn. On the context switch: {glue:text}`ch10_published_switch`.
 # On the two time scales: {glue:text}`ch10_published_twoscale`. Success counts separate no pair. The means rule
-# puts softmax attention ahead of the hybrid on both tasks, by {glue:text}`ch10_published_softmax_hybrid_gap` of
-# accuracy at most, and cannot separate the hybrid from pure KDA (two time scales:
-# *{glue:text}`ch10_published_twoscale_means`*). So at this size the one MLA layer in four recovers nothing
+# puts softmax attention ahead of the hybrid on both tasks, though by little: by
+# {glue:text}`ch10_published_gap_switch` in accuracy on the switch (both print as 1.000) and by
+# {glue:text}`ch10_published_gap_twoscale` on the two time scales. It cannot separate the hybrid from pure KDA
+# (two time scales: *{glue:text}`ch10_published_twoscale_means`*). So at this size the one MLA layer in four recovers nothing
 # measurable that pure KDA loses: with a working gate, pure KDA loses little here to begin with. What the hybrid is
 # built for, long and busy contexts at scale, is far from these cells.
 
@@ -1144,8 +1150,9 @@ plt.show()
 #   ({glue:text}`ch10_rebind_kda`) by the rule; against the hybrid ({glue:text}`ch10_rebind_k3_hybrid`):
 #   *{glue:text}`ch10_softmax_vs_hybrid_rebind`*. On the switch, MQAR and two-timescale tasks softmax attention is
 #   at or near 1 and no mixer's mean is above it. Since KDA and the hybrid trained here with gates that began
-#   saturated, these runs neither support nor refute "beats full attention"; the retrained MQAR-64 cell above is
-#   the one toy-scale answer, and there softmax attention wins. Nothing here can
+#   saturated, these runs neither support nor refute "beats full attention"; the four retrained cells above are the
+#   toy-scale answer: in none does KDA or the hybrid beat softmax attention, and on MQAR-64 softmax attention wins
+#   outright. Nothing here can
 #   speak to it at scale, where the published comparisons (Kimi Linear, arXiv:2510.26692) were made with far
 #   larger models, longer training and long contexts.
 # * **Hybrid against pure KDA**, in the stored runs: on the two-timescale task the hybrid reached
@@ -1155,10 +1162,10 @@ plt.show()
 #   (*{glue:text}`ch10_hybrid_vs_kda_rebind`*), MQAR with 128 pairs (*{glue:text}`ch10_hybrid_vs_kda_mqar128`*) and the
 #   switch task (*{glue:text}`ch10_hybrid_vs_kda_switch`*) the two were not separated, nor in any other of the
 #   {glue:text}`ch10_hybrid_kda_cells` (task, width) cells where both were trained (MQAR with 16 to 128 pairs at
-#   widths 64 and 128, the language model below). The one win was for a KDA whose decay began saturated: trained
-#   again as published, with a working gate and twice the budget, pure KDA learns the two time scales nearly as
-#   often as the hybrid, and the win is gone (read above). A result that rests on a broken baseline is a lesson in
-#   itself: it measured the baseline.
+#   widths 64 and 128, the language model below). That one win came from runs whose KDA layers, in both models,
+#   began with a saturated decay, on half the budget. Retrained as published, with a working gate and twice the
+#   steps, pure KDA learns the two time scales nearly as often as the hybrid and the win is gone (read above); the
+#   runs do not say which of the two changes mattered.
 # * **A language model that memorised its corpus.** The first LM runs (T = 2048, a code planted early and asked for
 #   late) trained on a {glue:text}`ch10_small_corpus_mb` MB corpus, seeing its training split about
 #   {glue:text}`ch10_small_corpus_repeats` times, and the models memorised it (cell below). The task now draws on the
@@ -1316,11 +1323,13 @@ published_hard_value = ("MQAR-64 as published, success: " + ", ".join(
                                                                           ("hybrid", "k3_hybrid"))))
 softmax_won_published = ("does not hold at toy scale: as published, " + "; ".join(
     f"{task}, d 64, {published_verdict('softmax', m, task)}" for task, won in softmax_wins.items() for m in won)
-    + "; no call on " + ", ".join(task for task, won in softmax_wins.items() if not won)
+    + "; no call by success counts on " + ", ".join(task for task, won in softmax_wins.items() if not won)
     + "; rebinding's runs predate the faithful layers; at the published scale not checkable here"
     if any(softmax_wins.values()) else "")
-bakeoff_twoscale = (f"two timescales as published: hybrid {cell_summary(published_cells, 'twoscale', 'k3_hybrid')}, "
-                    f"KDA {cell_summary(published_cells, 'twoscale', 'kda')}")
+hybrid_kda_value = ("as published, success: " + "; ".join(
+    f"{task}: " + ", ".join(f"{name} {cell_success(published_cells, task, m)}"
+                            for name, m in (("softmax", "softmax"), ("KDA", "kda"), ("hybrid", "k3_hybrid")))
+    for task in ("mqar64", "twoscale")))
 HERE = "ch 10"
 ledger = [
     ("GPT-2 has about 124M parameters (50k vocab, 12 blocks, 12 heads, 768)", "A B C",
@@ -1407,7 +1416,7 @@ ledger = [
                      "holds with a nuance: some mixer beats softmax attention on a bake-off task",
                      "in them softmax attention is best or tied on every task; at the published scale not "
                      "checkable here", published_kda_softmax)),
-    ("the MLA layers of a 3 KDA : 1 MLA hybrid recover what pure KDA loses", "(Kimi Linear paper)", bakeoff_twoscale,
+    ("the MLA layers of a 3 KDA : 1 MLA hybrid recover what pure KDA loses", "(Kimi Linear paper)", hybrid_kda_value,
      f"{HERE} §6 (bake-off); ch 06",
      bakeoff_verdict(("kda", "k3_hybrid"),
                      f"holds at toy scale on one (task, width) of {len(hybrid_vs_kda_all)}: two timescales, "
@@ -1694,8 +1703,9 @@ print(f"K3-shaped layers, 1M tokens, 40 GiB: at most "
 #   length that a CPU notebook cannot settle, and the ledger says so claim by claim.
 # - The trained bake-off (GPU, small models): retrained with the layers as published, softmax attention beats
 #   both pure KDA and the hybrid on MQAR with 64 pairs; on MQAR-16, the context switch and the two time scales all
-#   three learn on (nearly) every seed, and the hybrid is not separated from pure KDA anywhere. The hybrid's one win in
-#   the stored runs (two time scales) came from a KDA whose gate began saturated, and is gone with a working gate.
+#   three learn on (nearly) every seed, and the hybrid is not separated from pure KDA anywhere. The hybrid's one win
+#   in the stored runs (two time scales, gates that began saturated, half the steps) is gone after retraining with
+#   a working gate and twice the steps.
 #   Rebinding and the language model exist only as stored runs; what a working gate changes there waits for their
 #   re-run.
 #

@@ -68,6 +68,7 @@ def test_beats_by_success_needs_fishers_p_below_alpha():
     assert beats_by_success([0.99] * 4 + [0.1], stuck)                    # 4/5 vs 0/5: p = 0.048
     assert success_verdict(learned, stuck, "kda", "gdn").startswith("kda beats gdn (5/5 vs 0/5, Fisher p = 0.00794")
     assert success_verdict(stuck, stuck).startswith("no call (0/5 vs 0/5")
+    assert success_verdict(stuck, learned, "gdn", "kda").startswith("kda beats gdn (5/5 vs 0/5, Fisher p = 0.00794")
 
 
 def test_steps_to_learn_and_median():

@@ -157,15 +157,16 @@ def beats_by_success(a, b, *, threshold: float = SUCCESS_THRESHOLD, alpha: float
 
 def success_verdict(a, b, name_a: str = "A", name_b: str = "B", *, threshold: float = SUCCESS_THRESHOLD,
                     alpha: float = FISHER_ALPHA) -> str:
-    """The success comparison of two cells in words, with both rates and Fisher's p-value."""
+    """The success comparison of two cells in words, with both rates and Fisher's p-value; the rates are in the
+    order the sentence names the cells (the winner's first)."""
     ra, rb = success_rate(a, threshold), success_rate(b, threshold)
     p = fisher_exact(ra.successes, ra.trials, rb.successes, rb.trials)
-    numbers = f"{ra.successes}/{ra.trials} vs {rb.successes}/{rb.trials}, Fisher p = {p:.3g}"
+    a_first = f"{ra.successes}/{ra.trials} vs {rb.successes}/{rb.trials}, Fisher p = {p:.3g}"
     if beats_by_success(a, b, threshold=threshold, alpha=alpha):
-        return f"{name_a} beats {name_b} ({numbers})"
+        return f"{name_a} beats {name_b} ({a_first})"
     if beats_by_success(b, a, threshold=threshold, alpha=alpha):
-        return f"{name_b} beats {name_a} ({numbers})"
-    return f"no call ({numbers})"
+        return f"{name_b} beats {name_a} ({rb.successes}/{rb.trials} vs {ra.successes}/{ra.trials}, Fisher p = {p:.3g})"
+    return f"no call ({a_first})"
 
 
 def steps_to_learn(evaluations, metric: str = "accuracy", threshold: float = SUCCESS_THRESHOLD):
