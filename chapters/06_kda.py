@@ -1282,6 +1282,8 @@ ch06.check_gla_chunk(gla_chunk_solution);
 # 3. Over how many tokens of K3-bounded gates is splitting $e^{G_r - G_i}$ into $e^{G_r} e^{-G_i}$ still safe in
 #    float32, and why?
 # 4. In K3's form $g = -5\,\sigma(A f)$, why does a *larger* $A$ forget *less* at initialisation?
+# 5. The bake-off's DeltaNet learns the two-timescale task without any gate. What in the task makes that
+#    possible, and what change to the task would make forgetting necessary?
 #
 # <details>
 # <summary>Short answers</summary>
@@ -1292,6 +1294,10 @@ ch06.check_gla_chunk(gla_chunk_solution);
 #    be $e^{320}$.
 # 4. $f$ starts near $b_{dt} < 0$, so a larger $A$ pushes $\sigma(A f)$ towards 0 and $g$ towards 0: $A$ sharpens
 #    the sigmoid instead of scaling the rate.
+# 5. Fact keys and fast keys are different tokens, so the key projection can give them separate channels, and
+#    each fast query is asked within its own unit, which $\beta = 1$ writes answer (section 7's hand check). Ask fast
+#    pairs back many units later, with more distinct fast keys alive than the fast channels can hold apart: then
+#    stale fast pairs crowd the live ones, and clearing them (forgetting) becomes necessary.
 #
 # </details>
 
