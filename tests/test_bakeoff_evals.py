@@ -132,7 +132,7 @@ def test_table_prints_success_rates_intervals_and_steps_to_learn_and_reads_old_r
     assert cell_success(cells, "mqar4", "kda", 16) == "4/5 [0.38, 0.96]"
     assert success_rule_verdict(cells, "mqar4", "kda", "gated_delta_rule", 16).startswith("KDA beats Gated DeltaNet")
     contrast = next(line for line in out.splitlines() if "gated_delta_rule vs kda" in line)
-    assert "kda beats gated_delta_rule (0/5 vs 4/5, Fisher p = 0.0476)" in contrast
+    assert "kda beats gated_delta_rule (4/5 vs 0/5, Fisher p = 0.0476)" in contrast   # the winner's count first
 
 
 def test_choices_are_stored_with_their_evidence_and_an_all_at_chance_cell_has_no_final_cell(tmp_path, capsys):
@@ -215,3 +215,15 @@ def test_table_compares_speed_with_sdpa_only_on_the_same_device(tmp_path, capsys
     rows = {line.split()[2]: line.split() for line in capsys.readouterr().out.splitlines()
             if line.startswith("mqar4")}
     assert rows["kda"][14] == "0.50" and rows["delta_rule"][14] == "nan"
+
+
+def test_a_story_pair_across_generations_says_so(capsys):
+    published = [_record("rebind", "delta_rule", 3e-3, seed, 0.95) for seed in range(3)]
+    earlier = [_record("rebind", "linear_attention", 3e-3, seed, 0.2, evaluations=False) for seed in range(3)]
+    also_published = [_record("rebind", "gated_delta_rule", 3e-3, seed, 0.9) for seed in range(3)]
+    cli.print_contrasts({r["key"]: r for r in published + earlier + also_published})
+    lines = capsys.readouterr().out.splitlines()
+    mixed = next(line for line in lines if "linear_attention vs delta_rule" in line)
+    same = next(line for line in lines if "delta_rule vs gated_delta_rule" in line)
+    assert mixed.endswith("[an earlier cell against a published-layer cell]")
+    assert "earlier cell" not in same

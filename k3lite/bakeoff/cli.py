@@ -738,8 +738,9 @@ def main(argv=None) -> int:
 
 def print_contrasts(runs: dict, choices: dict | None = None) -> None:
     """Each story pair in each stored final cell, called by Fisher's exact test on success counts (accuracy
-    tasks) and by the means rule (every task)."""
-    from k3lite.bakeoff.plots import final_cells
+    tasks) and by the means rule (every task); a pair whose two cells come from different generations of runs
+    (:func:`~k3lite.bakeoff.plots.published_layer`) says so, since their layers and budgets differ."""
+    from k3lite.bakeoff.plots import final_cells, published_layer
 
     cells = final_cells(runs, choices)
     print(f"[bakeoff] story pairs: success = accuracy >= {SUCCESS_THRESHOLD:g}, A beats B when Fisher's exact test "
@@ -760,7 +761,9 @@ def print_contrasts(runs: dict, choices: dict | None = None) -> None:
             if min(len(fa), len(fb)) >= 2:
                 means = (f"{second} beats {first}" if beats(fb, fa, higher_is_better=higher) else
                          f"{first} beats {second}" if beats(fa, fb, higher_is_better=higher) else "no call")
-            print(f"{task:10s} d{d:<4d} {first:>16s} vs {second:<16s} success: {verdict};  means: {means}")
+            mixed = published_layer(records_a[0]) != published_layer(records_b[0])
+            note = "  [an earlier cell against a published-layer cell]" if mixed else ""
+            print(f"{task:10s} d{d:<4d} {first:>16s} vs {second:<16s} success: {verdict};  means: {means}{note}")
 
 
 def _raise_interrupt(signum, frame):
