@@ -1277,24 +1277,21 @@ ch06.check_gla_chunk(gla_chunk_solution);
 # Answer each question in a sentence or two, then unfold the answers.
 #
 # 1. Which setting of KDA's gate gives back Gated DeltaNet, and which gives back DeltaNet?
-# 2. On the two-timescale task a scalar gate of $\alpha = 0.8$ acts at 7 switches. What fraction of a long
-#    association is left?
-# 3. Over how many tokens of K3-bounded gates is splitting $e^{G_r - G_i}$ into $e^{G_r} e^{-G_i}$ still safe in
+# 2. Over how many tokens of K3-bounded gates is splitting $e^{G_r - G_i}$ into $e^{G_r} e^{-G_i}$ still safe in
 #    float32, and why?
-# 4. In K3's form $g = -5\,\sigma(A f)$, why does a *larger* $A$ forget *less* at initialisation?
-# 5. The bake-off's DeltaNet learns the two-timescale task without any gate. What in the task makes that
+# 3. In K3's form $g = -5\,\sigma(A f)$, why does a *larger* $A$ forget *less* at initialisation?
+# 4. The bake-off's DeltaNet learns the two-timescale task without any gate. What in the task makes that
 #    possible, and what change to the task would make forgetting necessary?
 #
 # <details>
 # <summary>Short answers</summary>
 #
 # 1. All channels of a head sharing one log-gate, $g_{t,d} = g_t$, gives Gated DeltaNet; $g = 0$ gives DeltaNet.
-# 2. $0.8^7 \approx 0.21$: the long facts fade although nothing overwrote them.
-# 3. 16: the largest factor is $e^{5 \cdot 16} = e^{80}$, below float32's limit $e^{88.7}$; over 64 tokens it would
+# 2. 16: the largest factor is $e^{5 \cdot 16} = e^{80}$, below float32's limit $e^{88.7}$; over 64 tokens it would
 #    be $e^{320}$.
-# 4. $f$ starts near $b_{dt} < 0$, so a larger $A$ pushes $\sigma(A f)$ towards 0 and $g$ towards 0: $A$ sharpens
+# 3. $f$ starts near $b_{dt} < 0$, so a larger $A$ pushes $\sigma(A f)$ towards 0 and $g$ towards 0: $A$ sharpens
 #    the sigmoid instead of scaling the rate.
-# 5. Fact keys and fast keys are different tokens, so the key projection can give them separate channels, and
+# 4. Fact keys and fast keys are different tokens, so the key projection can give them separate channels, and
 #    each fast query is asked within its own unit, which $\beta = 1$ writes answer (section 7's hand check). Ask fast
 #    pairs back many units later, with more distinct fast keys alive than the fast channels can hold apart: then
 #    stale fast pairs crowd the live ones, and clearing them (forgetting) becomes necessary.
