@@ -1028,9 +1028,10 @@ expect("neither KDA nor the hybrid beats softmax attention in any published cell
 
 # %% [markdown]
 # On MQAR-16 pure KDA, the hybrid and softmax attention all learn the task on every seed, so success counts cannot
-# separate them (the means rule puts softmax attention a little ahead, from near-perfect seeds). On MQAR-64
+# separate them (the means rule puts softmax attention ahead). On MQAR-64
 # softmax attention learns on every seed and both recurrent designs mostly fall short, the hybrid included (*{glue:text}`ch10_published_softmax_hybrid_hard`*), while the hybrid and pure KDA stay too close to
-# call. In full: *{glue:text}`ch10_published_kda_softmax`*; *{glue:text}`ch10_published_hybrid_kda`*.
+# call. In full, pure KDA against softmax attention: *{glue:text}`ch10_published_kda_softmax`*; the hybrid against
+# pure KDA: *{glue:text}`ch10_published_hybrid_kda`*.
 #
 # Read this for what it is: {glue:text}`ch10_published_setup`, and a learning rate chosen on the easier MQAR-16.
 # The hybrid's MLA layer keeps every pair, yet it does not carry the model the way an all-softmax stack does here.
@@ -1039,8 +1040,8 @@ expect("neither KDA nor the hybrid beats softmax attention in any published cell
 # On the two time scales: {glue:text}`ch10_published_twoscale`. Success counts separate no pair. The means rule
 # puts softmax attention ahead of the hybrid on both tasks, though by little: by
 # {glue:text}`ch10_published_gap_switch` in accuracy on the switch (both print as 1.000) and by
-# {glue:text}`ch10_published_gap_twoscale` on the two time scales. It cannot separate the hybrid from pure KDA
-# (two time scales: *{glue:text}`ch10_published_twoscale_means`*). So at this size the one MLA layer in four recovers nothing
+# {glue:text}`ch10_published_gap_twoscale` on the two time scales. On the two time scales it cannot separate the
+# hybrid from pure KDA: *{glue:text}`ch10_published_twoscale_means`*. So at this size the one MLA layer in four recovers nothing
 # measurable that pure KDA loses: with a working gate, pure KDA loses little here to begin with. What the hybrid is
 # built for, long and busy contexts at scale, is far from these cells.
 
@@ -1060,7 +1061,7 @@ plt.show()
 # #### The earlier grid, and what it can still say
 #
 # The earlier grid covers more: rebinding, MQAR with 128 pairs, two widths and the language model, with half the
-# budget. Its gated columns need a caveat, checked first.
+# budget. Its gated columns need a caveat, checked right after its table.
 
 # %% tags=["plumbing"]
 bakeoff_cells = final_cells(bakeoff_runs, layers="earlier")  # the earlier grid: (task, d, mixer) -> runs
@@ -1120,7 +1121,7 @@ expect("in the stored runs the hybrid beats pure KDA on two time scales and on n
        hybrid_wins == ["twoscale d64"] and not kda_wins)
 
 # %% [markdown]
-# **Before reading these results: did the stored gates gate?** Each stored run of a mixer with a decay gate
+# **Before trusting the table above: did the stored gates gate?** Each stored run of a mixer with a decay gate
 # records, per gated layer, the mean retention $e^{g}$ it ended with after training:
 
 # %% tags=["plumbing"]
@@ -1137,7 +1138,7 @@ expect("the stored runs' gate began saturated: median retention at initialisatio
        stored_init_retention.median().item() > 0.999)
 
 # %% [markdown]
-# **Caveat: the KDA, hybrid and Gated DeltaNet columns were trained without much of their decay.** Their stored
+# **Caveat: the stored KDA, hybrid and Gated DeltaNet runs were trained without much of their decay.** Their stored
 # runs used K3's bounded gate $g = -5\,\sigma(A\,(W x + b_{dt}))$ with Mamba's initialisation $A \in [1, 16]$, an
 # initialisation that does not match the published layers: the gate began saturated (median retention
 # {glue:text}`ch10_stored_init_median_retention` per token at initialisation) and passed almost no gradient. After
@@ -1146,7 +1147,7 @@ expect("the stored runs' gate began saturated: median retention at initialisatio
 # KDA layers {glue:text}`ch10_retention_k3_hybrid_d64_median` (smallest {glue:text}`ch10_retention_k3_hybrid_d64_min`),
 # and Gated DeltaNet's {glue:text}`ch10_retention_gated_delta_rule_d64_median` (smallest
 # {glue:text}`ch10_retention_gated_delta_rule_d64_min` over {glue:text}`ch10_retention_gated_delta_rule_d64_runs`
-# runs: its gate stayed effectively unused). So the Gated DeltaNet column measures its layer without the decay, and
+# runs: its gate stayed effectively unused). So Gated DeltaNet's stored runs measure its layer without the decay, and
 # the KDA and hybrid columns measure layers whose decay began saturated and moved only a little in training.
 # Where the published-layer cells above exist, they replace these; every other comparison below that involves
 # these columns describes the stored runs only.
@@ -1178,10 +1179,10 @@ plt.show()
 #   *{glue:text}`ch10_hybrid_vs_kda_twoscale`*; the hybrid passed 0.5 on {glue:text}`ch10_twoscale_hybrid_learned`
 #   seeds, pure KDA on {glue:text}`ch10_twoscale_kda_learned`. On rebinding
 #   (*{glue:text}`ch10_hybrid_vs_kda_rebind`*), MQAR with 128 pairs (*{glue:text}`ch10_hybrid_vs_kda_mqar128`*) and the
-#   switch task (*{glue:text}`ch10_hybrid_vs_kda_switch`*) the two were not separated, nor in any other of the
-#   {glue:text}`ch10_hybrid_kda_cells` (task, width) cells where both were trained (MQAR with 16 to 128 pairs at
+#   switch task (*{glue:text}`ch10_hybrid_vs_kda_switch`*) the two were not separated, nor in any of the remaining
+#   (task, width) cells of the {glue:text}`ch10_hybrid_kda_cells` where both were trained (MQAR with 16 to 128 pairs at
 #   widths 64 and 128, the language model below). That one win came from runs whose KDA layers, in both models,
-#   began with a saturated decay, on half the budget. Retrained as published, with a working gate and twice the
+#   began with a saturated decay, on half the budget. Retrained as published, with gates in use (chapter 06) and twice the
 #   steps, pure KDA learns the two time scales nearly as often as the hybrid and the win is gone (read above); the
 #   runs do not say which of the two changes mattered.
 # * **A language model that memorised its corpus.** The first LM runs (T = 2048, a code planted early and asked for
