@@ -38,6 +38,8 @@
 #   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762), §3; chapter 01 builds it in detail.
 
 # %% tags=["plumbing"]
+import math
+
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from myst_nb import glue
@@ -104,6 +106,8 @@ print(f"routed experts: {k3_counts['routed_experts'] / k3_total:.0%} of K3's par
       f"each token uses {k3_config.top_k} of {k3_config.num_experts}")
 print(f"active per token: {k3_counts['active']:,} ({k3_counts['active'] / 1e9:.0f}e9), "
       f"{k3_counts['active'] / gpt2_exact:,.0f} GPT-2 smalls")
+glue("ch00_decades_total", f"{math.log10(k3_total / gpt2_exact):.1f}", display=False)
+glue("ch00_decades_active", f"{math.log10(k3_counts['active'] / gpt2_exact):.1f}", display=False)
 
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -122,8 +126,9 @@ ax.set_title("Parameter counts: GPT-2 (2019) and Kimi K3 (2026)")
 plt.show()
 
 # %% [markdown]
-# Each step on the logarithmic axis is a factor of ten: K3's total sits about four steps beyond GPT-2 small, and
-# even the part of K3 that works on one token sits about three steps beyond it.
+# Each step on the logarithmic axis is a factor of ten: K3's total sits {glue:text}`ch00_decades_total` steps
+# beyond GPT-2 small ($\log_{10}$ of their ratio), and even the part of K3 that works on one token sits
+# {glue:text}`ch00_decades_active` steps beyond it.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 2. The lineage: what each step fixes
