@@ -137,7 +137,7 @@ plt.show()
 # *compiled program*: on the GPU the compiler chooses layouts, shared-memory buffers and pipelining, and a compiler
 # can get those wrong. k3lite met that: at head widths outside the tuned ones, Triton compiled one backward stage
 # into wrong gradients and another into out-of-range memory reads on an H100, while the interpreter computed the
-# same kernels exactly (`benchmarks/results/grids_h100.json` records the GPU test grids, which now pass). So a kernel
+# same kernels exactly (`benchmarks/results/grids_h100.json` holds those GPU test grids and their results). So a kernel
 # needs both: interpreter tests on any machine, and the same checks on a GPU (`tests/test_grid_*_gpu.py` runs the
 # reference library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the
 # interpreter to find the one that differs). Kernels can be written in notebook cells, as here.
