@@ -50,6 +50,7 @@ from myst_nb import glue
 from k3lite.course import viz
 from k3lite.course.checks import expect
 from k3lite.course.runtime import pick, seed_everything
+from k3lite.models.k3 import K3Config
 
 viz.use_style()
 seed_everything(0)
@@ -98,6 +99,7 @@ def cache_elements(kind, num_heads, head_dim, num_kv_heads=None, latent_dim=None
 
 
 BYTES_BF16 = 2
+K3 = K3Config.published()
 # Softmax-attention layers only: KDA layers keep a fixed state instead of a cache.
 # GQA uses 8 KV groups (4 for GPT-2, whose 12 heads 8 does not divide); MLA uses d_c = 4 d_h, d_r = d_h / 2
 # for GPT-2 (a hypothetical MLA GPT-2) and the published 512 + 64 for the others.
@@ -105,7 +107,8 @@ MODELS = {
     "GPT-2 small": dict(attention_layers=12, heads=12, head_dim=64, kv_groups=4, latent=256, rope=32, uses="mha"),
     "DeepSeek-V3": dict(attention_layers=61, heads=128, head_dim=128, kv_groups=8, latent=512, rope=64, uses="mla"),
     "Kimi Linear": dict(attention_layers=7, heads=32, head_dim=128, kv_groups=8, latent=512, rope=64, uses="mla"),
-    "Kimi K3": dict(attention_layers=24, heads=96, head_dim=128, kv_groups=8, latent=512, rope=64, uses="mla"),
+    "Kimi K3": dict(attention_layers=K3.num_mla_layers, heads=K3.mla_num_heads, head_dim=K3.head_dim, kv_groups=8,
+                    latent=K3.kv_lora_rank, rope=K3.rope_dim, uses="mla"),
 }
 KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -122,22 +125,29 @@ for model, row in table.items():
     cells = "".join(f"{row[k]:>11,d}{'*' if MODELS[model]['uses'] == k else ' '}" for k in KINDS)
     print(f"{model:22s}{cells}")
 print("* = what the published model uses")
+print(f"K3: {K3.num_layers} layers = {K3.num_macrocycles} cycles x ({K3.layers_per_cycle - 1} KDA + 1 MLA) "
+      f"+ {int(K3.has_final_mla)} final MLA: {K3.num_kda_layers} KDA, {K3.num_mla_layers} MLA")
+glue("ch07_gpt2_mha_bytes", f"{table['GPT-2 small']['mha']:,d}", display=False)
+for name in ("num_layers", "num_macrocycles", "num_kda_layers", "num_mla_layers"):
+    glue(f"ch07_k3_{name}", str(getattr(K3, name)), display=False)
 
 # %% [markdown]
-# GPT-2's 36,864 bytes per token is the number from chapter 01. K3 has 93 layers: 23 cycles of three KDA layers
-# and one MLA layer, then a final MLA layer, so 69 KDA and 24 MLA (chapter 10 counts them). Below: what it would
-# cache had all 93 layers been MLA, or had its 24 attention layers been plain MHA. Our MHA baseline, here and
-# in the rest of the chapter, is K3's 96 heads with $d_h = 128$ numbers for each key and each value, the
-# $2 n_h d_h$ of the table:
+# GPT-2's {glue:text}`ch07_gpt2_mha_bytes` bytes per token is the number from chapter 01. K3 has
+# {glue:text}`ch07_k3_num_layers` layers: {glue:text}`ch07_k3_num_macrocycles` cycles of three KDA layers and one
+# MLA layer, then a final MLA layer, so {glue:text}`ch07_k3_num_kda_layers` KDA and
+# {glue:text}`ch07_k3_num_mla_layers` MLA (chapter 10 builds them). Below: what it would cache had all its layers
+# been MLA, or had its MLA layers been plain MHA. Our MHA baseline, here and in the rest of the chapter, is K3's
+# 96 heads with $d_h = 128$ numbers for each key and each value, the $2 n_h d_h$ of the table:
 
 # %%
 k3_mla = table["Kimi K3"]["mla"]
-k3_all_mla = 93 * cache_elements("mla", 96, 128, latent_dim=512, rope_dim=64) * BYTES_BF16
+k3_all_mla = K3.num_layers * cache_elements("mla", 96, 128, latent_dim=512, rope_dim=64) * BYTES_BF16
 k3_mha = table["Kimi K3"]["mha"]
-print(f"K3, 24 MLA layers x 576 x 2 B : {k3_mla:>9,d} B/token")
-print(f"K3, if all 93 layers were MLA : {k3_all_mla:>9,d} B/token  ({k3_all_mla / k3_mla:.2f}x)")
-print(f"K3, if its 24 were MHA        : {k3_mha:>9,d} B/token  ({k3_mha / k3_mla:.1f}x; d_h = 128 for K and V)")
-print(f"K3, if its 24 were GQA-8      : {table['Kimi K3']['gqa']:>9,d} B/token  "
+n_mla = K3.num_mla_layers
+print(f"K3, {n_mla} MLA layers x 576 x 2 B : {k3_mla:>9,d} B/token")
+print(f"K3, if all {K3.num_layers} layers were MLA : {k3_all_mla:>9,d} B/token  ({k3_all_mla / k3_mla:.2f}x)")
+print(f"K3, if its {n_mla} were MHA        : {k3_mha:>9,d} B/token  ({k3_mha / k3_mla:.1f}x; d_h = 128 for K and V)")
+print(f"K3, if its {n_mla} were GQA-8      : {table['Kimi K3']['gqa']:>9,d} B/token  "
       f"({table['Kimi K3']['mha'] / table['Kimi K3']['gqa']:.0f}x less than MHA)")
 print(f"Kimi Linear, 7 MLA layers     : {table['Kimi Linear']['mla']:>9,d} B/token")
 glue("ch07_k3_mla_bytes", f"{k3_mla:,d}", display=False)
@@ -168,31 +178,32 @@ plt.show()
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # Bytes per token become memory per sequence once multiplied by the context. K3 is trained for a context of
-# 1,048,576 tokens (its published configuration); one H200 has 141 GB (131 GiB; NVIDIA's H200 product page). The 69
-# KDA layers add a fixed state of $69 \cdot 96 \cdot 128^2 \cdot 4$ bytes (float32) per sequence, whatever its
-# length.
+# 1,048,576 tokens (its published configuration); one H200 has 141 GB (NVIDIA's H200 product page; the cell
+# converts it to GiB). The {glue:text}`ch07_k3_num_kda_layers` KDA layers add a fixed state of
+# $n_{\text{KDA}} \cdot 96 \cdot 128^2 \cdot 4$ bytes (float32, 96 heads of $128 \times 128$) per sequence,
+# whatever its length.
 
 # %%
 GIB = 2 ** 30
 context = 2 ** 20
-kda_state_bytes = 69 * 96 * 128 * 128 * 4
+kda_state_bytes = K3.num_kda_layers * 96 * 128 * 128 * 4
 print(f"one H200: 141e9 B = {141e9 / GIB:.0f} GiB")
 print(f"KDA state per sequence            : {kda_state_bytes / 2**20:8.0f} MiB")
-for label, per_token in [("24 MHA layers", k3_mha), ("24 GQA-8 layers", table["Kimi K3"]["gqa"]),
-                         ("93 MLA layers", k3_all_mla), ("24 MLA layers (K3)", k3_mla)]:
+for label, per_token in [(f"{n_mla} MHA layers", k3_mha), (f"{n_mla} GQA-8 layers", table["Kimi K3"]["gqa"]),
+                         (f"{K3.num_layers} MLA layers", k3_all_mla), (f"{n_mla} MLA layers (K3)", k3_mla)]:
     print(f"{label:20s} at 1M tokens: {per_token * context / GIB:8.1f} GiB")
 glue("ch07_mha_gib_at_1m", f"{k3_mha * context / GIB:.0f}", display=False)
 
 # %% tags=["plumbing"]
 lengths = np.logspace(3, 6.1, 60)
 fig, ax = plt.subplots()
-for label, per_token, color in [("24 MHA layers", k3_mha, viz.PALETTE["black"]),
-                                ("24 GQA layers (8 groups)", table["Kimi K3"]["gqa"], viz.PALETTE["orange"]),
-                                ("93 MLA layers", k3_all_mla, viz.PALETTE["sky"]),
-                                ("24 MLA layers (K3)", k3_mla, viz.MECHANISM_COLORS["mla"])]:
+for label, per_token, color in [(f"{n_mla} MHA layers", k3_mha, viz.PALETTE["black"]),
+                                (f"{n_mla} GQA layers (8 groups)", table["Kimi K3"]["gqa"], viz.PALETTE["orange"]),
+                                (f"{K3.num_layers} MLA layers", k3_all_mla, viz.PALETTE["sky"]),
+                                (f"{n_mla} MLA layers (K3)", k3_mla, viz.MECHANISM_COLORS["mla"])]:
     ax.plot(lengths, lengths * per_token / GIB, label=label, color=color)
 ax.plot(lengths, np.full_like(lengths, kda_state_bytes / GIB), "--", color=viz.MECHANISM_COLORS["kda"],
-        label="69 KDA states (fixed)")
+        label=f"{K3.num_kda_layers} KDA states (fixed)")
 ax.axhline(141e9 / GIB, color=viz.PALETTE["red"], linewidth=1, label="one H200 (141 GB)")
 ax.set_xscale("log")
 ax.set_yscale("log")
@@ -395,12 +406,13 @@ glue("ch07_absorbed_macs_per_number", f"{absorbed_macs_per_number:.0f}", display
 glue("ch07_h200_balance", f"{H200_BF16_DENSE_FLOPS / H200_BYTES_PER_S:.0f}", display=False)
 
 # %% [markdown]
-# Decoding is limited by memory bandwidth: MHA does one multiply-add per number it reads (1 FLOP per byte),
-# far below what an H200 can do per byte it loads, so its cores mostly wait for memory. Absorbed MLA reads
-# {glue:text}`ch07_mha_over_mla`× less and does about {glue:text}`ch07_absorbed_macs_per_number` multiply-adds per
-# number, which is {glue:text}`ch07_absorbed_macs_per_number` FLOP per byte: close to the H200's balance point
-# ({glue:text}`ch07_absorbed_macs_per_number` vs ≈{glue:text}`ch07_h200_balance` FLOP/byte), where memory and arithmetic take about the same time. The extra
-# arithmetic fills time the cores would otherwise have spent waiting.
+# Decoding is limited by memory bandwidth. A multiply-add is 2 FLOP and a bf16 number is 2 bytes, so the two
+# factors cancel: multiply-adds per number read equal FLOP per byte read. MHA does one multiply-add per number it
+# reads (1 FLOP per byte), far below what an H200 can do per byte it loads, so its cores mostly wait for memory.
+# Absorbed MLA reads {glue:text}`ch07_mha_over_mla`× less and does about
+# {glue:text}`ch07_absorbed_macs_per_number` multiply-adds per number, so about as many FLOP per byte: close to the
+# H200's balance point of ≈{glue:text}`ch07_h200_balance` FLOP per byte, where memory and arithmetic take about the
+# same time. The extra arithmetic fills time the cores would otherwise have spent waiting.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 4. The output gate
@@ -445,8 +457,9 @@ plt.show()
 # ## 5. Checked against `k3lite.layers.mla`
 #
 # The package's `MLA` layer holds the same weights under the same names. Loaded with our dictionary it must
-# give the same outputs along both of its paths, and its cache must hold exactly our latents. (The package
-# computes the softmax in float32, as a bf16 model would, so the match is to 1e-5, not to float64 rounding.)
+# give the same outputs along both of its paths, and its cache must hold exactly our latents. (The package takes
+# the scores to at least float32 before the softmax, which a bf16 model needs; our weights are float64 and stay
+# float64, so the match is to rounding, far below 1e-12.)
 
 # %% [markdown] tags=["notes"]
 # Reading: the package's layer loads the notebook's weights and matches both paths, and its K3
@@ -468,11 +481,12 @@ def max_gap(a, b):
     return (a - b).abs().max().item()
 
 
-print(f"k3lite expanded  = notebook (max |Δ| < 1e-5): {max_gap(y_layer[0], y_materialised) < 1e-5}")
-print(f"k3lite absorbed  = notebook (max |Δ| < 1e-5): {max_gap(y_layer_absorbed[0], y_materialised) < 1e-5}")
+print(f"k3lite expanded  = notebook (max |Δ| < 1e-12): {max_gap(y_layer[0], y_materialised) < 1e-12}")
+print(f"k3lite absorbed  = notebook (max |Δ| < 1e-12): {max_gap(y_layer_absorbed[0], y_materialised) < 1e-12}")
 print(f"k3lite cache     = notebook cache (max |Δ| < 1e-12): "
       f"{max_gap(torch.cat(layer_cache, dim=-1)[0], cache) < 1e-12}")
-print(f"k3lite prefill 7 + decode 5 = notebook (max |Δ| < 1e-5): {max_gap(y_decoded[0], y_materialised[7:]) < 1e-5}")
+print(f"k3lite prefill 7 + decode 5 = notebook (max |Δ| < 1e-12): "
+      f"{max_gap(y_decoded[0], y_materialised[7:]) < 1e-12}")
 
 # %% [markdown]
 # In K3 itself, with the published sizes: the MLA layer (built on PyTorch's `meta` device, shapes without memory)
@@ -497,7 +511,8 @@ print(f"k3lite.course.accounting: {accounting.k3_mla_cache_bytes_per_token(k3_co
 #
 # A small task. Channel 0 of each token is a flag. When it is on, the layer must output the running average of the
 # tokens so far (easy for attention: equal scores); when it is off, it must output zero. We train the package's MLA
-# layer twice, identical but for the output gate, and measure the error on each kind of token.
+# layer twice from the same initial weights, once with the output gate (whose projection the other layer does not
+# have), and measure the error on each kind of token.
 
 # %% [markdown] tags=["notes"]
 # The experiment behind the gate: a layer that must output zero for some tokens. Show the two
@@ -518,10 +533,17 @@ def gate_task(generator):
     return x, target, speak
 
 
-def train_gate_task(output_gate):
+def gate_task_layer(output_gate):
     seed_everything(0)
-    model = MLA(D_MODEL, HEADS, q_lora_rank=Q_RANK, kv_lora_rank=KV_RANK, nope_dim=NOPE, rope_dim=ROPE,
-                v_dim=V_DIM, output_gate=output_gate)
+    return MLA(D_MODEL, HEADS, q_lora_rank=Q_RANK, kv_lora_rank=KV_RANK, nope_dim=NOPE, rope_dim=ROPE,
+               v_dim=V_DIM, output_gate=output_gate)
+
+
+def train_gate_task(output_gate):
+    model = gate_task_layer(output_gate)
+    if output_gate:   # start from the ungated layer's weights; only the gate's projection is new
+        missing, _ = model.load_state_dict(gate_task_layer(False).state_dict(), strict=False)
+        assert all(name.startswith("gate_proj") for name in missing), missing
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     batches = torch.Generator().manual_seed(1)
     for _ in range(TASK_STEPS):
@@ -727,7 +749,8 @@ ch07.check_absorption_saving_prediction(predicted_absorption_saving_solution, me
 # <summary>Model answer (for the lecturer)</summary>
 #
 # RoPE multiplies a key at position $s$ by a rotation $R_s$ that depends on $s$. With the rotation on the rebuilt
-# key the score is $q_h^\top R_t^\top R_s W_{UK,h}\, c_s = (W_{UK,h}^\top R_{s-t}\, q_h)^\top c_s$: the matrix between
+# key the score is $q_h^\top R_t^\top R_s W_{UK,h}\, c_s = (W_{UK,h}^\top R_{t-s}\, q_h)^\top c_s$ (a rotation's
+# transpose turns the other way: $R_{s-t}^\top = R_{t-s}$): the matrix between
 # the query and the latent now depends on the relative position $s - t$, so it cannot be folded into the query
 # once per step. Absorption would need a different absorbed query for every cached position, which is the
 # rebuilding cost again (or the keys would have to be cached, which is the MHA cache again). Keeping position in a
@@ -743,16 +766,16 @@ ch07.check_absorption_saving_prediction(predicted_absorption_saving_solution, me
 #
 # - A softmax layer's cache grows with the context; at K3's sizes plain MHA would need
 #   {glue:text}`ch07_mha_gib_at_1m` GiB, more than a tebibyte, per 1M-token sequence.
-# - MLA caches one 512-number latent and a 64-number shared key per token and layer; K3's 24 MLA layers
-#   cache {glue:text}`ch07_k3_mla_bytes` bytes per token, about a quarter of what 93 MLA layers would
-#   ({glue:text}`ch07_k3_all_mla_bytes`).
+# - MLA caches one 512-number latent and a 64-number shared key per token and layer; K3's
+#   {glue:text}`ch07_k3_num_mla_layers` MLA layers cache {glue:text}`ch07_k3_mla_bytes` bytes per token, about a
+#   quarter of what {glue:text}`ch07_k3_num_layers` MLA layers would ({glue:text}`ch07_k3_all_mla_bytes`).
 # - Absorbing $W_{UK}$ into the query and applying $W_{UV}$ after the sum makes decoding read only the latents;
 #   it equals the materialised computation exactly, and lifts decoding from 1 to about
 #   {glue:text}`ch07_absorbed_macs_per_number` FLOP per byte read, close to the H200's balance point
 #   ({glue:text}`ch07_absorbed_macs_per_number` vs ≈{glue:text}`ch07_h200_balance` FLOP/byte).
 # - The output gate $\sigma(W_g x)$ lets the layer write nothing when the context has nothing to offer.
 #
-# Next: the other half of every K3 layer, the mixture of experts, and its bounded activation SiTU.
+# Next: the other half of every K3 layer but the first (which keeps a dense MLP), the mixture of experts, and its bounded activation SiTU.
 
 # %% [markdown] tags=["notes"]
 # Three points to leave with: cache the latent, absorb the projections at decode time, and gate
@@ -773,9 +796,10 @@ ch07.check_absorption_saving_prediction(predicted_absorption_saving_solution, me
 # <details>
 # <summary>Short answers</summary>
 #
-# 1. $512 + 64 = 576$ against $2 \cdot 96 \cdot 128 = 24{,}576$, about 43 times more.
-# 2. The rotation $R_s$ depends on the key's position $s$ and sits between $W_{UK}$ and $c_s$:
-#    $q^\top R_s W_{UK} c_s$ has no single $\tilde q$ that serves every cached token.
+# 1. $512 + 64 = 576$ against $2 \cdot 96 \cdot 128 = 24{,}576$, {glue:text}`ch07_mha_over_mla` times more.
+# 2. The rotation $R_s$ depends on the key's position $s$ and sits between the query and $W_{UK}$: in
+#    $q^\top R_s W_{UK} c_s$ the absorbed query $W_{UK}^\top R_s^\top q$ changes with every cached $s$, so no single
+#    $\tilde q$ serves every cached token.
 # 3. Group $25 \,//\, (96 / 8) = 25 \,//\, 12 = 2$.
 # 4. Decoding is limited by memory bandwidth: absorbed MLA reads only the 576-number latents, and the extra
 #    multiply-adds per head fill time the cores would otherwise spend waiting for memory.
