@@ -8,7 +8,8 @@
 #
 # 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss (Wang et al. 2024,
 #    [arXiv:2408.15664](https://arxiv.org/abs/2408.15664); DeepSeek-V3, [arXiv:2412.19437](https://arxiv.org/abs/2412.19437), §2.1.2);
-# 2. **latent experts** that run in a space half the model width, which nearly halves their cost;
+# 2. **latent experts** that run in a space half the model width, which, the article claims, "nearly halves"
+#    their cost (section 2 computes how nearly);
 # 3. **SiTU**, a bounded replacement for SiLU in the gated MLP, which is only cheap when fused.
 #
 # Each gets the same treatment: what goes wrong without it, the math, code, a check against `k3lite`.
@@ -154,6 +155,13 @@ _, balanced_indices = route(scores, bias, TOP_K)
 balanced_load = expert_load(balanced_indices, EXPERTS)
 print(f"after {BALANCE_STEPS} bias updates: busiest expert {balanced_load.max().item() / mean_load:.2f}x the mean, "
       f"idlest {balanced_load.min().item() / mean_load:.2f}x; bias range {bias.min().item():+.3f} .. {bias.max().item():+.3f}")
+settled = next(step for step, ratio in enumerate(imbalance) if ratio < 1.2)
+print(f"busiest / mean per batch: {imbalance[0]:.2f} at the first update, below 1.2 from update {settled} on; "
+      f"after that between {min(imbalance[settled:]):.2f} and {max(imbalance[settled:]):.2f}")
+glue("ch08_imbalance_first", f"{imbalance[0]:.1f}", display=False)
+glue("ch08_imbalance_settled", str(settled), display=False)
+glue("ch08_imbalance_low", f"{min(imbalance[settled:]):.2f}", display=False)
+glue("ch08_imbalance_high", f"{max(imbalance[settled:]):.2f}", display=False)
 
 # %% tags=["plumbing"]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [2, 1]})
@@ -176,9 +184,11 @@ plt.show()
 
 # %% [markdown]
 # Left: without a bias a few experts take about twice their share and others a fraction of it; with the balanced
-# bias every bar sits close to the dashed line $k/E$. Right: within a few dozen updates the busiest expert of a
-# batch falls from about twice the mean to a level it then fluctuates around. Per batch it stays above the
-# whole-corpus figure printed above, because one batch is a small sample of the text.
+# bias every bar sits close to the dashed line $k/E$. Right: the busiest expert of a batch starts at
+# {glue:text}`ch08_imbalance_first`× the mean, first drops below 1.2× after {glue:text}`ch08_imbalance_settled`
+# updates, and from there fluctuates between {glue:text}`ch08_imbalance_low`× and
+# {glue:text}`ch08_imbalance_high`×. Per batch it stays above the whole-corpus figure printed above, because one
+# batch is a small sample of the text.
 #
 # The bias can only move tokens whose scores differ. Without the context noise, every copy of a byte has the
 # same hidden state and goes to the same experts, whatever the bias; the most frequent byte of this corpus
@@ -196,6 +206,7 @@ print(f"most frequent byte {bytes([top_byte])!r}: {share:.1%} of the text -> its
 
 # %%
 print(f"K3: each routed expert sees {16 / 896:.2%} of the tokens on average; the 2 shared experts see 100%")
+glue("ch08_k3_share", f"{16 / 896:.2%}", display=False)
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 2. Latent experts: what "nearly halves" means
@@ -244,6 +255,9 @@ print(f"routed experts + W_down/up: {routed_ratio:.3f}")
 print(f"whole MoE layer           : {layer_ratio:.3f}")
 glue("ch08_routed_ratio", f"{routed_ratio:.2f}", display=False)
 glue("ch08_layer_ratio", f"{layer_ratio:.2f}", display=False)
+glue("ch08_routed_full_mmac", f"{full_width['routed experts'] / 1e6:,.0f}", display=False)
+glue("ch08_routed_latent_mmac",
+     f"{(latent_space['routed experts'] + latent_space['W_down + W_up']) / 1e6:,.0f}", display=False)
 
 # %% [markdown]
 # So the experts themselves cost exactly half; paying for the two projections brings the routed part to
@@ -298,7 +312,8 @@ for latent, analytic in ((None, full_width), (LATENT, latent_space)):
 # The gated MLP (SwiGLU, Shazeer 2020) computes $h = \mathrm{SiLU}(g) \odot u$ with $g = W_g x$, $u = W_u x$.
 # Nothing bounds it: SiLU grows like $g$ and $u$ is linear, so $h$ grows like the *product* of two activations. One
 # token with a large activation produces a quadratically larger value, which is exactly what low-precision formats
-# (bf16, FP8) and training stability dislike:
+# (bf16, FP8) and training stability dislike (Fishman et al. 2024, [arXiv:2409.12517](https://arxiv.org/abs/2409.12517),
+# trace FP8 training divergences to SwiGLU amplifying outliers):
 
 # %% [markdown] tags=["notes"]
 # A gated MLP multiplies two unbounded activations, so one large input becomes a quadratically
@@ -368,7 +383,8 @@ print(f"k3lite situ_glu = notebook formula (max |Δ| < 1e-5): {gap < 1e-5}")
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 4. The price: SiTU is only cheap when fused
 #
-# Elementwise operations are limited by memory traffic, not arithmetic. Written as ordinary PyTorch, SiTU-GLU is a
+# On a GPU, an elementwise operation whose arithmetic is cheap is limited by memory traffic, not by arithmetic
+# (chapter 11 measures this). Written as ordinary PyTorch, SiTU-GLU is a
 # chain of small kernels, each reading its inputs from memory and writing its result back. Let us list the
 # operations PyTorch really runs:
 
@@ -410,11 +426,13 @@ print(f"SiLU-GLU, eager: {len(silu_log.ops)} kernels {silu_log.ops}, {silu_log.p
 print(f"SiTU-GLU, eager: {len(situ_log.ops)} kernels {situ_log.ops}, {situ_log.passes} tensor passes")
 print(f"either one fused: 1 kernel, {FUSED_PASSES} passes -> eager SiTU moves {situ_log.passes / FUSED_PASSES:.1f}x "
       f"the bytes of a fused SiLU-GLU")
+print(f"eager SiTU / eager SiLU: {situ_log.passes / silu_log.passes:.1f}x the passes")
+glue("ch08_eager_pass_ratio", f"{situ_log.passes / silu_log.passes:.1f}", display=False)
 
 # %% [markdown]
 # A fused kernel (one program reads `gate` and `up` once, computes everything in registers, writes `h` once)
-# moves 3 tensors whatever the formula; tanh and sigmoid are cheap next to a trip to memory. The eager version
-# moves several times more. Measured here, on this CPU (the numbers vary from run to run and machine to machine):
+# moves 3 tensors whatever the formula; with the GPU's approximate tanh and sigmoid (the end of this section) the
+# arithmetic stays cheaper than the trip to memory. The eager version moves several times more. Measured here, on this CPU (the numbers vary from run to run and machine to machine):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -435,14 +453,18 @@ silu_ms = best_ms(lambda: F.silu(big_gate) * big_up)
 situ_ms = best_ms(lambda: situ_glu(big_gate, big_up, backend="torch"))
 print(f"[{rows} x {cols}] float32 on the CPU: SiLU-GLU eager {silu_ms:.1f} ms, SiTU-GLU eager {situ_ms:.1f} ms "
       f"({situ_ms / silu_ms:.1f}x)")
+tanh_ms, scale_ms = best_ms(lambda: torch.tanh(big_gate)), best_ms(lambda: big_gate * 2.0)
+print(f"one read and one write each: tanh {tanh_ms:.1f} ms, multiply by 2 {scale_ms:.1f} ms ({tanh_ms / scale_ms:.1f}x)")
 
 # %% [markdown] slideshow={"slide_type": "subslide"} tags=["reading"]
 # ### On an H200
 #
-# First, the CPU line above against the pass counts before it: the CPU gap is wider than the ratio of the two
-# eager versions' passes, because a CPU computes tanh and the sigmoid slowly enough that arithmetic, not memory,
-# sets its pace. A GPU's special-function units make them cheap, which is why the GPU measurement below follows
-# the traffic count.
+# First, the CPU lines above against the pass counts before them. Eager SiTU makes
+# {glue:text}`ch08_eager_pass_ratio`× the passes of eager SiLU; if its time ratio on your CPU is larger, the extra
+# time is arithmetic, not traffic. The last line tests that directly: a tanh and a multiplication over the same
+# tensor move the same bytes, so the gap between their times is what computing tanh costs on this CPU. A GPU's
+# special-function units make tanh and the sigmoid cheap (the end of this section), which is why the GPU
+# measurement below follows the traffic count.
 #
 # `python -m benchmarks.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
 # `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
@@ -478,7 +500,7 @@ else:
             print(f"{mode}, GPU kernel time only (ms): " + ", ".join(f"{label} {gpu[name]:.4f}" for name, label in VERSIONS)
                   + f"; SiTU eager / SiLU fused = {gpu['situ_eager'] / gpu['silu_mul_fused']:.2f}x")
     print(f"forward, bytes moved by eager SiTU / fused SiLU (counted above): {situ_log.passes / FUSED_PASSES:.1f}x")
-    H200_TB_PER_S = 4.8
+    H200_TB_PER_S = 4.8   # NVIDIA's H200 product page (nvidia.com/en-us/data-center/h200): HBM3e bandwidth
     print(f"fused SiTU forward streams {situ_bench['situ_fused_fwd_tb_per_s']:.1f} TB/s of the H200's "
           f"{H200_TB_PER_S} TB/s peak ({situ_bench['situ_fused_fwd_tb_per_s'] / H200_TB_PER_S:.0%})")
     for mode in ("fwd", "fwd+bwd"):
@@ -495,6 +517,13 @@ else:
     glue("ch08_silu_fused_fwdbwd_gpu", f"{situ_bench.get('silu_mul_fused_fwd+bwd_gpu_ms', float('nan')):.2f}",
          display=False)
     glue("ch08_silu_fused_fwdbwd_wall", f"{situ_bench['silu_mul_fused_fwd+bwd_ms']:.2f}", display=False)
+    glue("ch08_fused_over_silu_wall_fwd", f"{situ_bench['fused_over_silu_mul_fwd']:.2f}", display=False)
+    if "situ_fused_fwd_gpu_ms" in situ_bench:
+        host = {name: 1e3 * (situ_bench[f"{name}_fwd_ms"] - situ_bench[f"{name}_fwd_gpu_ms"]) for name, _ in VERSIONS}
+        print("forward, wall minus GPU time (us): " + ", ".join(f"{label} {host[name]:.0f}" for name, label in VERSIONS))
+        glue("ch08_host_us_situ_fused_fwd", f"{host['situ_fused']:.0f}", display=False)
+        glue("ch08_host_us_silu_fused_fwd", f"{host['silu_mul_fused']:.0f}", display=False)
+    glue("ch08_situ_shape", f"{situ_bench['shape'][0]} × {situ_bench['shape'][1]}", display=False)
 
 # %% tags=["plumbing"]
 if situ_bench:
@@ -512,21 +541,26 @@ if situ_bench:
 # %% [markdown]
 # Read the GPU-time lines against the traffic count. In the forward pass eager SiTU keeps the GPU busy about
 # {glue:text}`ch08_eager_over_fused_gpu_fwd`× as long as fused SiLU, close to the {glue:text}`ch08_bytes_ratio`×
-# ratio of bytes the two move: on a GPU an elementwise chain is priced by memory traffic. The wall-clock lines are
-# noisier, because at 8192 × 3072 a fused kernel runs for a few hundredths of a millisecond, about what it costs to
-# launch it; in this measurement the fused SiLU forward took {glue:text}`ch08_silu_fused_fwd_wall` ms of wall time
-# for {glue:text}`ch08_silu_fused_fwd_gpu` ms on the GPU, which pulls the wall-clock forward ratio down to
-# {glue:text}`ch08_eager_over_fused_wall_fwd`×. With the backward pass the wall-clock gap is about
-# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the articles' "almost 3×" — but the fused SiLU that this
-# ratio divides by keeps the GPU busy for about {glue:text}`ch08_silu_fused_fwdbwd_gpu` ms of the
-# {glue:text}`ch08_silu_fused_fwdbwd_wall` ms it takes; the rest is launching kernels and autograd's bookkeeping,
-# and that fixed cost flatters the slow version. Counted in GPU time, the eager SiTU is several times slower in
-# both passes.
+# ratio of bytes the two move: on a GPU an elementwise chain is priced by memory traffic.
 #
-# The chart above shows wall-clock time, where at this size launch overhead dominates: there fused SiLU's
-# forward+backward even takes longer than its eager version, which says more about launching than about the
-# kernels. In GPU time (the "GPU kernel time only" lines), fused, both are one pass over memory (3 tensors read or
-# written in the forward) and SiTU runs level with SiLU.
+# The wall-clock lines add what the host spends around the kernels: launching them, and in the backward autograd's
+# bookkeeping. Wall minus GPU time measures it. At {glue:text}`ch08_situ_shape` a fused kernel runs for a few
+# hundredths of a millisecond, so that fixed cost is a large share of the fused versions' wall time, and it varies
+# from kernel to kernel: in the forward it was {glue:text}`ch08_host_us_situ_fused_fwd` µs for fused SiTU and
+# {glue:text}`ch08_host_us_silu_fused_fwd` µs for fused SiLU ({glue:text}`ch08_silu_fused_fwd_wall` ms of wall time
+# for {glue:text}`ch08_silu_fused_fwd_gpu` ms on the GPU). That is why the wall-clock table puts fused SiTU's forward
+# at {glue:text}`ch08_fused_over_silu_wall_fwd`× fused SiLU's: a difference in launch cost, not a faster kernel. It
+# also pulls the wall-clock forward ratio of eager SiTU over fused SiLU down to
+# {glue:text}`ch08_eager_over_fused_wall_fwd`×. With the backward the wall-clock gap is
+# {glue:text}`ch08_eager_over_fused_wall_fwdbwd`×, below the article's "almost 3×", but the fused SiLU that this
+# ratio divides by keeps the GPU busy for {glue:text}`ch08_silu_fused_fwdbwd_gpu` ms of the
+# {glue:text}`ch08_silu_fused_fwdbwd_wall` ms it takes, and that fixed cost flatters the slow version. Counted in GPU
+# time, eager SiTU is {glue:text}`ch08_eager_over_fused_gpu_fwd`× slower forward and
+# {glue:text}`ch08_eager_over_fused_gpu_fwdbwd`× with the backward.
+#
+# The chart above shows wall-clock time, so it carries that fixed cost: there fused SiLU's forward+backward even
+# takes longer than its eager version. In GPU time (the "GPU kernel time only" lines), fused, both are one pass
+# over memory (3 tensors read or written in the forward) and SiTU runs level with SiLU.
 # That took one decision in the kernel: its two tanh and its sigmoid go to the GPU's special-function unit in
 # approximate form (`tanh.approx`, an approximate reciprocal), whose documented relative error (NVIDIA's PTX ISA),
 # about $2^{-11}$, is below the bf16 rounding of the result, and the kernel stays bound by memory traffic rather
@@ -648,7 +682,8 @@ ch08.check_situ_departure_prediction(predicted_situ_departure_solution, measured
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 5 (transfer) — what would a capacity limit drop?
-# Before bias balancing, MoE layers such as GShard and Switch Transformer (Fedus, Zoph and Shazeer 2021,
+# Before bias balancing, MoE layers such as GShard (Lepikhin et al. 2020,
+# [arXiv:2006.16668](https://arxiv.org/abs/2006.16668)) and Switch Transformer (Fedus, Zoph and Shazeer 2021,
 # [arXiv:2101.03961](https://arxiv.org/abs/2101.03961), section 2.2) gave each expert a fixed *capacity* per batch and
 # dropped the assignments beyond it (the token then skips that expert). Write
 # `dropped_assignments(indices, num_experts, capacity)` for the chosen experts `indices [N, k]` of a batch:
@@ -732,10 +767,10 @@ for label, chosen in (("no bias", indices), ("balanced bias", balanced_indices))
 # <details>
 # <summary>Short answers</summary>
 #
-# 1. $16 / 896 = 1/56$, about 1.8 %; a shared expert sees every token.
-# 2. Full width: $16 \cdot 3 \cdot 7168 \cdot 3072 \approx 1.06 \cdot 10^9$. Latent:
-#    $16 \cdot 3 \cdot 3584 \cdot 3072 + 2 \cdot 7168 \cdot 3584 \approx 5.80 \cdot 10^8$, about 0.55 of it: "nearly
-#    halves".
+# 1. $16 / 896 = 1/56$, {glue:text}`ch08_k3_share`; a shared expert sees every token.
+# 2. Full width: $16 \cdot 3 \cdot 7168 \cdot 3072$, {glue:text}`ch08_routed_full_mmac` million. Latent:
+#    $16 \cdot 3 \cdot 3584 \cdot 3072 + 2 \cdot 7168 \cdot 3584$, {glue:text}`ch08_routed_latent_mmac` million,
+#    {glue:text}`ch08_routed_ratio` of it: "nearly halves".
 # 3. $|\beta_1 \tanh(x/\beta_1)\,\sigma(x)| < \beta_1$ and $|\beta_2\tanh(u/\beta_2)| < \beta_2$, so their product
 #    is below $\beta_1\beta_2 = 100$ (equal to it only after rounding).
 # 4. It only changes *which* experts are selected; the mixing weights are the selected raw scores, renormalised, and
@@ -751,12 +786,17 @@ for label, chosen in (("no bias", indices), ("balanced bias", balanced_indices))
 # - Fedus, Zoph and Shazeer (2021), *Switch Transformers: Scaling to Trillion Parameter Models with Simple and
 #   Efficient Sparsity*: [arXiv:2101.03961](https://arxiv.org/abs/2101.03961): routing and the load-balancing
 #   auxiliary loss that section 1 does without.
+# - Lepikhin et al. (2020), *GShard: Scaling Giant Models with Conditional Computation and Automatic Sharding*:
+#   [arXiv:2006.16668](https://arxiv.org/abs/2006.16668): expert capacity, exercise 5.
 # - Wang et al. (2024), *Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts*:
 #   [arXiv:2408.15664](https://arxiv.org/abs/2408.15664): the selection-only bias and its update; section 1.
 # - DeepSeek-AI (2024), *DeepSeek-V3 Technical Report*: [arXiv:2412.19437](https://arxiv.org/abs/2412.19437):
 #   §2.1.2, sigmoid routing with auxiliary-loss-free balancing, and shared experts.
 # - Shazeer (2020), *GLU Variants Improve Transformer*: [arXiv:2002.05202](https://arxiv.org/abs/2002.05202): the
 #   gated MLP (SwiGLU) that SiTU modifies; section 3.
+# - Fishman, Chmiel, Banner and Soudry (2024), *Scaling FP8 training to trillion-token LLMs*:
+#   [arXiv:2409.12517](https://arxiv.org/abs/2409.12517): SwiGLU's outlier amplification in long FP8 training;
+#   section 3.
 # - Elfwing, Uchibe and Doya (2017), *Sigmoid-Weighted Linear Units for Neural Network Function Approximation in
 #   Reinforcement Learning*: [arXiv:1702.03118](https://arxiv.org/abs/1702.03118): SiLU.
 # - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
