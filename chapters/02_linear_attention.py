@@ -178,11 +178,14 @@ def linear_attention_parallel(q, k, v):
 
 T, D = 12, 8
 q, k, v = (torch.randn(T, D, generator=generator) for _ in range(3))
-gap = (softmax_attention(q, k, v) - linear_attention_parallel(q, k, v)).abs().mean().item()
-print(f"two different averages of the same values: mean |softmax - linear| = {gap:.2f}")
+softmax_out = softmax_attention(q, k, v)
+gap = (softmax_out - linear_attention_parallel(q, k, v)).abs().mean().item()
+print(f"two different averages of the same values: mean |softmax - linear| = {gap:.2f}, "
+      f"against mean |softmax| = {softmax_out.abs().mean().item():.2f}")
 
 # %% [markdown]
-# The two outputs differ by a margin on the scale of the values themselves. Linear attention is not softmax
+# The two outputs differ by a margin comparable to the softmax output itself (the two printed means). Linear
+# attention is not softmax
 # attention computed faster: it is a different layer, a different weighted average of the same values. What it
 # buys with that change comes next.
 
@@ -196,8 +199,10 @@ print(f"two different averages of the same values: mean |softmax - linear| = {ga
 #    \qquad
 #    \sum_{j\le t} \phi(q_t)^\top \phi(k_j) = \phi(q_t)^\top \underbrace{\sum_{j\le t}\phi(k_j)}_{z_t \;\in\;\mathbb{R}^{D}} . $$
 #
-# In matrix form this is $(\phi(Q)\phi(K)^\top)V = \phi(Q)\,(\phi(K)^\top V)$: same numbers, different order
-# of multiplication. The sums over the past are now *running sums* that do not depend on the query:
+# Without the causal mask, in matrix form, this is $(\phi(Q)\phi(K)^\top)V = \phi(Q)\,(\phi(K)^\top V)$: same
+# numbers, different order of multiplication (the paper's eq. 6). With the mask, $(\phi(Q)\phi(K)^\top \odot M)V$
+# has no such one-line regrouping; its row-by-row version is the running sums below, and chapter 04 regroups it
+# chunk by chunk. The sums over the past are now *running sums* that do not depend on the query:
 #
 # $$ S_t = S_{t-1} + \phi(k_t)\, v_t^\top, \qquad z_t = z_{t-1} + \phi(k_t), \qquad
 #    o_t = \frac{S_t^\top \phi(q_t)}{z_t^\top \phi(q_t)} . $$
@@ -272,8 +277,8 @@ for chunk_size in (1, 4, 5, T):
 #
 # Drop the division and the "average" becomes a sum of $t$ weighted values whose weights are all positive, so
 # nothing keeps its size in check as $t$ grows. With values of random sign the sum grows like a random walk,
-# roughly as $\sqrt{t}$; the denominator, a sum of $t$ positive weights, grows like $t$, and dividing by it keeps
-# the output on the scale of one value. Measure the output norm along a long random sequence with and without
+# roughly as $\sqrt{t}$; the denominator, a sum of $t$ positive weights, grows like $t$, and dividing by it makes
+# the output a convex combination of values, which can never be larger than the largest value. Measure the output norm along a long random sequence with and without
 # the normaliser.
 
 # %% [markdown] tags=["notes"]
@@ -299,8 +304,9 @@ for t in (1, 64, 512):
           f"normalised {normalised[t - 1].norm().item():.2f}")
 
 # %% [markdown]
-# The normalised output is an average of values, so it stays on their scale (here it even shrinks: an
-# average of many random vectors cancels out). The raw sum keeps growing.
+# The normalised output is an average of values, so it never outgrows them; with random values it even shrinks,
+# like $\sqrt t / t = 1/\sqrt t$ (compare the printed norms at $t = 64$ and $t = 512$), since an average of many
+# random vectors cancels out. The raw sum keeps growing.
 #
 # Modern linear-attention layers (DeltaNet and its descendants in the next chapters) drop the
 # denominator again, but not the control it gave: they normalise the keys and the layer's output
@@ -351,24 +357,26 @@ print(f"at s = {sharpness[-1].item():.1f}: softmax puts {softmax_focus[-1]:.3f} 
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 6. What "$O(N^2)$" meant in 2020
 #
-# The 2020 paper (Katharopoulos et al., §3.4, quoted in the worklog's section "Linear Attention") says the
+# The 2020 paper (Katharopoulos et al., §3.3.2, quoted in the worklog's section "Linear Attention") says the
 # cost *per time step* of a transformer grows with the square of the sequence
 # length. With a KV cache that is not true: a decode step reads $2ND$ numbers and does $4ND$ FLOPs per head,
 # linear in $N$. The quadratic cost described two real things of the time:
 #
 # * **recomputation without a cache**: reference generation loops re-ran the whole prefix at every step,
-#   so step $t$ computed the causal half of a $t\times t$ attention, about $2t^2D$ FLOPs per head;
+#   so step $t$ computed the causal half of a $t\times t$ attention, about $2t^2D$ FLOPs per head (the paper's
+#   own baseline, §4.2, contrasts such a loop with a softmax transformer that caches keys and values);
 # * **a materialised $N\times N$ score matrix** in training and prefill (running the whole prompt through the
 #   model in one parallel pass before decoding starts), whose memory is quadratic.
 #
-# FlashAttention (Dao et al. 2022, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §3.1) removed the second:
-# it streams over key blocks with a running maximum and sum (the "online softmax") and never stores the $N\times N$
-# matrix. Compute both costs.
+# Streaming attention removes the second: it walks over key blocks with a running maximum and sum (the "online
+# softmax") and never stores the $N\times N$ matrix (Rabe and Staats 2021,
+# [arXiv:2112.05682](https://arxiv.org/abs/2112.05682)); FlashAttention (Dao et al. 2022,
+# [arXiv:2205.14135](https://arxiv.org/abs/2205.14135), §3.1) made it fast on GPUs. Compute both costs.
 
 # %% [markdown] tags=["notes"]
 # Reading, not lecture: the history behind "quadratic" and why FlashAttention changed the
-# comparison. Mention it in one sentence if asked: after 2022 softmax attention needs linear
-# memory, and the case for a fixed state is the cache read at decode time.
+# comparison. Mention it in one sentence if asked: with a KV cache and a streaming kernel, softmax
+# attention needs linear memory, and the case for a fixed state is the cache read at decode time.
 
 # %%
 def attention_flops_per_decode_step(position, head_dim, regime):
@@ -448,7 +456,7 @@ print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
       f"{agree(streaming_softmax_attention(q_check, k_check, v_check, tile=16), softmax_attention(q_check, k_check, v_check))}")
 
 # %% [markdown]
-# So after 2022 the honest comparison is: softmax attention needs $O(N)$ *memory* (the cache) and
+# So with a KV cache and a streaming kernel the honest comparison is: softmax attention needs $O(N)$ *memory* (the cache) and
 # $O(N)$ *work and traffic per decode step*; linear attention needs $O(1)$ of both. Training and prefill
 # still cost $O(N^2)$ FLOPs for softmax attention, and $O(N)$ for the chunked linear form (chapter 04
 # prices that split).
@@ -458,7 +466,8 @@ print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
 #
 # The library works in the field's layout: `q, k [B, T, H, K]`, `v [B, T, H, V]`, state `[B, H, K, V]` in
 # float32 (B sequences, T tokens, H heads, K the key width, our $D$, and V the value width), and `scale`
-# multiplying `q`, by default $K^{-1/2}$; we pass `scale=1.0` to match our code. With `feature_map="elu1", normalize=True` it is the layer of this
+# multiplying the query features $\phi(q)$, by default $K^{-1/2}$; with `normalize=True` it cancels in the division,
+# and we pass `scale=1.0` so that the unnormalised calls match our code too. With `feature_map="elu1", normalize=True` it is the layer of this
 # chapter. We compare in float32 on a batch of two sequences with three heads, against our single-head
 # code run head by head.
 
@@ -542,8 +551,9 @@ ch02.check_kv_cache_bytes(kv_cache_bytes_solution);
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2 (transfer): a decode step with another feature map
-# Any map to non-negative features gives a kernel $\phi(q)^\top\phi(k) \ge 0$ and so a valid normalised
-# average. Take $\phi(x) = [\mathrm{ReLU}(x), \mathrm{ReLU}(-x)]$, the positive parts of $x$ followed by the
+# Any map to non-negative features gives a kernel $\phi(q)^\top\phi(k) \ge 0$, and so a weighted average wherever
+# the denominator is positive. ELU + 1 guarantees that; the map below does not (a query whose signs are all
+# opposite to every key's gives 0/0), which is why real code adds a small $\epsilon$ to the denominator. Take $\phi(x) = [\mathrm{ReLU}(x), \mathrm{ReLU}(-x)]$, the positive parts of $x$ followed by the
 # positive parts of $-x$ (`ch02.split_relu`). Write `decode_step(state, normalizer, q, k, v)` for one head of
 # normalised linear attention with this map: `q, k [K]`, `v [V]`; return `(o [V], new_state, new_normalizer)`.
 # What shapes must `state` and `normalizer` have? (The checker starts them at zeros of those shapes.)
@@ -619,7 +629,9 @@ ch02.check_interference_prediction(predicted_retrieval_error_solution, measured=
 #
 # Expected directions, any one argued with its cost earns full credit. (1) *More features*: approximate
 # $\exp(q^\top k)$ with many random positive features (FAVOR+ of Choromanski et al. 2021, *Rethinking
-# Attention with Performers*, §3, [arXiv:2009.14794](https://arxiv.org/abs/2009.14794)) or a Taylor expansion (a second-order one has about $D^2/2$ features); the kernel
+# Attention with Performers*, §2, positive random features in §2.3, [arXiv:2009.14794](https://arxiv.org/abs/2009.14794))
+# or a Taylor expansion (a second-order one has about $D^2/2$ features; Katharopoulos et al. 2020, §3.2.1, price
+# the degree-2 polynomial kernel); the kernel
 # sharpens, but the state grows from $D\times D_v$ to $D_\phi \times D_v$ and every step reads and writes it.
 # (2) *A sharper map*, e.g. a higher power or temperature on the features: focuses more but amplifies
 # noise and makes the normaliser unstable. (3) *Keep a few exact softmax layers or a sliding window* next
@@ -665,7 +677,8 @@ ch02.check_interference_prediction(predicted_retrieval_error_solution, measured=
 # 3. Inside: the masked scores $(QK^\top \odot M)V$; across: the state, read as $QS$ and updated by
 #    $S \leftarrow S + K^\top V$.
 # 4. It grows with the position: it is a sum of $t$ positively weighted values, not an average, so with random-sign
-#    values it grows roughly like $\sqrt{t}$; the denominator, which grows like $t$, is what kept it in scale.
+#    values it grows roughly like $\sqrt{t}$; the denominator, which grows like $t$, made the output an average,
+#    never larger than the largest value.
 #
 # </details>
 
@@ -674,10 +687,14 @@ ch02.check_interference_prediction(predicted_retrieval_error_solution, measured=
 #
 # - Katharopoulos, Vyas, Pappas and Fleuret (2020), *Transformers are RNNs: Fast Autoregressive Transformers with
 #   Linear Attention*, ICML 2020: [arXiv:2006.16236](https://arxiv.org/abs/2006.16236): §3.2 (the linearised kernel
-#   and $\phi(x) = \mathrm{ELU}(x) + 1$), §3.3–3.4 (the causal form and the RNN view); sections 2–5 of this chapter.
+#   and $\phi(x) = \mathrm{ELU}(x) + 1$), §3.3–3.4 (the causal form and the RNN view); sections 2–5 of this chapter;
+#   §3.3.2 (the per-step cost "scales with the square of the current sequence length") and §4.2 (the baselines);
+#   section 6.
 # - Dao, Fu, Ermon, Rudra and Ré (2022), *FlashAttention: Fast and Memory-Efficient Exact Attention with
 #   IO-Awareness*, NeurIPS 2022: [arXiv:2205.14135](https://arxiv.org/abs/2205.14135): §3.1, tiling with a running
 #   maximum and sum; section 6.
+# - Rabe and Staats (2021), *Self-attention Does Not Need $O(n^2)$ Memory*:
+#   [arXiv:2112.05682](https://arxiv.org/abs/2112.05682): attention streamed over key blocks; section 6.
 # - Milakov and Gimelshein (2018), *Online normalizer calculation for softmax*:
 #   [arXiv:1805.02867](https://arxiv.org/abs/1805.02867); section 6.
 # - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
