@@ -44,7 +44,7 @@
 #   Trefethen and Bau, *Numerical Linear Algebra*, lecture 17.
 # - Products of Householder matrices and their WY representation: Bischof and Van Loan (1987),
 #   [doi:10.1137/0908009](https://doi.org/10.1137/0908009).
-# - For section 7: what a GPU's tensor cores multiply, in NVIDIA's [CUDA C++ Programming
+# - For sections 6–7: what a GPU's tensor cores multiply, in NVIDIA's [CUDA C++ Programming
 #   Guide](https://docs.nvidia.com/cuda/cuda-c-programming-guide/) (warp matrix functions).
 
 # %% tags=["plumbing"]
@@ -164,15 +164,16 @@ expect(f"chunks of {C} do not", naive_error[C] > 0.05)
 # $$ (I + A)\,V' = \mathrm{Diag}(\beta)\,(V - K S_0). $$
 #
 # $I + A$ is unit lower-triangular, so it is always invertible and forward substitution solves it. With
-# $T = (I+A)^{-1}$ (the **UT transform**; the field calls this matrix $T$, not to be confused with the
-# sequence length) the solution splits into a part that does not need $S_0$ and a part
+# $T = (I+A)^{-1}$ (the **UT transform** of Joffrain et al. 2006; the field calls this matrix $T$, not to be
+# confused with the sequence length, which this chapter's prose calls $L$ and its code `T`) the solution splits into a part that does not need $S_0$ and a part
 # that does:
 #
 # $$ V' = \underbrace{T\,\mathrm{Diag}(\beta)\,V}_{U} \;-\; \underbrace{T\,\mathrm{Diag}(\beta)\,K}_{W}\; S_0 . $$
 #
-# ($W$ and $U$ are the **WY representation** of Bischof and Van Loan (1987): the product of the chunk's
-# Householder-like transitions, $(I - \beta_C k_C k_C^\top)\cdots(I - \beta_1 k_1 k_1^\top)$, equals
-# $I - K^\top W$.) Then the chunk is exactly linear attention with the corrected values $V' = U - W S_0$:
+# ($K$ and $W$ are the **WY representation** of Bischof and Van Loan (1987) of the product of the chunk's
+# Householder-like transitions: $(I - \beta_C k_C k_C^\top)\cdots(I - \beta_1 k_1 k_1^\top) = I - K^\top W$, because
+# the chunk's end state $S_0 + K^\top V' = (I - K^\top W)S_0 + K^\top U$ must equal that product applied to $S_0$
+# plus terms without $S_0$. $U$ is Yang et al.'s extension of the form to the values.) Then the chunk is exactly linear attention with the corrected values $V' = U - W S_0$:
 #
 # $$ O = Q S_0 + (QK^\top\odot M)\,V', \qquad S \leftarrow S_0 + K^\top V' . $$
 #
@@ -316,16 +317,17 @@ print(f"our chunked code (sequence 1, head 2, q scaled by K^-0.5) and k3lite {ag
 # tiles), split exactly as section 2 suggests: $A$ and $T$ for every chunk at once, then $W$ and $U$ for every
 # chunk at once, then the one sequential pass over chunks ($V' = U - WS$ and the state), then the outputs of
 # every chunk at once. On a GPU it is compiled; on this CPU Triton's interpreter runs it (slowly, so the shapes
-# are small; T = 50 also tests a partial chunk). Same algorithm, same numbers:
+# are small; $L = 150$ tokens make two full chunks and a partial one, so the sequential pass carries a nonzero
+# state into the later chunks). Same algorithm, same numbers:
 
 # %% tags=["requires-triton"]
 # Its own generator: where Triton is missing (macOS) this cell is skipped, and the cells after it must not notice.
 triton_generator = torch.Generator().manual_seed(4)
-q_tri, k_tri, v_tri = (torch.randn(1, 50, 2, 16, generator=triton_generator).float() for _ in range(3))
-k_tri, beta_tri = unit(k_tri), torch.rand(1, 50, 2, generator=triton_generator).float()
+q_tri, k_tri, v_tri = (torch.randn(1, 150, 2, 16, generator=triton_generator).float() for _ in range(3))
+k_tri, beta_tri = unit(k_tri), torch.rand(1, 150, 2, generator=triton_generator).float()
 o_tri_ref, s_tri_ref = delta_rule.recurrent(q_tri, k_tri, v_tri, beta_tri)
 o_tri, s_tri = delta_rule.chunked(*(x.to(device()) for x in (q_tri, k_tri, v_tri, beta_tri)), backend="triton")
-print(f"Triton chunked kernels (T=50) and recurrent: outputs {agree(o_tri.cpu(), o_tri_ref, 1e-4)}, "
+print(f"Triton chunked kernels (T=150) and recurrent: outputs {agree(o_tri.cpu(), o_tri_ref, 1e-4)}, "
       f"states {agree(s_tri.cpu(), s_tri_ref, 1e-4)}")
 
 # %% [markdown] slideshow={"slide_type": "slide"}
@@ -408,8 +410,8 @@ for chunk_size in (1, 32, 64, L_count):
     print(f"C={chunk_size:>3}: counted {counter.get_total_flops():>10,} FLOPs, 6Ld² + 6LCd = {predicted:>10,}")
 
 # %% [markdown]
-# The solves are missing from that count. The library never forms $T = (I + A)^{-1}$ as this notebook did: it
-# solves $(I + A)\,W = \mathrm{Diag}(\beta)K$ and $(I + A)\,U = \mathrm{Diag}(\beta)V$ with
+# The solves are missing from that count. The library's PyTorch backend (`backend="torch"`, the one counted here)
+# never forms $T = (I + A)^{-1}$ as this notebook did: it solves $(I + A)\,W = \mathrm{Diag}(\beta)K$ and $(I + A)\,U = \mathrm{Diag}(\beta)V$ with
 # `torch.linalg.solve_triangular` (`k3lite/ops/_common.py`), which is not a matrix product, so the counter does
 # not see it. Forward substitution on a $C\times C$ unit-lower-triangular system with $d$
 # right-hand sides subtracts, for row $r$, the $r-1$ rows already solved: $C(C-1)d/2$ multiply-adds per chunk,
@@ -515,12 +517,15 @@ ax.legend(loc="lower left")
 plt.show()
 fastest = chunk_sizes[min(range(len(seconds)), key=seconds.__getitem__)]
 print(f"fastest chunk size here: C={fastest} ({min(seconds) * 1e3:.1f} ms); token loop {recurrent_seconds * 1e3:.1f} ms")
+print(f"C={chunk_sizes[0]}: {seconds[0] / recurrent_seconds:.2f}x the token loop's time; "
+      f"the fastest C: {recurrent_seconds / min(seconds):.1f}x faster than the loop; "
+      f"C={chunk_sizes[-1]}: {seconds[-1] / min(seconds):.1f}x the fastest C's time")
 
 # %% [markdown]
-# Small chunks pay Python and per-call overhead for every chunk: at $C = 4$ a chunk runs a dozen small
-# operations for four tokens, so it gains least over the plain token loop. From a few dozen tokens per chunk
-# on, the chunked form is an order of magnitude faster than the loop, and the curve flattens; at large $C$
-# the intra-chunk work, quadratic in $C$, starts to show. (Timings on a shared machine are noisy; run the cell
+# Read the three printed ratios. Small chunks pay Python and per-call overhead for every chunk: at $C = 4$ a
+# chunk runs a dozen small operations for four tokens, so it gains little or nothing over the plain token loop.
+# The best $C$ is somewhere between, and beyond it the intra-chunk work, quadratic in $C$, makes the time rise
+# again. (Timings on a shared machine are noisy, and the ratios differ from one CPU to another; run the cell
 # yourself.)
 #
 # On a GPU the Triton kernels of `k3lite.kernels` run whole 64-token chunks as tiles. The H200 measurements of
@@ -599,9 +604,9 @@ else:
 #
 # What the stored file shows, and no more. Take two of the shapes measured, $(B, T) = (2, 8192)$ and
 # $(1, 32768)$, with $H = 16$, $d = 128$: one sequence four times longer than each of the two, so twice the
-# tokens. Softmax attention pays per sequence for $T^2$ pairs, so its time should grow about
-# $32768^2 / (2 \cdot 8192^2) = 8\times$ between the two; the chunked form pays per token, so its time should
-# only double. The cell below reads both growth factors off the file.
+# tokens. Softmax attention pays per sequence for $T^2$ pairs, so its time should grow by
+# $32768^2 / (2 \cdot 8192^2)$ between the two; the chunked form pays per token, so its time should only double.
+# The cell below computes both predictions and reads both growth factors off the file.
 
 # %% tags=["plumbing"]
 def growth(path, kind="delta_rule", mode="fwd", shapes=((2, 8192), (1, 32768))):
@@ -617,6 +622,10 @@ def growth(path, kind="delta_rule", mode="fwd", shapes=((2, 8192), (1, 32768))):
 
 (B1, T1), (B2, T2) = (2, 8192), (1, 32768)
 pairs_ratio, tokens_ratio = (B2 * T2**2) / (B1 * T1**2), (B2 * T2) / (B1 * T1)
+glue("ch04_pairs_ratio", f"{pairs_ratio:.0f}", display=False)
+glue("ch04_tokens_ratio", f"{tokens_ratio:.0f}", display=False)
+glue("ch04_chunks_long", str(T2 // 64), display=False)       # the Triton kernels' 64-token chunks
+glue("ch04_chunks_short", str(T1 // 64), display=False)
 for kind in ("delta_rule", "kda"):
     for mode in ("fwd", "fwd+bwd"):
         factors = growth(BENCH, kind, mode, shapes=((B1, T1), (B2, T2))) if BENCH.exists() else None
@@ -636,9 +645,10 @@ for kind in ("delta_rule", "kda"):
 # backward pass.
 #
 # From $(2, 8192)$ to $(1, 32768)$ SDPA's forward time grows {glue:text}`ch04_sdpa_growth_fwd`-fold (the $T^2$ count
-# says 8), while DeltaNet's grows {glue:text}`ch04_delta_rule_growth_fwd`-fold, near the $\times 2$ of a cost linear
-# in tokens. A likely reason for what it pays beyond $\times 2$ (the table does not isolate it): the chunk-to-chunk
-# pass is sequential, and one sequence of 32768 tokens is 512 chunks in a row, against 128 for each of two
+# says {glue:text}`ch04_pairs_ratio`), while DeltaNet's grows {glue:text}`ch04_delta_rule_growth_fwd`-fold, near the
+# {glue:text}`ch04_tokens_ratio`-fold of a cost linear in tokens. A likely reason for what it pays beyond that (the
+# table does not isolate it): the chunk-to-chunk pass is sequential, and one sequence of 32768 tokens is
+# {glue:text}`ch04_chunks_long` chunks of 64 in a row, against {glue:text}`ch04_chunks_short` for each of two
 # sequences of 8192, with half as many (sequence, head) pairs to run side by side on the GPU. At $T = 32768$ every
 # chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for the linear
 # form.
@@ -651,11 +661,11 @@ for kind in ("delta_rule", "kda"):
 # {glue:text}`ch04_kda_fwd_32768_triton` ms against SDPA's {glue:text}`ch04_kda_fwd_32768_sdpa` ms, and
 # {glue:text}`ch04_kda_fwdbwd_32768_triton` ms against {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward.
 #
-# The last column says how far the course's kernels are from the production ones. Every forward is within
-# $1.25\times$ of fla except linear attention at $T = 32768$
-# ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`×), and every forward+backward within $1.5\times$ except
-# linear attention there ({glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`×); at $B = 8$, $T = 2048$ every
-# k3lite kernel is faster than fla's. fla's own timings vary between runs, so read a ratio near 1 as a tie.
+# The last column says how far the course's kernels are from the production ones. fla's own timings vary between
+# runs, so read a ratio near 1 as a tie; the clearest gap is linear attention at $T = 32768$
+# ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`× forward,
+# {glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`× with the backward). The history of these ratios lives in
+# `benchmarks/`, not here.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
@@ -770,8 +780,9 @@ ch04.check_ut_transform(ut_transform_solution);
 # * Writing the chunk's states as $S_0 + \sum_{i<r}k_iu_i^\top$ turns the corrections into one unit-lower-triangular
 #   system, $(I+A)V' = \mathrm{Diag}(\beta)(V - KS_0)$; the UT transform $T = (I+A)^{-1}$ gives the WY factors $W$, $U$,
 #   and then $V' = U - WS_0$ is fed to ordinary chunked linear attention.
-# * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $2Ld^2$ is fixed
-#   and the intra-chunk part $2LCd$ (multiply-adds) grows with $C$. Tensor cores work on $16 \times 16$ tiles, and
+# * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $4Ld^2$ FLOPs is
+#   fixed and the intra-chunk part $4LCd$ FLOPs grows with $C$ (the article's $2Ld^2$ and $2LCd$ count
+#   multiply-adds). Tensor cores work on $16 \times 16$ tiles, and
 #   $C = 64$ or $128$ gives each product enough of them: the practical choice.
 # * DeltaNet still cannot forget on purpose. Chapter 05 adds a gate and, in its section 6, redoes this derivation with the gate in.
 
@@ -809,7 +820,10 @@ ch04.check_ut_transform(ut_transform_solution);
 #
 # - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
 #   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): §3, the WY representation, the UT
-#   transform and the chunkwise parallel form; sections 2–5.
+#   transform and the chunkwise parallel form; this chapter's sections 2–5.
+# - Joffrain, Low, Quintana-Ortí, van de Geijn and Van Zee (2006), *Accumulating Householder transformations,
+#   revisited*, ACM Trans. Math. Softw. 32(2): [doi:10.1145/1141885.1141886](https://doi.org/10.1145/1141885.1141886):
+#   the UT transform; section 2.
 # - Bischof and Van Loan (1987), *The WY Representation for Products of Householder Matrices*, SIAM J. Sci. Stat.
 #   Comput. 8(1): [doi:10.1137/0908009](https://doi.org/10.1137/0908009): the WY representation of a product of
 #   Householder matrices (section 2).
