@@ -17,9 +17,9 @@
 # 2. writes many associations and measures the interference of the additive rule;
 # 3. derives the delta rule, in its "correction" and its "Householder" forms, and as one step of
 #    gradient descent on the fast weights;
-# 4. measures what it fixes, and, honestly, what it does not: past capacity it still forgets, but it
+# 4. checks everything against `k3lite.ops.delta_rule`;
+# 5. measures what it fixes, and, honestly, what it does not: past capacity it still forgets, but it
 #    forgets the *oldest* associations;
-# 5. checks everything against `k3lite.ops.delta_rule`;
 # 6. and looks at what trained models say: a rebinding task from the course's GPU bake-off.
 
 # %% [markdown] slideshow={"slide_type": "skip"} tags=["reading"]
@@ -107,11 +107,11 @@ print(f"with a unit key the read-back is v itself: {agree(torch.outer(k_unit, v)
 #
 # Now write $N$ pairs, $S = \sum_i k_i v_i^\top$, and read pair $j$ back:
 #
-# $$ S^\top k_j = v_j + \sum_{i\neq j} (k_i^\top k_j)\, v_i . $$
+# $$ S^\top k_j = v_j + \sum_{i\neq j} (k_i^\top k_j)\, v_i \qquad (\text{unit keys, as in section 1}). $$
 #
 # The second term is the **interference**. It vanishes only if the keys are orthogonal, and a
 # $D$-dimensional space has room for at most $D$ orthogonal keys. Measure both cases with $D = 64$
-# (GPT-2's head dimension) and random values; the error of a read is
+# (GPT-2's head dimension, $768 / 12$; chapter 01) and random values; the error of a read is
 # $\lVert S^\top k_j - v_j\rVert / \lVert v_j\rVert$.
 
 # %% [markdown] tags=["notes"]
@@ -159,8 +159,11 @@ print(f"  its error against v_new: {((read - v_new).norm() / v_new.norm()).item(
 # ## 3. The fix: write only the difference (the delta rule)
 #
 # Before writing $(k_t, v_t)$, read what the memory currently returns for $k_t$,
-# $\hat v_t = S_{t-1}^\top k_t$. Remove it, and write a blend $\tilde v_t$ of the current read and the new value,
-# with a write strength $\beta_t\in(0,1]$, $\tilde v_t = \beta_t v_t + (1-\beta_t)\, \hat v_t$:
+# $\hat v_t = S_{t-1}^\top k_t$. Remove it (for a unit key, subtracting $k_t \hat v_t^\top$ removes exactly what $k_t$
+# reads), and write a blend $\tilde v_t$ of the current read and the new value, with a write strength $\beta_t$,
+# $\tilde v_t = \beta_t v_t + (1-\beta_t)\, \hat v_t$ (Schlag et al. 2021, §4.2, eq. 22). In a trained layer
+# $\beta_t = \sigma(W_\beta x_t) \in (0, 1)$; the hand-built experiments below also use the limiting case
+# $\beta = 1$:
 #
 # $$ S_t = S_{t-1} - k_t \hat v_t^\top + k_t \tilde v_t^\top
 #        = S_{t-1} + \beta_t\, k_t \big(v_t - S_{t-1}^\top k_t\big)^\top . $$
@@ -338,13 +341,13 @@ plt.show()
 #
 # * **Additive**: the error grows like $\sqrt{N/D}$ and never stops growing; past $N\approx D$ a read returns
 #   more interference than signal.
-# * **Delta, β = 1**: better at every load, but *not* exact for $N \le D$ with random keys: a later write
+# * **Delta, β = 1**: better than the additive rule at every load, but *not* exact for $N \le D$ with random keys: a later write
 #   along a key that overlaps $k_j$ disturbs what $k_j$ reads. (With orthogonal keys both rules are exact up to
 #   $N = D$: section 2 measured the additive rule, the first line above the table the delta rule.) Past
 #   capacity its mean error still rises, but far more slowly ({glue:text}`ch03_delta_error_at_4` at $N/D = 4$
 #   against {glue:text}`ch03_additive_error_at_4`): an old pair
-#   reads back as some unrelated recent value, an error of order one, not as an ever-growing pile of all
-#   the others.
+#   reads back as a mixture of unrelated recent values, an error a little above one, not as an ever-growing pile
+#   of all the others.
 # * **Delta, β = 0.5** is the worst at low load (each write only goes half-way, so even the last value comes
 #   back at half strength) but the most stable at high load: a gentler write disturbs old associations less.
 #   A learned $\beta_t$ lets the network choose per token.
@@ -375,7 +378,7 @@ for name, errors in position_error.items():
 
 # %% [markdown]
 # The additive memory is uniformly bad: old and new pairs are blurred alike. The delta memory returns the
-# newest pair exactly and recent pairs well, and lets the oldest ones go. That is an eviction policy,
+# newest pair exactly and the last few approximately, and lets the older ones go (worse than reading zero). That is an eviction policy,
 # *most recent wins*, built into the write. It is still not a *chosen* eviction: the delta rule can only
 # remove what a new key overlaps. Forgetting on purpose (a context switch, clearing stale facts) needs a
 # gate, and that is chapter 05.
@@ -385,25 +388,28 @@ for name, errors in position_error.items():
 #
 # Everything above was hand-built: unit keys, chosen $\beta$, no training. Does the difference survive
 # when a network has to *learn* its keys, values and write strengths? The course's bake-off
-# (`k3lite.bakeoff`, run on an H200 through k3lite's Triton kernels, every run stored with its provenance in
-# `figures/bakeoff.json`) trains small models that differ only in their token mixer. Its **rebinding** task
-# is section 2's second failure as a trained test: keys are bound again and again in one sequence, and a
-# query must return the **latest** value of its key. An accumulating memory returns the sum of every
+# (`k3lite.bakeoff`, run on a GPU through k3lite's Triton kernels, every run stored with its provenance in
+# `figures/bakeoff.json`; the printed set-up names the card) trains small models that differ only in their token
+# mixer. Its **rebinding** task is section 2's second failure as a trained test: {glue:text}`ch03_rebind_keys` keys
+# are bound again and again in one sequence, and a query must return the **latest** value of its key. Chance is
+# {glue:text}`ch03_rebind_chance`: a model that has learned which values are bound, but not which key holds which,
+# can only name one of them blind. An accumulating memory returns the sum of every
 # value the key ever had; an overwriting one returns the last.
 #
 # Two rules for "better", used by every chapter and stated before any number:
 #
 # * **the means rule**: A beats B when the difference of their mean accuracies is larger than two standard errors
-#   of that difference (`k3lite.bakeoff.stats.beats`, sample standard deviations over seeds). With three seeds it
-#   is a rough screen, not a significance test, and a cell with one seed cannot be called at all;
+#   of that difference (`k3lite.bakeoff.stats.beats`, sample standard deviations over seeds). With as few seeds as
+#   here it is a rough screen, not a significance test, and a cell with one seed cannot be called at all;
 # * **the success test**: a seed *succeeds* when its accuracy reaches 0.9, and A beats B when Fisher's exact test
 #   on the two success counts gives p < 0.05 (`k3lite.bakeoff.stats.success_verdict`). Fisher's test gives the
 #   probability of counts at least this lopsided if both mixers succeeded equally often. Trained outcomes are often
 #   bimodal (a seed learns the task or it does not), and this test is made for such counts; the table gives each
 #   success rate with its 95 % Wilson interval (a confidence interval for a proportion that stays inside
-#   [0, 1] and stays honest with few seeds).
+#   [0, 1] and stays honest with few seeds). Fisher's test: Agresti, *Categorical Data Analysis* (3rd ed., 2013),
+#   §3.5; the interval: Wilson (1927), *J. Amer. Statist. Assoc.* 22(158).
 #
-# The numbers below are read from the committed file, so they are exact.
+# The numbers below are the stored runs' numbers, read from the committed file; nothing is retrained here.
 
 # %% [markdown] tags=["notes"]
 # This is the one place in the chapter where trained models speak. Say what the task is (latest value of
@@ -412,6 +418,7 @@ for name, errors in position_error.items():
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import store
+from k3lite.bakeoff.tasks import REBIND_KEYS, chance
 from k3lite.bakeoff.plots import (
     LABELS, cell_metrics, cell_summary, final_cells, plot_cell,
     print_cell_table, rule_verdict, run_setup, success_rule_verdict,
@@ -440,6 +447,8 @@ for a, b in (("linear_attention", "delta_rule"), ("delta_rule", "softmax")):
     print(f"{LABELS[a]} vs {LABELS[b]}: means rule: {said}; success test: {counted}")
 glue("ch03_rebind_seeds", str(min(len(accuracies("rebind", m)) for m in REBIND_MIXERS)), display=False)
 glue("ch03_rebind_steps", str(setup["steps"]), display=False)
+glue("ch03_rebind_keys", str(REBIND_KEYS), display=False)
+glue("ch03_rebind_chance", f"1/{REBIND_KEYS} = {chance('rebind'):.3f}", display=False)
 expect("every rebinding cell has at least 3 seeds", min(len(accuracies("rebind", m)) for m in REBIND_MIXERS) >= 3)
 expect("by the rule, DeltaNet beats linear attention on rebinding",
        verdict("rebind", "linear_attention", "delta_rule") == "DeltaNet beats linear attention")
@@ -465,8 +474,8 @@ plt.show()
 # {glue:text}`ch03_rebind_steps` steps):
 #
 # * **Accumulating fails, overwriting works.** Linear attention reaches {glue:text}`ch03_rebind_linear_attention`
-#   (mean ± std over seeds), no better than naming one of the 16 keys' values blind (1/16): it never learns to
-#   return the latest value. DeltaNet, the same model with the
+#   (mean ± std over seeds), no better than chance ({glue:text}`ch03_rebind_chance`): it never learns to return the
+#   latest value. DeltaNet, the same model with the
 #   delta write, reaches {glue:text}`ch03_rebind_delta_rule`. The means rule's call:
 #   *{glue:text}`ch03_verdict_linear_attention_delta_rule`*. The success test:
 #   *{glue:text}`ch03_success_linear_attention_delta_rule`*: every DeltaNet seed succeeds and no linear-attention
@@ -483,8 +492,8 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### The same task, live on this CPU
 #
-# The bake-off's code runs here too, at toy size (the arguments of the call below): rebinding with 4 keys
-# re-bound again and again in 64 tokens, width 32, one layer, 300 steps, three seeds; a few seconds per run.
+# The bake-off's code runs here too, at toy size (the call below and the set-up it prints): rebinding with 4 keys
+# re-bound again and again in each sequence, width 32, one layer, 300 steps, three seeds.
 # Guessing a value uniformly scores {glue:text}`ch03_live_chance`; a model that has learned which four values are
 # bound, but not which key holds which, scores 1/4. The accuracies depend on the processor's float rounding, so
 # the next cell shows them without the notebook tests comparing them, and the cell after checks the claim
@@ -492,10 +501,11 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from k3lite.bakeoff.plots import live_chance, live_demo
+from k3lite.bakeoff.plots import LIVE_DATA, live_chance, live_demo
 
 live = live_demo("rebind4", ("linear_attention", "delta_rule"), d_model=32, num_layers=1, steps=300, seeds=(0, 1, 2))
 glue("ch03_live_chance", f"{live_chance():.3f}", display=False)
+print(f"rebinding, 4 keys, {LIVE_DATA['seq_len']} tokens, vocabulary {LIVE_DATA['vocab_size']}: accuracy per seed")
 for mixer, scores in live.items():
     print(f"{LABELS[mixer]:<17} " + "  ".join(f"{a:.2f}" for a in scores))
 
@@ -680,8 +690,8 @@ ch03.check_decayed_delta_write(decayed_delta_write_solution);
 # ## Sources
 #
 # - Schlag, Irie and Schmidhuber (2021), *Linear Transformers Are Secretly Fast Weight Programmers*, ICML 2021:
-#   [arXiv:2102.11174](https://arxiv.org/abs/2102.11174): fast weights, the over-capacity regime and the delta
-#   update rule; sections 2–3.
+#   [arXiv:2102.11174](https://arxiv.org/abs/2102.11174): fast weights (§2–3), the over-capacity regime (§4.1) and
+#   the delta update rule (§4.2, eqs. 20–25); sections 2–3 of this chapter.
 # - Yang, Wang, Zhang, Shen and Kim (2024), *Parallelizing Linear Transformers with the Delta Rule over Sequence
 #   Length*, NeurIPS 2024: [arXiv:2406.06484](https://arxiv.org/abs/2406.06484): the DeltaNet layer (L2-normalised
 #   keys, $\beta = \sigma(W_\beta x)$) and its chunked form (chapter 04).
