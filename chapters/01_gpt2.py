@@ -9,7 +9,7 @@
 # By the end of this chapter you will have
 #
 # 1. written a GPT-2 block by hand and checked it against the library,
-# 2. counted GPT-2 small's 124,439,808 parameters component by component,
+# 2. counted GPT-2 small's parameters component by component,
 # 3. shown that decoding with a KV cache gives the same logits as recomputing everything,
 # 4. measured what the cache saves (compute) and what it costs (memory that grows with every token),
 # 5. trained a tiny GPT-2 on a CPU and sampled from it.
@@ -54,7 +54,7 @@ from k3lite import data
 from k3lite.course.checks import expect
 from k3lite.exercises import ch01
 from k3lite.models.gpt2 import GPT2, GPT2Config
-from k3lite.train import train
+from k3lite.train import evaluate, train
 
 viz.use_style()
 # One thread: on a shared two-core machine a single thread is not slower.
@@ -194,7 +194,7 @@ with torch.no_grad():
     print(f"round trip, identical logits: {torch.equal(reloaded(idx), model(idx))}")
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 2. Counting 124,439,808 parameters
+# ## 2. Counting GPT-2 small's parameters
 #
 # Each block has two LayerNorms ($2d$ each: a scale and a shift), the query-key-value projection
 # ($d \cdot 3d + 3d$), the output projection ($d^2 + d$) and the MLP ($d \cdot 4d + 4d$ up,
@@ -218,6 +218,7 @@ print(f"{'each block':<22}{parts['each block']:>14,}")
 print(f"{'12 blocks':<22}{parts['all blocks']:>14,}")
 print(f"{'ln_f':<22}{parts['ln_f']:>14,}")
 print(f"{'total':<22}{accounting.gpt2_parameter_count(small):>14,}")
+glue("ch01_param_count", f"{accounting.gpt2_parameter_count(small):,}", display=False)
 
 # %% [markdown]
 # An analytic count is only as good as its check. PyTorch's `meta` device builds a module with
@@ -248,7 +249,8 @@ for size in ("small", "medium", "large", "xl"):
 #
 # To generate, the model predicts one token from the logits at the last position, appends it,
 # and runs again. Run naively, step $n$ recomputes the keys and values of all $n$ earlier tokens,
-# although they have not changed: a token's key and value depend only on the tokens before it.
+# although they have not changed: a token's key and value depend only on that token and the ones before it (the
+# causal mask ensures this in every layer), so later tokens never change them.
 #
 # The fix is to keep them. The **KV cache** stores, for every layer, the keys and values of the
 # tokens seen so far; a decoding step then computes projections for the *one* new token, appends
@@ -302,7 +304,8 @@ print(f"formula, {cache.length} tokens x {accounting.gpt2_kv_bytes_per_token(tin
 #
 # We count FLOPs, two per multiply-add. Per layer, one token costs $24d^2$ FLOPs in its projections ($4d^2$
 # multiply-adds for query, key, value and output, $8d^2$ for the MLP) plus $4dn$ FLOPs to score and mix the $n$
-# keys it can see; the logits add $2dV$, where $V$ = 50,257 is the vocabulary size (GPT-2's, from its report). With
+# keys it can see (the token at position $n$ has $n$ tokens cached and attends to $n + 1$ keys, its own included;
+# `accounting.gpt2_forward_flops(config, new_tokens, past_tokens)` counts it); the logits add $2dV$, where $V$ = 50,257 is the vocabulary size (GPT-2's, from its report). With
 # the cache, the token at position $n$ pays this once; without it, the whole prefix of $n$ tokens is run through
 # the model again. We count that recomputation two ways: as a plain forward pass with logits at every position, as
 # reference code computes them, and as a loop that keeps only the last position's logits, which saves the $2dV$
@@ -362,10 +365,11 @@ for use_cache in (True, False):
 #
 # $$\text{bytes per token} = 2 \cdot L \cdot H \cdot d_h \cdot \text{bytes per element}.$$
 #
-# Served models keep the cache in bf16 (bfloat16), 2 bytes per number, against float32's 4.
+# We count the cache in a 16-bit format, bf16 (bfloat16): 2 bytes per number, against float32's 4. (Serving systems
+# also use fp16, or quantise the cache further.)
 
 # %% [markdown] tags=["notes"]
-# The formula is the whole lesson: two tensors per layer and head, for every token, for ever.
+# The formula is the whole lesson: two tensors per layer and head, for every token of the sequence.
 # With a batch of 32 sequences, ask the room from which position the cache reads overtake the
 # weight reads, then show the crossover the cell computes. This is the failure chapter 02 starts from.
 
@@ -374,6 +378,8 @@ bf16_per_token = accounting.gpt2_kv_bytes_per_token(small, "bf16")
 print(f"GPT-2 small, bf16: 2 x {small.n_layer} x {small.n_head} x {small.head_dim} x 2 = {bf16_per_token:,} bytes per token")
 full_context = accounting.gpt2_kv_bytes_per_sequence(small, small.n_ctx, "bf16")
 print(f"a full {small.n_ctx}-token context: {full_context / 2**20:.1f} MiB per sequence")
+glue("ch01_kv_bytes_bf16", f"{bf16_per_token:,}", display=False)
+glue("ch01_kv_mib_full_context", f"{full_context / 2**20:.1f}", display=False)
 
 # %% tags=["plumbing"]
 fig, ax = plt.subplots()
@@ -396,8 +402,9 @@ plt.show()
 # ### Bytes read per decoding step
 #
 # Generating one token is a handful of matrix-vector products: the arithmetic is small and the
-# time goes into *reading* from GPU memory (HBM). Each step reads every weight once (shared by the
-# whole batch) and, for each sequence, the entire cache so far. With a batch of sequences the
+# time goes into *reading* from GPU memory (HBM). Each step reads every weight matrix once (shared by the
+# whole batch; of the position table `wpe` only the current position's row) and, for each sequence, the entire
+# cache so far. With a batch of sequences the
 # cache reads overtake the weights:
 
 # %%
@@ -473,6 +480,7 @@ def next_batch(step):
 
 val_batch = tuple(t.to(runtime.device()) for t in data.random_batch(val_ids, 16, 128, torch.Generator().manual_seed(1)))
 untrained_sample = sample(student)
+untrained_loss = evaluate(student, *val_batch)
 history = train(student, next_batch, steps=steps, lr=6e-3, warmup=20, eval_batch=val_batch, eval_every=25)
 
 # %% [markdown]
@@ -483,12 +491,13 @@ history = train(student, next_batch, steps=steps, lr=6e-3, warmup=20, eval_batch
 # %%
 # NBVAL_IGNORE_OUTPUT
 print("before training:", repr(untrained_sample))
-print(f"validation loss: {history.val_loss[0]:.2f} at step 0 -> {history.val_loss[-1]:.2f} after {steps} steps")
+print(f"validation loss: {untrained_loss:.2f} untrained, {history.val_loss[0]:.2f} after the first update, "
+      f"{history.val_loss[-1]:.2f} after {steps} steps")
 glue("ch01_final_val_loss", f"{history.val_loss[-1]:.2f}", display=False)
 
 # %%
-expect(f"validation loss at step 0 within 0.6 of the uniform guess ({math.log(256):.2f})",
-       abs(history.val_loss[0] - math.log(256)) < 0.6)
+expect(f"the untrained model's validation loss is within 0.5 of the uniform guess ({math.log(256):.2f})",
+       abs(untrained_loss - math.log(256)) < 0.5)
 expect(f"validation loss after {steps} steps < 2.7", history.val_loss[-1] < 2.7)
 
 # %% tags=["plumbing"]
@@ -503,8 +512,9 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# The validation loss starts near the uniform guess over 256 bytes, $\ln 256$, and falls as the model learns which
-# bytes follow which; the loss on each training batch is noisier but follows it.
+# Before training, the validation loss is close to the uniform guess over 256 bytes, $\ln 256$ (the first cell
+# above prints it; the plot's first validation point already comes after one update). It falls as the model
+# learns which bytes follow which; the loss on each training batch is noisier but follows it.
 
 # %% [markdown]
 # The same seeded sample after training (temperature 0.8, with the KV cache). Its letters depend on the
@@ -644,7 +654,7 @@ ch01.check_cache_outweighs_prediction(predicted_crossover_tokens,
 
 # %% tags=["solution"]
 # Solution: 12·L·d² weights in the blocks (plus V·d for the embedding) against 2·L·d cached numbers per token:
-# about 6d + V/(2L) tokens, whatever L is.
+# about 6d tokens from the blocks, whatever L is, plus V/(2L) from the embedding.
 def predicted_crossover_tokens_solution():
     return 6 * 1600 + 50_257 / (2 * 48)
 
@@ -682,9 +692,10 @@ ch01.check_attention_step(attention_step_solution);
 # ### Exercise 3 (transfer): a decoding step of sliding-window attention
 #
 # Some models bound the cache by letting each token attend only to the last $W$ tokens, its own included
-# (sliding-window attention: Beltagy et al. 2020, Longformer, §3.1, [arXiv:2004.05150](https://arxiv.org/abs/2004.05150);
-# Jiang et al. 2023, Mistral 7B, §2, [arXiv:2310.06825](https://arxiv.org/abs/2310.06825), whose
-# "rolling buffer" cache holds $W$ tokens). Write `window_attention_step(q, k_cache, v_cache, window)`: the
+# (causal sliding-window attention as in Jiang et al. 2023, Mistral 7B, §2,
+# [arXiv:2310.06825](https://arxiv.org/abs/2310.06825), whose "rolling buffer" cache holds $W$ tokens; Longformer,
+# Beltagy et al. 2020, §3.1, [arXiv:2004.05150](https://arxiv.org/abs/2004.05150), introduced the two-sided
+# window). Write `window_attention_step(q, k_cache, v_cache, window)`: the
 # decoding step of exercise 2 for such a model, given a cache that still holds all `T` tokens. When fewer
 # than `window` tokens are cached, the step sees all of them. Then answer for yourself: how much cache does
 # this model hold after a million tokens, and what has it given up?
@@ -739,10 +750,11 @@ ch01.check_window_attention_step(window_attention_step_solution);
 # ## Summary
 #
 # * GPT-2 is embeddings, $L$ pre-LayerNorm blocks (causal softmax attention, GELU MLP), a final
-#   LayerNorm and a tied output head; GPT-2 small has exactly 124,439,808 parameters.
+#   LayerNorm and a tied output head; GPT-2 small has exactly {glue:text}`ch01_param_count` parameters.
 # * The KV cache makes each generated token cost one token's worth of compute, and it changes
 #   the work, not the answer: logits within 1e-4 of a full recomputation, the same greedy tokens.
-# * Its price is memory: 36,864 bytes per token for GPT-2 small in bf16, growing without bound,
+# * Its price is memory: {glue:text}`ch01_kv_bytes_bf16` bytes per token for GPT-2 small in bf16, growing with
+#   the sequence ({glue:text}`ch01_kv_mib_full_context` MiB at GPT-2's full context, per sequence of the batch),
 #   and read in full at every step.
 #
 # Next: linear attention folds the whole history into a state whose size does not depend on the
@@ -760,7 +772,7 @@ ch01.check_window_attention_step(window_attention_step_solution);
 #
 # 1. How many parameters has one GPT-2 block of width $d = 1024$?
 # 2. Why does a decoding step with a KV cache need no causal mask?
-# 3. GPT-2 small caches 36,864 bytes per token in bf16. How much is that for 8 sequences of 1,024 tokens?
+# 3. GPT-2 small caches {glue:text}`ch01_kv_bytes_bf16` bytes per token in bf16. How much is that for 8 sequences of 1,024 tokens?
 # 4. Why does GPT-2's output head add no parameters?
 #
 # <details>
@@ -779,8 +791,9 @@ ch01.check_window_attention_step(window_attention_step_solution);
 # ## Sources
 #
 # - Radford, Wu, Child, Luan, Amodei and Sutskever (2019), *Language Models are Unsupervised Multitask Learners*,
-#   OpenAI: [the GPT-2 report page](https://openai.com/index/better-language-models/): the architecture (§2.3:
-#   LayerNorm moved to the input of each sub-block), the sizes and the 50,257-token vocabulary.
+#   OpenAI: [the report (PDF)](https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf):
+#   the architecture and the 50,257-token vocabulary (§2.3: LayerNorm moved to the input of each sub-block) and
+#   the sizes (Table 2, whose parameter counts are lower than the exact counts computed in section 2).
 # - Vaswani et al. (2017), *Attention Is All You Need*, NeurIPS 2017:
 #   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762): causal multi-head attention (§3.2).
 # - Hendrycks and Gimpel (2016), *Gaussian Error Linear Units (GELUs)*:
