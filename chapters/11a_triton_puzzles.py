@@ -8,7 +8,7 @@
 #
 # 1. a vector add with masks (every kernel's first and last lines);
 # 2. a row-wise softmax (a reduction along one axis of a block);
-# 3. a tiled matrix product with `tl.dot` (every stage of the chunked pipeline);
+# 3. a tiled matrix product with `tl.dot` (every stage of the chunked pipeline after the gate sums);
 # 4. running sums of log-gates that restart at every chunk (the pipeline's stage 1);
 # 5. SiLU(gate) · up, fused (the shape of the fused SiTU kernel);
 # 6. one decode step of the delta rule on a state tile (the decode kernel, without its gate);
@@ -88,10 +88,11 @@ print(f"grid {grid}, {grid[0] * BLOCK} lanes for {n} elements; owner of each ele
 
 # %% [markdown]
 # On a GPU the programs run at the same time, in no promised order; under the interpreter (`TRITON_INTERPRET=1`,
-# which `k3lite.kernels` switches on when there is no GPU) they run one after another as NumPy code, in float32,
-# slowly, which is why every shape here is tiny. The interpreter checks your indexing, masks and arithmetic, not the
+# which `k3lite.kernels` switches on when there is no GPU) they run one after another as NumPy code, in the
+# tensors' own dtypes (this course uses float32, since the interpreter mishandles bf16), slowly, which is why every
+# shape here is tiny. The interpreter checks your indexing, masks and arithmetic, not the
 # program the compiler makes for a GPU: precision (TF32 in `tl.dot`, bf16) and, rarely, compiler bugs can still make
-# the GPU differ (chapter 11 meets one), so a kernel is tested on a GPU too.
+# the GPU differ (chapter 11, section 1, meets two), so a kernel is tested on a GPU too.
 #
 # **How the checkers work.** Each puzzle has a kernel to write, a cell that calls its checker from
 # `k3lite.exercises.ch11a`, and a folded solution. The checker launches your kernel at several shapes, always
@@ -181,15 +182,17 @@ ch11a.check_softmax(softmax_kernel);
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Puzzle 3: a tiled matrix product
 #
-# **Why.** `tl.dot(a, b)` multiplies two blocks, on a GPU on the tensor cores; it is where a GPU's arithmetic lives.
-# Every stage of chapter 11's chunked pipeline is a few of them: $QK^\top$ within a chunk, the WY factors, the state
+# **Why.** `tl.dot(a, b)` multiplies two blocks; on a GPU it runs on the tensor cores for 16-bit inputs or TF32
+# (float32 with `input_precision="ieee"`, as here, runs on the ordinary fused multiply-add units). It is where a
+# GPU's arithmetic lives. Every stage of chapter 11's chunked pipeline after the gate sums is a few of them: $QK^\top$ within a chunk, the WY factors, the state
 # update $K^\top V'$. A program owns one output tile and walks the shared dimension one block at a time, accumulating
 # in float32.
 #
 # **Spec.** `matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM, BN, BK)`: `c = a @ b` for contiguous float32 `a [M, K]`,
 # `b [K, N]`, `c [M, N]`, on a `(cdiv(M, BM), cdiv(N, BN))` grid, program `(i, j)` owning rows `i·BM …` and
 # columns `j·BN …` of `c`. Element `[r, c]` of a row-major `[R, C]` tensor sits at `r·C + c`. The checker uses
-# 16 × 16 × 16 blocks (`tl.dot` needs every side at least 16 on a GPU) on `(M, N, K)` of `(20, 24, 40)`,
+# 16 × 16 × 16 blocks (on a GPU `tl.dot` needs the shared dimension to be at least 16 and pads smaller tiles; we
+# keep every side at least 16) on `(M, N, K)` of `(20, 24, 40)`,
 # `(16, 16, 16)` and `(33, 17, 5)`. Pass `input_precision="ieee"` to `tl.dot`: on a GPU float32 products
 # otherwise run in TF32, with about three decimal digits.
 
@@ -305,15 +308,18 @@ ch11a.check_chunk_cumsum(chunk_cumsum_kernel);
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Puzzle 5: SiLU(gate) · up, fused
 #
-# **Why.** A gated MLP computes one projection `x W` whose columns hold the gate and the up projection side by side,
-# then $\mathrm{SiLU}(\text{gate}) \cdot \text{up}$ (chapter 08). In PyTorch that is a SiLU and a product (the
-# slices are views and move nothing): two kernels, and one intermediate tensor written and read back. One kernel reads each input once and writes the result once.
-# Chapter 11's fused SiTU kernel has exactly this shape, with bounded factors instead of SiLU.
+# **Why.** A gated MLP computes a gate $g = W_g x$ and an up projection $u = W_u x$, then
+# $\mathrm{SiLU}(g) \cdot u$ (chapter 08). Some implementations merge $W_g$ and $W_u$ into one projection whose
+# output holds the two side by side; this puzzle uses that layout, for practice with 2-D addressing (k3lite keeps two
+# projections, and chapter 11's fused SiTU kernel reads two flat tensors with the same kind of arithmetic). In
+# PyTorch the product is a SiLU and a multiplication (the slices are views and move nothing): two kernels, and one
+# intermediate tensor written and read back. One kernel reads each input once and writes the result once.
 #
 # **Spec.** `silu_mul_kernel(x_ptr, out_ptr, D, BLOCK)`: `x [rows, 2D]` (contiguous, float32) holds the gate in its
 # first `D` columns and the up projection in its last `D`; write `out [rows, D]` $= \mathrm{SiLU}(\text{gate}) \cdot
 # \text{up}$, with $\mathrm{SiLU}(a) = a\,\sigma(a)$, on a `(rows, cdiv(D, BLOCK))` grid. Some gates are $\pm 100$,
-# where $e^{100}$ is infinite in float32: compute $\sigma$ from $e^{-|a|}$, which never overflows. The checker tries
+# where $e^{100}$ is infinite in float32: written as $e^a / (1 + e^a)$, $\sigma$ gives $\infty / \infty$ = NaN there,
+# while $1 / (1 + e^{-a})$ (which becomes $1 / \infty = 0$) and the form through $e^{-|a|}$ are safe. The checker tries
 # `D` of 20, 64 and 7.
 
 # %%
@@ -429,8 +435,8 @@ ch11a.check_delta_step(delta_step_kernel);
 #
 # ![Chunking: parallel inside a chunk, a state across chunks](../figures/diagram_chunk_tiling.svg)
 #
-# In the diagram, this puzzle computes one of the $C \times C$ tiles on the diagonal; the tiles below it and the
-# state carried from chunk to chunk are chapter 11's business.
+# In the diagram, this puzzle computes one of the $C \times C$ tiles on the diagonal; the tiles below it are never
+# formed: the state carried from chunk to chunk (chapter 11) stands in for them.
 #
 # Above the diagonal $G_r - G_c > 0$, and with strong gates $e^{G_r - G_c}$ is infinite in float32; multiplied by a
 # mask of 0 it gives NaN ($\infty \cdot 0$). A causal kernel *chooses* with `tl.where` and keeps every exponent it
@@ -438,13 +444,15 @@ ch11a.check_delta_step(delta_step_kernel);
 #
 # **Spec.** `chunk_scores_kernel(q_ptr, k_ptr, G_ptr, out_ptr, C, K, BC, BK)` for contiguous float32
 # `q, k [N, C, K]` and `G [N, C]`: one program per chunk writes `out [N, C, C]`. `BC` and `BK` are `C` and `K`
-# rounded up to powers of two (at least 16, for `tl.dot`); `tl.trans(k)` transposes a block. The checker tries
+# rounded up to powers of two (at least 16, for `tl.dot`); `tl.trans(k)` transposes a block. Pass
+# `input_precision="ieee"` to `tl.dot`, as in puzzle 3. The checker tries
 # `C, K` of `(16, 16)` and `(20, 12)`, with gates down to −12 per step.
 
 # %%
 @triton.jit
 def chunk_scores_kernel(q_ptr, k_ptr, G_ptr, out_ptr, C, K, BC: tl.constexpr, BK: tl.constexpr):
-    # TODO: load q and k [BC, BK] and G [BC] of chunk tl.program_id(0); scores = tl.dot(q, tl.trans(k));
+    # TODO: load q and k [BC, BK] and G [BC] of chunk tl.program_id(0);
+    # scores = tl.dot(q, tl.trans(k), input_precision="ieee");
     # causal = c <= r; keep (q_r . k_c) exp(G_r - G_c) where causal, 0 elsewhere; store the [C, C] tile
     raise NotImplementedError
 
@@ -496,12 +504,14 @@ ch11a.check_chunk_scores(chunk_scores_kernel);
 # <summary>Model answer (for the lecturer)</summary>
 #
 # - **Masked add, SiLU gate, decode step** are memory-bound: each byte is read and written once, so the best any
-#   kernel can do is run at the copy bandwidth. Triton already issues wide, coalesced loads; CUDA gains little (a
-#   few per cent from tuned vector widths or cache hints), unless the kernel is so small that launch overhead
-#   dominates, which is fixed by fusing more work or CUDA graphs, not by the language.
-# - **Tiled matmul** is compute-bound: on Hopper the fastest kernels use asynchronous tensor-memory loads and
-#   warp-group matrix instructions with deep software pipelining and warp specialisation. Triton generates much of
-#   this but not all; hand-written CUTLASS-style kernels can be 10–30 % faster at some shapes.
+#   kernel can do is run at the copy bandwidth. Triton already issues wide, coalesced loads, so CUDA has little
+#   left to gain there, unless the kernel is so small that launch overhead dominates, which is fixed by fusing more
+#   work or CUDA graphs, not by the language.
+# - **Tiled matmul** is compute-bound only with large tiles (about 128 × 128) and 16-bit or TF32 inputs; puzzle 3's
+#   16 × 16 float32 tiles do a few FLOPs per byte loaded. At that scale, on Hopper, the fastest kernels use TMA
+#   (Tensor Memory Accelerator) bulk copies and warp-group matrix instructions with deep software pipelining and
+#   warp specialisation. Triton generates much of this but not all, so hand-written CUTLASS-style kernels can still
+#   be faster at some shapes.
 # - **Row softmax and the running sums** are reductions: CUDA lets you pick warp shuffles versus shared memory and
 #   how many rows a warp owns; Triton picks for you from the block shape, usually well.
 #

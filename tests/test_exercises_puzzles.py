@@ -266,11 +266,23 @@ def silu_mul_row_stride_d(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
     tl.store(out_ptr + row * D + cols, gate / (1.0 + tl.exp(-gate)) * up, mask=mask)
 
 
+@triton.jit
+def silu_mul_overflowing(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
+    row, block = tl.program_id(0), tl.program_id(1)
+    cols = block * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < D
+    gate = tl.load(x_ptr + row * 2 * D + cols, mask=mask, other=0.0)
+    up = tl.load(x_ptr + row * 2 * D + D + cols, mask=mask, other=0.0)
+    grown = tl.exp(gate)                                  # inf at gate = 100: inf / inf is NaN
+    tl.store(out_ptr + row * D + cols, gate * grown / (1.0 + grown) * up, mask=mask)
+
+
 def test_silu_mul_right_passes():
     assert ch11a.check_silu_mul(silu_mul_right)
 
 
-@pytest.mark.parametrize("kernel, hint", [(silu_mul_swapped, "swapped"), (silu_mul_row_stride_d, "r \\* 2D")])
+@pytest.mark.parametrize("kernel, hint", [(silu_mul_swapped, "swapped"), (silu_mul_row_stride_d, "r \\* 2D"),
+                                          (silu_mul_overflowing, "inf / inf")])
 def test_silu_mul_mistakes_fail(kernel, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ch11a.check_silu_mul(kernel)
