@@ -1,7 +1,8 @@
 # %% [markdown] slideshow={"slide_type": "slide"}
 # # 00 · Introduction: seven years in one lineage
 #
-# In 2019 GPT-2 small had 124 million parameters (OpenAI's GPT-2 report, Radford et al. 2019). In 2026
+# In 2019 GPT-2 small had 124 million parameters (chapter 01 counts them exactly; the GPT-2 paper's Table 2 says
+# 117 million, a miscount that OpenAI corrected in the README of its `openai/gpt-2` repository). In 2026
 # Kimi K3 has about 2.8 trillion (its published configuration, July 2026). This course starts from an unsigned
 # worklog, *From GPT-2 to Kimi K3, Explained*, which every chapter calls "the article" (it and two published
 # summaries of it are listed under Sources at the end of this chapter). The article opens with the ratio of the
@@ -93,11 +94,13 @@ glue("ch00_spread", f"{spread:.1%}", display=False)
 # exactly 124 million gives {glue:text}`ch00_ratio_rounded`. With GPT-2's exact size the same 2.8e12 gives
 # {glue:text}`ch00_ratio_exact_gpt2`, and K3's total as configured (about {glue:text}`ch00_k3_total`) gives
 # {glue:text}`ch00_ratio_exact`. The three readings are {glue:text}`ch00_spread` apart: the
-# headline is right to about one percent, and its five significant figures are not meaningful.
+# headline is right to about one percent, and only its first two digits (about 22 thousand) are reliable.
 # Nor is K3 22,580 copies of GPT-2 at work on every token. Its MLPs are a *mixture of experts*: each layer's MLP
 # is split into many small MLPs ("experts"), and a router sends each token to 16 of its 896 routed experts, plus
 # 2 shared experts that every token uses (chapter 08). Most of K3's parameters sit in the routed experts, so the
-# parameters that work on any one token, the *active* ones, are far fewer:
+# parameters that work on any one token, the *active* ones, are far fewer. Active means the parameters that take
+# part in computing one token: the selected experts and every other layer, but not the unselected experts, and not
+# the input embedding table, of which a token only looks up one row:
 
 # %%
 k3_config = K3Config.published()
@@ -141,7 +144,7 @@ plt.show()
 #   Constant memory, but writes only *add*: associations pile up and interfere.
 # * **DeltaNet** first reads what the key already retrieves and writes only the correction,
 #   $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top$, with a learned write strength
-#   $\beta_t \in (0, 1]$: targeted overwrites.
+#   $\beta_t \in (0, 1)$: targeted overwrites.
 #   But nothing fades unless it is overwritten.
 # * **Gated DeltaNet** decays the whole state by a learned $\alpha_t \in (0, 1]$ each step, so
 #   stale memories can be cleared in bulk. One rate per head, though, forgets every channel alike.
@@ -197,8 +200,9 @@ ax.set_title("From GPT-2 to Kimi K3: each step fixes a failure of the one before
 plt.show()
 
 # %% [markdown]
-# The end of the lineage, as one picture: three KDA layers and one MLA layer per macrocycle, each
-# followed by a latent mixture of experts, with Attention Residuals reading across depth.
+# The end of the lineage, as one picture: 23 macrocycles, each of three KDA layers and one MLA layer, then a final
+# MLA layer (93 layers, chapter 10 builds them); every layer but the first is followed by a latent mixture of
+# experts (the first by a dense MLP), and Attention Residuals read across depth.
 #
 # ![Kimi K3: the whole stack, KDA and MLA mixers with latent MoE, read across depth by AttnRes](../figures/diagram_k3_stack.svg)
 
@@ -210,7 +214,8 @@ plt.show()
 # `make test` runs the unit tests of `k3lite` and checks every chapter notebook. `make lab` opens
 # the chapters in JupyterLab.
 #
-# **CPU or GPU.** Everything runs on a CPU. Each chapter asks `k3lite.course.runtime.profile()` for a
+# **CPU or GPU.** Everything runs on a CPU (the two Triton chapters, 11a and 11, need Triton, which has wheels
+# only for Linux; elsewhere their kernel cells are skipped). Each chapter asks `k3lite.course.runtime.profile()` for a
 # size: `"small"` on a CPU (it fits the chapter's time budget on a two-core laptop) and `"full"`
 # on a GPU (bigger models, longer training). The environment variable `K3LITE_PROFILE=small`
 # or `=full` overrides the choice, for instance to reproduce the stored notebooks on a GPU.
@@ -240,7 +245,7 @@ print(f"profile on this machine: {runtime.profile()}; a size chosen by pick(smal
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Exercises
 #
-# Every chapter ends with exercises of three kinds. In a **prediction** you write down what you expect
+# Besides plain checked exercises, every chapter has exercises of three kinds. In a **prediction** you write down what you expect
 # before a cell measures it; the checker accepts a prediction within a stated range and explains the gap.
 # In a **transfer** you apply the chapter's idea to a case the chapter did not show. An **open question**
 # has no checker: write a paragraph; a model answer for the lecturer is folded below it. A checker from
@@ -293,8 +298,8 @@ ch00.check_lineage(match_solution);
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 2 (prediction): how much of K3 mixes tokens?
 #
-# Every chapter of this course is about the token mixers: the KDA and MLA layers that decide what a
-# token can remember. What fraction of K3's parameters sit in them? Use what section 1 printed, write
+# Most chapters of this course (01 to 07) are about the token mixers, the layers that decide what a token can
+# remember; in K3 these are the KDA and MLA layers. What fraction of K3's parameters sit in them? Use what section 1 printed, write
 # your prediction as a fraction (0.05 for 5 %), then run the measurement. The checker accepts a
 # prediction within a factor of three.
 
@@ -306,6 +311,7 @@ def predicted_mixer_share():
 # %%
 k3_parts = accounting.k3_parameter_breakdown(k3_config)
 measured_mixer_share = (k3_parts["kda mixers"] + k3_parts["mla mixers"]) / sum(k3_parts.values())
+glue("ch00_mixer_share", f"{measured_mixer_share:.1%}", display=False)
 ch00.check_mixer_share_prediction(predicted_mixer_share, measured=measured_mixer_share);
 
 
@@ -351,7 +357,7 @@ ch00.check_active_with_top_k(active_with_top_k_solution);
 #
 # Taking the article's 2.8e12 for K3, what GPT-2 parameter count makes the ratio exactly 22,580?
 # Return that count as a number (an int or a float; the checker accepts it to within one
-# parameter), then compare it with GPT-2 small's exact 124,439,808.
+# parameter), then compare it with GPT-2 small's exact count, `gpt2_exact`, printed in section 1.
 
 # %%
 def implied_count():
@@ -384,10 +390,10 @@ print(f"implied: {implied_count_solution():,.0f}; exact: {gpt2_exact:,}; "
 # <details>
 # <summary>Model answer (for the lecturer)</summary>
 #
-# A strong answer separates *how many* parameters from *what they do*. In totals K3 is four orders of
-# magnitude larger, but a token uses only its active parameters, several hundred GPT-2 smalls' worth, because
-# routing was added (a change of architecture, not of size). The token mixers hold only about a percent of
-# the parameters and were replaced almost entirely (softmax attention with a growing cache became three
+# A strong answer separates *how many* parameters from *what they do*. In totals K3 is
+# {glue:text}`ch00_decades_total` orders of magnitude larger, but a token uses only its active parameters,
+# {glue:text}`ch00_active_gpt2s` GPT-2 smalls' worth, because routing was added (a change of architecture, not of
+# size). The token mixers hold only {glue:text}`ch00_mixer_share` of the parameters and were replaced almost entirely (softmax attention with a growing cache became three
 # KDA layers with a fixed-size state for every MLA layer with a compressed cache), so "the parameters
 # grew" and "the architecture changed" are both true and measure different things. A measurement that
 # would decide it: train models of equal size and data that differ only in their mixer and compare loss,
@@ -426,7 +432,7 @@ print(f"GPT-2 small KV cache, bf16: {accounting.gpt2_kv_bytes_per_token(GPT2Conf
 # <summary>Short answers</summary>
 #
 # 1. The article's 22,580 divides two rounded headline numbers (2.8e12 over 124e6). GPT-2's exact count and K3's
-#    configured total move the ratio by about one percent, so only its first two or three digits mean anything.
+#    configured total move the ratio by {glue:text}`ch00_spread`, so only its first two digits mean anything.
 # 2. Most parameters sit in 896 routed experts per layer, of which the router picks 16 for each token (plus 2 shared
 #    experts); the input embedding table is only looked up. The parameters that work on a token are the *active*
 #    ones.
@@ -440,6 +446,9 @@ print(f"GPT-2 small KV cache, bf16: {accounting.gpt2_kv_bytes_per_token(GPT2Conf
 # %% [markdown] tags=["reading"]
 # ## Sources
 #
+# Each step of the lineage is cited, with its paper and section, in the chapter that builds it; the course's
+# bibliography page lists them all. This chapter's own sources:
+#
 # - *From GPT-2 to Kimi K3, Explained* (the worklog "22580-From GPT2.0 to Kimi3.0, Explained", unsigned, 2026), read
 #   with its annotated Chinese translation *从 GPT-2 到 Kimi K3：注意力架构演进全解*; no stable public address is recorded for
 #   it (the course's bibliography page describes it); its opening section (the 22,580 ratio and the question "is it
@@ -448,8 +457,10 @@ print(f"GPT-2 small KV cache, bf16: {accounting.gpt2_kv_bytes_per_token(GPT2Conf
 #   (29 July 2026, published on juejin.cn), and a bilingual (Chinese and English) abstract of the worklog; no stable
 #   public address is recorded for them.
 # - Radford, Wu, Child, Luan, Amodei and Sutskever (2019), *Language Models are Unsupervised Multitask Learners*,
-#   OpenAI: [the GPT-2 report page](https://openai.com/index/better-language-models/): GPT-2 small's size and
-#   configuration.
+#   OpenAI: [the report (PDF)](https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf):
+#   GPT-2's configuration (§2.3, Table 2).
+# - OpenAI, [the `openai/gpt-2` repository](https://github.com/openai/gpt-2), README: the corrected parameter
+#   counts (124M for the model Table 2 lists as 117M).
 # - Moonshot AI, the published configuration of Kimi K3 (July 2026), transcribed field by field in
 #   `k3lite.models.k3.K3Config.published()`; no stable public address is recorded for it in the course's sources:
 #   K3's total and active parameters.

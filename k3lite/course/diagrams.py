@@ -328,7 +328,7 @@ def draw_k3_stack():
         _arrow(ax, (46, y + index * 9 + 3.5), (52, y + index * 9 + 3.5))
     ax.add_patch(Rectangle((18, y - 2), 62, 38, fill=False, linestyle="--", edgecolor=INK, linewidth=1))
     _note(ax, 82, y + 30, "x 23\nmacrocycles", size=LABEL_PT)
-    _note(ax, 82, y + 15, "3 KDA : 1 MLA,\n69 + 24 layers;\nlayer 1 has a\ndense MLP", size=MIN_FONT_PT)
+    _note(ax, 82, y + 15, "3 KDA : 1 MLA,\n69 + 24 layers;\nlayer 0 has a\ndense MLP", size=MIN_FONT_PT)
     _note(ax, 2, y + 17, "AttnRes:\nevery\nsub-layer\nreads the\nblock sums", size=MIN_FONT_PT)
     _box(ax, 30, 57, 40, 6, "final MLA layer, RMSNorm")
     _box(ax, 30, 66, 40, 5, "output head $\\rightarrow$ next-token logits")
