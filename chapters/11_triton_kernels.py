@@ -85,7 +85,8 @@ print(f"Triton interpreter on: {kernels.interpreting()}")
 # * `tl.load(ptr + offsets, mask=m, other=0.0)` reads a block from memory; lanes where the mask is False are not read
 #   and get `other` instead.
 # * `tl.store(ptr + offsets, x, mask=m)` writes a block; masked lanes are not written.
-# * `tl.dot(a, b)` multiplies two blocks (on a GPU: on the tensor cores; every side at least 16).
+# * `tl.dot(a, b)` multiplies two blocks (on a GPU: on the tensor cores for 16-bit or TF32 inputs, on the ordinary
+#   multiply-add units for exact float32, `input_precision="ieee"`; the shared dimension at least 16).
 #
 # Pointers are plain addresses: `ptr + offsets` with `offsets = row * stride + column` is how a kernel finds element
 # `[row, column]` of a row-major tensor. The **mask** is what makes a block of 8 safe on a tensor of 20: the last
@@ -142,7 +143,9 @@ plt.show()
 # reference library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the
 # interpreter to find the one that differs). Kernels can be written in notebook cells, as here.
 #
-# `tl.dot` is where a GPU's speed lives. A matrix product, one program per `[16, 16]` output tile, walking the shared
+# `tl.dot` is where a GPU's speed lives, once its inputs are 16-bit (or TF32) and go to the tensor cores; the example
+# asks for exact float32 products, which the ordinary units compute, so that the interpreter and a GPU agree. A
+# matrix product, one program per `[16, 16]` output tile, walking the shared
 # dimension 16 at a time and accumulating in float32:
 
 # %%
@@ -253,6 +256,7 @@ print(f"H200 ridge point (spec): {PEAK_TFLOPS:g} TFLOP/s / {PEAK_TBS:g} TB/s = {
 print(f"decode sits {ridge / intensity:.0f}x below the ridge: memory sets its speed")
 glue("ch11_decode_intensity", f"{intensity:.3f}", display=False)
 glue("ch11_ridge", f"{ridge:.0f}", display=False)
+glue("ch11_decode_below_ridge", f"{ridge / intensity:.0f}", display=False)
 
 # %% [markdown]
 # A kernel whose arithmetic intensity is {glue:text}`ch11_decode_intensity` FLOP/byte, against a ridge point of
@@ -324,8 +328,9 @@ plt.show()
 # Kimi K3's gated MLP activation (chapter 08) is elementwise:
 # $h = \beta_1 \tanh(x/\beta_1)\,\sigma(x) \cdot \beta_2 \tanh(u/\beta_2)$ for the gate $x$ and the up projection $u$.
 # Eager PyTorch runs each operation — divide, tanh, multiply, sigmoid, … — as its own kernel, and each reads its
-# inputs from memory and writes its result back. An elementwise function has almost no arithmetic per byte, so its
-# time is its memory traffic, and fusion is the whole game: the fused kernel loads $x$ and $u$ once, keeps every
+# inputs from memory and writes its result back. An elementwise function with cheap arithmetic has almost no work
+# per byte, so its time is its memory traffic, and fusion is the whole game (the kernel keeps the arithmetic cheap
+# in bf16 with the approximate `tanh` and reciprocal; its exact float32 path is bound by its divisions instead): the fused kernel loads $x$ and $u$ once, keeps every
 # intermediate in registers, and stores $h$ once. (The `@cached_launch` line changes nothing the kernel computes;
 # section 5, lesson d, says what it saves.)
 
@@ -481,7 +486,8 @@ show(chunk_fwd._invert_diag_block)
 
 # %% [markdown]
 # A strictly lower triangular $16 \times 16$ block $L$ is nilpotent ($L^{16} = 0$), so
-# $(I + L)^{-1} = (I - L)(I + L^2)(I + L^4)(I + L^8)$: six small tensor-core products instead of a sixteen-step
+# $(I + L)^{-1} = (I - L)(I + L^2)(I + L^4)(I + L^8)$: six small block products (on the tensor cores, in TF32, when
+# the inputs are bf16) instead of a sixteen-step
 # substitution loop — the same trick of turning a sequential algorithm into products.
 #
 # **4. WY factors**: $W = A_i\,\mathrm{Diag}(\beta)(e^{G} \odot K)$ and $U = A_i\,\mathrm{Diag}(\beta) V$, one
@@ -837,8 +843,8 @@ expect("decode B=64, host ms per call: the cached launch below the GPU's time, T
 
 # %% [markdown]
 # With the checks on the host, `kda.step` took {glue:text}`ch11_api_before`× its kernel's time at `B = 64`, and even
-# the long forward call {glue:text}`ch11_api_before_fwd`×; with the checks inside the kernels the API adds nothing on
-# the GPU's clock. The host's clock is the other half. Through Triton's dispatch, issuing one decode step took the
+# the long forward call {glue:text}`ch11_api_before_fwd`×; with the checks inside the kernels the API adds about a
+# percent at most on the GPU's clock. The host's clock is the other half. Through Triton's dispatch, issuing one decode step took the
 # host {glue:text}`ch11_host_dispatch` ms, more than the {glue:text}`ch11_gpu_decode` ms the GPU needs for it, so a
 # loop of steps would run at the host's pace; the cached launch issues it in {glue:text}`ch11_host_cached` ms. (The
 # benchmark's GPU timings cannot show this: they put a cache flush between calls, which gives the host time to catch
@@ -893,7 +899,8 @@ expect("the output inside the state pass was faster at B=8 T=2048",
 # and at `B = 2, T = 8192` its {glue:text}`ch11_state_programs` programs, fewer than the {glue:text}`ch11_sm_count`
 # multiprocessors, leave part of the GPU idle. The output in each step lengthens every link of the chain
 # ({glue:text}`ch11_f2` ms at `B = 2, T = 8192`, {glue:text}`ch11_f2_long` at `B = 1, T = 32768`), while the separate
-# output stage runs all chunks at once on the idle part of the GPU. Only with many heads
+# output stage, launched after the pass on the same stream, runs every chunk as an independent program that fills
+# the whole GPU and finishes quickly. Only with many heads
 # ({glue:text}`ch11_state_programs_short` programs at `B = 8, T = 2048`) did the fusion gain
 # ({glue:text}`ch11_f2_short` ms). Work that is off the critical path belongs off it. The other two lost as well; a
 # likely reason, not measured, is that one kernel is compiled for the larger of its two bodies, so each program holds
@@ -1003,8 +1010,9 @@ ch11.check_situ_forward(situ_kernel);
 # Here is a copy kernel with its masks taken out (it lives in `k3lite.exercises.ch11`), and the masked one after it:
 
 # %%
-show(ch11.copy_unmasked)
-show(ch11.copy_masked)
+from IPython.display import display
+
+display(show(ch11.copy_unmasked), show(ch11.copy_masked))
 
 # %% [markdown]
 # Launched with `cdiv(n, block)` programs, it is right when `block` divides `n` — and when you change the block size
@@ -1127,8 +1135,8 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 #
 # 1. A copy kernel with `BLOCK = 16` and no masks is launched with `cdiv(40, 16)` programs on 40 elements. How many
 #    elements does it write past the end?
-# 2. The decode step does 7 FLOPs per 8 bytes of state. Against a ridge point of about 206 FLOP/byte (989 TFLOP/s
-#    over 4.8 TB/s), what sets its speed?
+# 2. The decode step does 7 FLOPs per 8 bytes of state. Against the H200's ridge point of
+#    {glue:text}`ch11_ridge` FLOP/byte (section 2), what sets its speed?
 # 3. Why is the state pass the only sequential stage, and what limits its parallelism?
 # 4. Why does inverting $I + L$ for a strictly lower-triangular $16 \times 16$ block take only four factors?
 #
@@ -1136,7 +1144,7 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 # <summary>Short answers</summary>
 #
 # 1. Three programs cover 48 lanes, so it writes 8 elements past the end.
-# 2. Memory: at under 1 FLOP/byte it sits more than two hundred times below the ridge, so its best time is the bytes
+# 2. Memory: at under 1 FLOP/byte it sits {glue:text}`ch11_decode_below_ridge` times below the ridge, so its best time is the bytes
 #    moved divided by the bandwidth.
 # 3. Chunk $c + 1$ needs the state chunk $c$ ends with; it has only $B \cdot H \cdot V / BV$ programs, however long
 #    the sequence.
