@@ -111,6 +111,7 @@ print(f"active per token: {k3_counts['active']:,} ({k3_counts['active'] / 1e9:.0
       f"{k3_counts['active'] / gpt2_exact:,.0f} GPT-2 smalls")
 glue("ch00_decades_total", f"{math.log10(k3_total / gpt2_exact):.1f}", display=False)
 glue("ch00_decades_active", f"{math.log10(k3_counts['active'] / gpt2_exact):.1f}", display=False)
+glue("ch00_active_gpt2s", f"{k3_counts['active'] / gpt2_exact:,.0f}", display=False)
 
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(6.4, 3.6))

@@ -612,7 +612,7 @@ def my_expand_kv_groups(kv, num_heads):
 # %%
 ch07.check_expand_kv_groups(my_expand_kv_groups);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: repeat each group in place (a view plus one copy), never tile the groups.
 def solution_expand_kv_groups(kv, num_heads):
     groups = kv.shape[2]
@@ -641,7 +641,7 @@ def my_absorb_query(q_nope, w_uk):
 # %%
 ch07.check_absorb_query(my_absorb_query);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: q·(W c) = (Wᵀ q)·c, for each head.
 def solution_absorb_query(q_nope, w_uk):
     return torch.einsum("hn,hnc->hc", q_nope, w_uk)
@@ -662,7 +662,7 @@ def my_absorbed_output(probs, latents, w_uv):
 # %%
 ch07.check_absorbed_output(my_absorbed_output);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: mix the latents first ([H, d_c]), then one small matrix-vector product per head.
 def solution_absorbed_output(probs, latents, w_uv):
     return torch.einsum("hvc,hc->hv", w_uv, probs @ latents)

@@ -593,7 +593,7 @@ def my_route(scores, bias, top_k):
 # %%
 ch08.check_route(my_route);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: the bias picks, the scores weigh.
 def solution_route(scores, bias, top_k):
     indices = torch.topk(scores + bias, top_k, dim=-1).indices
@@ -617,7 +617,7 @@ def my_routed_macs(hidden, latent, expert_width, top_k):
 # %%
 ch08.check_routed_macs(my_routed_macs);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def solution_routed_macs(hidden, latent, expert_width, top_k):
     size = hidden if latent is None else latent
@@ -640,7 +640,7 @@ def my_situ(x, beta):
 # %%
 ch08.check_situ(my_situ);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def solution_situ(x, beta):
     return beta * torch.tanh(x / beta) * torch.sigmoid(x)

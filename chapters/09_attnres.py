@@ -647,7 +647,7 @@ def my_depth_attention(values, query):
 # %%
 ch09.check_depth_attention(my_depth_attention);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def solution_depth_attention(values, query):
     keys = F.rms_norm(values, (values.shape[-1],), eps=1e-6)
@@ -674,7 +674,7 @@ def my_block_count(layers, layers_per_block):
 # %%
 ch09.check_block_count(my_block_count);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution: one stored source for the embedding, one per completed block; the rest is the partial block.
 def solution_block_count(layers, layers_per_block):
     full_blocks, remainder = divmod(layers, layers_per_block)
@@ -698,7 +698,7 @@ def my_block_sources(embedding, outputs, sublayers_per_block):
 # %%
 ch09.check_block_sources(my_block_sources);
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 # Solution
 def solution_block_sources(embedding, outputs, sublayers_per_block):
     sources = [embedding]

@@ -16,6 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from bookinfo import CHAPTERS_DIR, load_book  # noqa: E402
+from build_slides import glued_values  # noqa: E402
 
 BOOK = load_book()
 STEMS = [chapter["file"] for chapter in BOOK["chapters"]]
@@ -132,3 +133,16 @@ def test_stored_listings_show_the_current_source(stem):
             if match and not _occurs_in(match.group(2), sources):
                 stale.append(f"cell {index}: {cell.source.strip().splitlines()[-1]}")
     assert not stale, f"{stem}: stored listings differ from the source; run `make execute CH={stem}`: {stale}"
+
+
+GLUE_REFERENCE = re.compile(r"\{glue(?::[a-z]+)?\}`([^`:]+)")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_glue_key_a_chapter_reads_is_glued_in_its_outputs(stem):
+    """The book and the slides fail on a {glue:text} key no cell glued; `make test` should fail first."""
+    notebook = nbformat.read(CHAPTERS_DIR / f"{stem}.ipynb", as_version=4)
+    read = {key for cell in notebook.cells if cell.cell_type == "markdown"
+            for key in GLUE_REFERENCE.findall(cell.source)}
+    missing = read - set(glued_values(notebook))
+    assert not missing, f"{stem}: markdown reads glue keys that no stored output glues: {sorted(missing)}"

@@ -203,3 +203,15 @@ def test_front_page_shows_study_time_and_links_the_course_pages():
     banner = chapter_banner(chapters[1], with_slides=False, study_time_min=CHAPTERS[1]["study_time_min"])
     assert f"Executes in ≤ {CHAPTERS[1]['budget_s']} s on a 2-core CPU" in banner
     assert f"about {study_time_text(CHAPTERS[1]['study_time_min'])}" in banner
+
+
+def test_grading_script_finds_every_checker_call_of_every_chapter():
+    """instructors.md's grade.py finds the checks by a pattern; a chapter it misses (11a once) goes ungraded."""
+    text = (PAGES / "instructors.md").read_text(encoding="utf-8")
+    pattern = re.search(r'CHECK = re\.compile\(r"(.+?)", re\.MULTILINE\)', text).group(1)
+    check = re.compile(pattern, re.MULTILINE)
+    for stem in STEMS:
+        source = (CHAPTERS_DIR / f"{stem}.py").read_text(encoding="utf-8")
+        calls = re.findall(r"^ch\w*\.check_\w+\(", source, re.MULTILINE)
+        seen = len(check.findall(source))
+        assert seen == len(calls), f"{stem}: grade.py sees {seen} of {len(calls)} checker calls"
