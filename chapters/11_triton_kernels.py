@@ -136,9 +136,10 @@ plt.show()
 # multiprocessors, in no promised order; the interpreter runs them one after another. The interpreter checks the
 # *algorithm*: the indexing, the masks, the arithmetic (in float32; it does not handle bf16). It does not check the
 # *compiled program*: on the GPU the compiler chooses layouts, shared-memory buffers and pipelining, and a compiler
-# can get those wrong. k3lite met that: at head widths outside the tuned ones, Triton compiled one backward stage
-# into wrong gradients and another into out-of-range memory reads on an H100, while the interpreter computed the
-# same kernels exactly (`benchmarks/results/grids_h100.json` holds those GPU test grids and their results). So a kernel
+# can get those wrong. At head widths outside its tuned ones, k3lite's backward shows it: on an H100, Triton 3.6
+# compiled one stage into wrong gradients and another into out-of-range shared-memory reads, while the interpreter
+# computed the same kernels exactly (the docstring of `chunk_bwd_triton.verified_fast_shape` lists the cases; those
+# shapes now take safer launch settings). So a kernel
 # needs both: interpreter tests on any machine, and the same checks on a GPU (`tests/test_grid_*_gpu.py` runs the
 # reference library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the
 # interpreter to find the one that differs). Kernels can be written in notebook cells, as here.
