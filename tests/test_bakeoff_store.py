@@ -359,3 +359,16 @@ def test_two_sweeps_on_one_store_keep_every_run(tmp_path):
                               stderr=subprocess.PIPE, text=True) for mixer in ("softmax", "delta_rule")]
     assert [p.wait(timeout=300) for p in procs] == [0, 0], [p.stderr.read() for p in procs]
     assert sorted(r["mixer"] for r in store.load(out).values()) == ["delta_rule", "softmax"]
+
+
+def test_table_of_a_missing_store_is_a_one_line_error_not_an_empty_table(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--table", "--store", str(tmp_path / "nowhere.json")])
+    line = _one_line_error(capsys)
+    assert exit_.value.code == 2 and "nowhere.json" in line and "no such file" in line
+
+
+def test_table_finds_the_course_store_from_any_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--table"]) == 0
+    assert "mqar16" in capsys.readouterr().out

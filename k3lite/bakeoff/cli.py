@@ -275,10 +275,12 @@ def vocab_of(args, task: str) -> int:
 
 def resolve_out(args) -> None:
     """``--out``: the scratch store unless named (``--table`` reads the course's evidence); checked readable."""
-    if args.out is None:
-        args.out = store.COMMITTED if args.table and not args.merge else store.SCRATCH
+    if args.out is None:   # the course's evidence is found from anywhere; the scratch store is where you stand
+        args.out = str(store.ROOT / store.COMMITTED) if args.table and not args.merge else store.SCRATCH
     if Path(args.out).is_dir():
         raise ValueError(f"--out {args.out!r} is a directory; name a .json file")
+    if args.table and not Path(args.out).exists():
+        raise ValueError(f"--store {args.out!r}: no such file; name an existing bake-off store")
     store.check(args.out)
 
 
