@@ -235,46 +235,47 @@ def test_cumsum_mistakes_fail(kernel, hint):
 
 
 @triton.jit
-def silu_mul_right(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
+def _silu_mul(x_ptr, out_ptr, D, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    # MODE 0: right; 1: gate and up swapped; 2: rows strided by D, not 2D; 3: sigma as e^a / (1 + e^a).
     row, block = tl.program_id(0), tl.program_id(1)
     cols = block * BLOCK + tl.arange(0, BLOCK)
     mask = cols < D
-    gate = tl.load(x_ptr + row * 2 * D + cols, mask=mask, other=0.0)
-    up = tl.load(x_ptr + row * 2 * D + D + cols, mask=mask, other=0.0)
-    small = tl.exp(-tl.abs(gate))
-    sigmoid = tl.where(gate >= 0, 1.0 / (1.0 + small), small / (1.0 + small))
+    stride = 2 * D
+    if MODE == 2:
+        stride = D
+    gate = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0)
+    up = tl.load(x_ptr + row * stride + D + cols, mask=mask, other=0.0)
+    if MODE == 1:
+        gate, up = up, gate
+    if MODE == 0:
+        small = tl.exp(-tl.abs(gate))
+        sigmoid = tl.where(gate >= 0, 1.0 / (1.0 + small), small / (1.0 + small))
+    elif MODE == 3:
+        grown = tl.exp(gate)                              # inf at gate = 100: inf / inf is NaN
+        sigmoid = grown / (1.0 + grown)
+    else:
+        sigmoid = 1.0 / (1.0 + tl.exp(-gate))
     tl.store(out_ptr + row * D + cols, gate * sigmoid * up, mask=mask)
 
 
 @triton.jit
+def silu_mul_right(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
+    _silu_mul(x_ptr, out_ptr, D, BLOCK, 0)
+
+
+@triton.jit
 def silu_mul_swapped(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
-    row, block = tl.program_id(0), tl.program_id(1)
-    cols = block * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < D
-    up = tl.load(x_ptr + row * 2 * D + cols, mask=mask, other=0.0)
-    gate = tl.load(x_ptr + row * 2 * D + D + cols, mask=mask, other=0.0)
-    tl.store(out_ptr + row * D + cols, gate / (1.0 + tl.exp(-gate)) * up, mask=mask)
+    _silu_mul(x_ptr, out_ptr, D, BLOCK, 1)
 
 
 @triton.jit
 def silu_mul_row_stride_d(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
-    row, block = tl.program_id(0), tl.program_id(1)
-    cols = block * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < D
-    gate = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
-    up = tl.load(x_ptr + row * D + D + cols, mask=mask, other=0.0)
-    tl.store(out_ptr + row * D + cols, gate / (1.0 + tl.exp(-gate)) * up, mask=mask)
+    _silu_mul(x_ptr, out_ptr, D, BLOCK, 2)
 
 
 @triton.jit
 def silu_mul_overflowing(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
-    row, block = tl.program_id(0), tl.program_id(1)
-    cols = block * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < D
-    gate = tl.load(x_ptr + row * 2 * D + cols, mask=mask, other=0.0)
-    up = tl.load(x_ptr + row * 2 * D + D + cols, mask=mask, other=0.0)
-    grown = tl.exp(gate)                                  # inf at gate = 100: inf / inf is NaN
-    tl.store(out_ptr + row * D + cols, gate * grown / (1.0 + grown) * up, mask=mask)
+    _silu_mul(x_ptr, out_ptr, D, BLOCK, 3)
 
 
 def test_silu_mul_right_passes():
