@@ -1004,7 +1004,7 @@ plt.show()
 # %% [markdown]
 # Both panels are stored runs of the earlier grid ({glue:text}`ch06_seeds` seeds or more in every cell; every gated
 # column trained with the saturated gate of the caveat above), and they say less than the cells above; the last
-# point sets this grid beside the retraining:
+# point sets this grid beside the published-layer cells:
 #
 # * **Per-channel against per-head decay, the same layer** (top panel, rebinding): KDA
 #   {glue:text}`ch06_rebind_kda`, Gated DeltaNet's recurrence in KDA's layer {glue:text}`ch06_rebind_gdn_in_kda_layer`:
@@ -1019,7 +1019,7 @@ plt.show()
 #   within their spread of each other, apart from Gated DeltaNet at chance, and all far below attention; where KDA stands among them with a working
 #   gate is open until its column is re-run.
 # * **Two time scales, before and after**: in this grid KDA's seeds on the two-timescale task had split
-#   ({glue:text}`ch06_twoscale_kda_seeds`); retrained as published, with a working gate and twice the budget, it
+#   ({glue:text}`ch06_twoscale_kda_seeds`); built as published, with a working gate and twice the budget, it
 #   learns the task on {glue:text}`ch06_twoscale_pub_kda_success` seeds. DeltaNet, which has no gate to fix, went
 #   from {glue:text}`ch06_twoscale_earlier_delta_rule_success` to
 #   {glue:text}`ch06_twoscale_pub_delta_rule_success` over the same change, which points to the budget; whether

@@ -919,7 +919,7 @@ print(f"gated SiTU on inputs of size ~1e4: max |h| = {glu_bound:.1f} <= beta1 x 
 # claims; what they can test is whether the claims show up at toy scale. The store holds two generations of runs:
 # cells trained with the layers as published (read first), and an earlier grid whose KDA and hybrid gates began
 # saturated (read after, for what it can still say). The answer of the first, in short: softmax attention beats
-# both pure KDA and the hybrid on MQAR with 64 pairs; on the other three retrained cells all three learn on
+# both pure KDA and the hybrid on MQAR with 64 pairs; on the other three published-layer cells all three learn on
 # (nearly) every seed; and the hybrid is never separated from pure KDA.
 
 # %% tags=["plumbing"]
@@ -1169,7 +1169,7 @@ plt.show()
 #   ({glue:text}`ch10_rebind_kda`) by the rule; against the hybrid ({glue:text}`ch10_rebind_k3_hybrid`):
 #   *{glue:text}`ch10_softmax_vs_hybrid_rebind`*. On the switch, MQAR and two-timescale tasks softmax attention is
 #   at or near 1 and no mixer's mean is above it. Since KDA and the hybrid trained here with gates that began
-#   saturated, these runs neither support nor refute "beats full attention"; the four retrained cells above are the
+#   saturated, these runs neither support nor refute "beats full attention"; the four published-layer cells above are the
 #   toy-scale answer: in none does KDA or the hybrid beat softmax attention, and on MQAR-64 softmax attention wins
 #   outright. Nothing here can
 #   speak to it at scale, where the published comparisons (Kimi Linear, arXiv:2510.26692) were made with far
@@ -1720,11 +1720,11 @@ print(f"K3-shaped layers, 1M tokens, 40 GiB: at most "
 #   GPT-2 small; caches reproduce recomputation exactly on the small model.
 # - At toy scale K3 and GPT-2 train alike; whether the design wins is a question of scale and context
 #   length that a CPU notebook cannot settle, and the ledger says so claim by claim.
-# - The trained bake-off (GPU, small models): retrained with the layers as published, softmax attention beats
+# - The trained bake-off (GPU, small models): with the layers as published, softmax attention beats
 #   both pure KDA and the hybrid on MQAR with 64 pairs; on MQAR-16, the context switch and the two time scales all
 #   three learn on (nearly) every seed, and the hybrid is not separated from pure KDA anywhere. The hybrid's one win
-#   in the stored runs (two time scales, gates that began saturated, half the steps) is gone after retraining with
-#   a working gate and twice the steps.
+#   in the earlier grid (two time scales, gates that began saturated, half the steps) is gone with a working gate
+#   and twice the steps.
 #   Rebinding and the language model exist only as stored runs; what a working gate changes there waits for their
 #   re-run.
 #
