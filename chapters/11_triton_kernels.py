@@ -568,8 +568,8 @@ glue("ch11_bwd_intra_share", f"{both['_bwd_intra'] / sum(both.values()):.0%}", d
 #
 # The reference implementation of these layers, flash-linear-attention (fla; KDA in `fla/ops/kda/chunk.py`), runs the
 # same chunked algorithm in Triton. The benchmark times both in one process on the same inputs; the kernels as listed
-# in this chapter were measured on an H100 (`benchmarks/results/bench_h100_latest.json`). k3lite's public API over
-# fla: below 1, k3lite is faster; above 1, slower:
+# in this chapter were measured on an H100 (`benchmarks/results/bench_h100_latest.json`). The table gives k3lite's
+# time through its public API over fla's, to one decimal: below 1, k3lite is faster; above 1, slower.
 
 # %%
 H100 = json.loads((viz.BENCH_RESULTS_DIR / "bench_h100_latest.json").read_text())
@@ -580,30 +580,19 @@ ratios = {(r["kind"], r["mode"], r["B"], r["T"]): r["ratio_ops_vs_fla"] for r in
 print(f"{H100_META['device']}, triton {H100_META['versions']['triton']}, fla {H100_META['versions']['fla']}, bf16, "
       f"H = 16, D = 128\n{'ops API / fla':<26}" + "".join(f"{f'B={B} T={T}':>14}" for B, T in shapes))
 for kind, mode in itertools.product(("kda", "gated_delta_rule", "delta_rule"), ("fwd", "fwd+bwd")):
-    print(f"{kind + ' ' + mode:<26}" + "".join(f"{ratios[kind, mode, B, T]:>14.2f}" for B, T in shapes))
-for tag, mode in (("fwd", "fwd"), ("both", "fwd+bwd")):
-    kda_ratios = [ratios["kda", mode, B, T] for B, T in shapes]
-    glue(f"ch11_fla_kda_{tag}", f"{min(kda_ratios):.2f}–{max(kda_ratios):.2f}", display=False)
-    expect(f"KDA {mode}: faster than fla at every shape", max(kda_ratios) < 1)
-    for kind in ("gated_delta_rule", "delta_rule"):
-        kind_ratios = [ratios[kind, mode, B, T] for B, T in shapes]
-        glue(f"ch11_fla_{kind}_{tag}", f"{min(kind_ratios):.2f}–{max(kind_ratios):.2f}", display=False)
-expect("Gated DeltaNet: slower than fla at every shape, forward and with the backward",
-       min(ratios["gated_delta_rule", mode, B, T] for mode in ("fwd", "fwd+bwd") for B, T in shapes) > 1)
-expect("DeltaNet: faster than fla forward, slower with the backward, at every shape",
-       max(ratios["delta_rule", "fwd", B, T] for B, T in shapes) < 1
-       < min(ratios["delta_rule", "fwd+bwd", B, T] for B, T in shapes))
+    print(f"{kind + ' ' + mode:<26}" + "".join(f"{ratios[kind, mode, B, T]:>14.1f}" for B, T in shapes))
+glue("ch11_fla_range", f"{min(ratios.values()):.1f}–{max(ratios.values()):.1f}", display=False)
+expect("every mixer, shape and pass: within a factor of 1.5 of fla's time either way",
+       all(1 / 1.5 < ratio < 1.5 for ratio in ratios.values()))
 
 # %% [markdown]
-# KDA, the layer this course builds, takes {glue:text}`ch11_fla_kda_fwd`× fla's time forward and
-# {glue:text}`ch11_fla_kda_both`× forward plus backward. The same kernels serve Gated DeltaNet
-# ({glue:text}`ch11_fla_gated_delta_rule_fwd`× forward, {glue:text}`ch11_fla_gated_delta_rule_both`× with the
-# backward) and DeltaNet ({glue:text}`ch11_fla_delta_rule_fwd`× and {glue:text}`ch11_fla_delta_rule_both`×), each
-# against fla's own kernels for that layer. So KDA is faster than fla at every shape, Gated DeltaNet is slower at
-# every shape, and DeltaNet is faster forward but slower once the backward is added. The algorithm is the same, so the differences are engineering.
-# Five pieces of it are worth learning from, and each explains lines you met in sections 2 to 4. Lessons a and b are
-# about accuracy and what it costs, c and e about kernel time, d about the host's time per call; each is measured on
-# its own below, since the ratios above mix all of them.
+# Every row lies between {glue:text}`ch11_fla_range`× fla's time: the same algorithm, written twice, costs about the
+# same. Which of the two wins a row by a few percent changes with the shape, the card and the library versions, so
+# that race is kept where it can be rerun and dated, in the generated tables of `benchmarks/README.md`. What carries
+# over to your own kernels is how they reach the reference's time, and where they can afford more care than it takes.
+# Five pieces of engineering are worth learning from, and each explains lines you met in sections 2 to 4. Lessons a
+# and b are about accuracy and what it costs, c and e about kernel time, d about the host's time per call; each is
+# measured on its own below, since the ratios above mix all of them.
 #
 # ### a. Exact gate sums
 #
@@ -858,7 +847,10 @@ expect("decode B=64, host ms per call: the cached launch below the GPU's time, T
 # timed against them on an H200 (an archived measurement): stage 1 inside the off-diagonal stage; the output inside
 # the state pass (without a gradient nothing else needs $h_c$ and $V'$, and the pass holds both at each chunk); and
 # stage 1 beside the diagonal blocks in one launch, so that a multiprocessor could overlap programs that wait on loads
-# with programs that stream memory.
+# with programs that stream memory. They were timed on an earlier form of the pipeline, in which stage 1 scanned its
+# gates in float64 and the diagonal blocks walked their rows (`_diagonal_rows`), the forms lessons a and c replaced.
+# Each comparison below is between kernels of that same code, fused and apart, so what it says about fusing holds;
+# the absolute times are not those of the kernels listed in section 4.
 
 # %%
 FUSIONS = viz.archived_measurement("kda_fusions")
@@ -903,8 +895,9 @@ expect("the output inside the state pass was faster at B=8 T=2048",
 # output stage, launched after the pass on the same stream, runs every chunk as an independent program that fills
 # the whole GPU and finishes quickly. Only with many heads
 # ({glue:text}`ch11_state_programs_short` programs at `B = 8, T = 2048`) did the fusion gain
-# ({glue:text}`ch11_f2_short` ms). Work that is off the critical path belongs off it. The other two lost as well; a
-# likely reason, not measured, is that one kernel is compiled for the larger of its two bodies, so each program holds
+# ({glue:text}`ch11_f2_short` ms). Work that is off the critical path belongs off it. The other two lost as well. The
+# first carried its float64 scan into the off-diagonal kernel, a cost lesson a describes; a likely reason for both,
+# not measured, is that one kernel is compiled for the larger of its two bodies, so each program holds
 # more registers, fewer programs fit on a multiprocessor, and fewer loads are in flight to hide memory's latency.
 # Saved bytes are an argument; the clock decides.
 
@@ -1120,9 +1113,9 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 #   runs the same kernels on a CPU. The fused decode step and the fused SiTU move each byte once: memory-bound, they
 #   are as fast as their traffic, and the decode step moved state at close to copy speed on the H200.
 # * The chunked KDA forward is six kernels: five take all chunks at once, the state pass walks them in order.
-# * Against the reference library, in one process on an H100, KDA takes {glue:text}`ch11_fla_kda_fwd`× its time
-#   forward and {glue:text}`ch11_fla_kda_both`× forward plus backward. Five lessons of its engineering, each
-#   measured on its own: gate sums kept exact in
+# * Against the reference library, in one process on an H100, the chunked kernels take
+#   {glue:text}`ch11_fla_range`× its time. Five lessons of their engineering, each measured on its own: gate sums
+#   kept exact in
 #   float32 pairs (TwoSum) instead of float64; their second part written, and its code compiled in, only where bf16
 #   can see it; diagonal blocks as tensor-core products through an anchor in the middle, with a walk where the factors
 #   would leave float32's range; value checks in the kernels and a launch that skips Triton's dispatch.
