@@ -3,7 +3,8 @@
 On a GPU: the chunked mixers (k3lite Triton, k3lite PyTorch chunked, flash-linear-attention when it
 can be imported, causal scaled_dot_product_attention) at (B, T, H) = (8, 2048, 16), (2, 8192, 16),
 (1, 32768, 16), D = 128, bf16, forward and forward+backward; the fused decode step at B = 64 and 256;
-fused SiTU against eager PyTorch SiTU and a fused SiLU-and-mul. Every ratio is taken between
+fused SiTU against eager PyTorch SiTU and a fused SiLU-and-mul; the GPU's copy bandwidth and bf16 matmul rate, the
+roofs the chapters read the kernels against. Every ratio is taken between
 numbers measured in the same run. Each chunked and decode row is timed twice for k3lite: through the
 public ops API (``k3lite.ops.<kind>.chunked(..., backend="triton")``, ``k3lite.ops.kda.step``), which is
 what a model calls, and through the kernels alone (``k3lite.kernels.run_chunked`` / ``run_step``, no
@@ -298,6 +299,26 @@ def add_ratios(row):
         row["ops_over_kernels"] = ops_ms / kernel_ms
     if kernel_ms and row.get("sdpa_ms"):
         row["ratio_vs_sdpa"] = kernel_ms / row["sdpa_ms"]
+
+
+def measure_ceilings(device, measure, results, save):
+    """The two roofs of this GPU that a kernel is read against: a device-to-device copy of 1 GiB (read once and
+    written once, so twice its size moved) and a bf16 matmul of two 8192 x 8192 matrices (2 * 8192^3 FLOPs)."""
+    src = torch.empty(2**30 // 2, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    copy_ms = measure(functools.partial(dst.copy_, src))
+    copy_bytes = 2 * src.numel() * src.element_size()
+    del src, dst
+    n = 8192
+    a, b = (torch.randn(n, n, dtype=torch.bfloat16, device=device) for _ in range(2))
+    matmul_ms = measure(functools.partial(torch.matmul, a, b))
+    results["ceilings"] = {"copy_bytes": copy_bytes, "copy_ms": copy_ms,
+                           "copy_tb_per_s": copy_bytes / (copy_ms * 1e-3) / 1e12,
+                           "matmul_n": n, "matmul_ms": matmul_ms,
+                           "matmul_bf16_tflops": 2 * n**3 / (matmul_ms * 1e-3) / 1e12}
+    print(f"ceilings: copy {results['ceilings']['copy_tb_per_s']:.2f} TB/s, "
+          f"bf16 matmul {results['ceilings']['matmul_bf16_tflops']:.0f} TFLOP/s", flush=True)
+    save()
 
 
 def profile_stages(device, results, save):
@@ -926,10 +947,10 @@ VOLATILE = ("elapsed_s",)
 
 def count_rows(results: dict) -> int:
     """The measurements a results dict holds: its chunked, decode and model_decode rows, one for a SiTU section and
-    one per profiled mode. What the file guard (:class:`ResultsFile`) compares."""
+    one per profiled mode, one for the ceilings. What the file guard (:class:`ResultsFile`) compares."""
     return (len(results.get("chunked") or []) + len(results.get("decode") or [])
             + len((results.get("model_decode") or {}).get("rows") or []) + (1 if results.get("situ") else 0)
-            + len(results.get("kda_profile_2x8192x16") or {}))
+            + len(results.get("kda_profile_2x8192x16") or {}) + (1 if results.get("ceilings") else 0))
 
 
 def existing_rows(path: Path) -> int | None:
@@ -1083,9 +1104,9 @@ def versions(fla):
     return info
 
 
-SECTIONS = ("situ", "decode", "profile", "fwd", "fwd+bwd", "model_decode")
-DEFAULT_SECTIONS = ("situ", "decode", "profile", "fwd", "fwd+bwd")
-GPU_ONLY_SECTIONS = ("profile",)
+SECTIONS = ("ceilings", "situ", "decode", "profile", "fwd", "fwd+bwd", "model_decode")
+DEFAULT_SECTIONS = ("ceilings", "situ", "decode", "profile", "fwd", "fwd+bwd")
+GPU_ONLY_SECTIONS = ("ceilings", "profile")
 EXAMPLES = """examples:
   python -m benchmarks.bench
   python -m benchmarks.bench --quick --out runs/quick.json
@@ -1133,7 +1154,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--quick", action="store_true", help="one shape per section (default: off)")
     add("--sections", metavar="LIST",
         help=f"comma-separated subset of {', '.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)}; "
-             "model_decode, a K3-shaped against a GPT-2-shaped model, only when named; profile on a GPU only)")
+             "model_decode, a K3-shaped against a GPT-2-shaped model, only when named; "
+             "ceilings and profile on a GPU only)")
     add("--kinds", metavar="LIST", help=f"comma-separated mechanisms for fwd, fwd+bwd (default: {','.join(KINDS)})")
     add("--shapes", metavar="LIST",
         help="fwd, fwd+bwd on a GPU: comma-separated BxT (H = 16), e.g. 8x2048,2x8192 "
@@ -1250,6 +1272,8 @@ def main(argv=None):
     else:
         shapes, D, dtype, batches, situ_shape = [(1, 64, 1)], 16, torch.float32, [4], (64, 256)
     print(f"device {name}; {results['meta']['versions']}", flush=True)
+    if gpu and "ceilings" in sections:
+        measure_ceilings(device, measure, results, save)
     if "situ" in sections:
         bench_situ(*situ_shape, device, measure, results, save)
     if "decode" in sections:

@@ -73,11 +73,12 @@ def test_a_bad_option_exits_2_with_one_line_and_leaves_the_output_file_byte_iden
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
 
 
-def test_a_section_this_machine_cannot_run_is_refused_before_anything_runs(tmp_path, capsys):
+@pytest.mark.parametrize("section", bench.GPU_ONLY_SECTIONS)
+def test_a_section_this_machine_cannot_run_is_refused_before_anything_runs(tmp_path, capsys, section):
     if torch.cuda.is_available():
-        pytest.skip("the profile section runs on a GPU")
-    code, err = _exit_code(["--sections", "profile", "--out", str(tmp_path / "x.json")], capsys)
-    assert code == 2 and "profile runs on a GPU only" in err[-1]
+        pytest.skip(f"the {section} section runs on a GPU")
+    code, err = _exit_code(["--sections", section, "--out", str(tmp_path / "x.json")], capsys)
+    assert code == 2 and f"{section} runs on a GPU only" in err[-1]
     assert not (tmp_path / "x.json").exists()
 
 
