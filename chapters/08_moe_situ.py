@@ -687,8 +687,8 @@ ch08.check_situ_departure_prediction(predicted_situ_departure_solution, measured
 # [arXiv:2101.03961](https://arxiv.org/abs/2101.03961), section 2.2) gave each expert a fixed *capacity* per batch and
 # dropped the assignments beyond it (the token then skips that expert). Write
 # `dropped_assignments(indices, num_experts, capacity)` for the chosen experts `indices [N, k]` of a batch:
-# return how many (token, expert) assignments are turned away. The cell after the checker applies it to section 1's
-# router before and after balancing, with a capacity of 1.25 times the mean load.
+# return how many (token, expert) assignments are turned away. The cell after the solution measures the same count on
+# section 1's router before and after balancing, with a capacity of 1.25 times the mean load.
 
 # %%
 def dropped_assignments(indices, num_experts, capacity):
@@ -707,10 +707,22 @@ def dropped_assignments_solution(indices, num_experts, capacity):
 
 
 ch08.check_dropped_assignments(dropped_assignments_solution);
+
+# %%
+# What exercise 5 shows: section 1's loads, without and with the bias, against a capacity of 1.25 times the mean.
 capacity = int(1.25 * indices.numel() / EXPERTS)
-for label, chosen in (("no bias", indices), ("balanced bias", balanced_indices)):
-    print(f"{label:>13}: {dropped_assignments_solution(chosen, EXPERTS, capacity) / chosen.numel():.1%} of the "
-          f"assignments dropped at capacity {capacity:,d}")
+dropped_share = {label: ch08.dropped_share(chosen, EXPERTS, capacity)    # the checker's reference, as a share
+                 for label, chosen in (("no bias", indices), ("balanced bias", balanced_indices))}
+for label, share_dropped in dropped_share.items():
+    print(f"{label:>13}: {share_dropped:.1%} of the assignments dropped at capacity {capacity:,d}")
+glue("ch08_dropped_no_bias", f"{dropped_share['no bias']:.1%}", display=False)
+glue("ch08_dropped_balanced", f"{dropped_share['balanced bias']:.1%}", display=False)
+
+# %% [markdown]
+# With a capacity of 1.25 times the mean load, the router without a bias turns away
+# {glue:text}`ch08_dropped_no_bias` of its (token, expert) assignments and the balanced router
+# {glue:text}`ch08_dropped_balanced`. A capacity limit takes a token away from an expert it chose; the bias instead
+# moves borderline tokens to other experts, so every token keeps its $k$ experts.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Exercise 6 (open question) — why must the bias not weigh?

@@ -159,6 +159,13 @@ def _dropped_reference(indices, num_experts, capacity):
     return int((load - capacity).clamp_min(0).sum())
 
 
+def dropped_share(indices, num_experts, capacity) -> float:
+    """The share of a batch's (token, expert) assignments that a per-expert ``capacity`` turns away, by the
+    reference exercise 5 is checked against: the chapter reads the exercise's outcome through it, so that the cell
+    after the exercise does not print its solution."""
+    return _dropped_reference(indices, num_experts, capacity) / torch.as_tensor(indices).numel()
+
+
 def _capacity_cases():
     generator = torch.Generator().manual_seed(5)
     skewed = torch.multinomial(torch.tensor([8.0, 4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]), 64, replacement=True,
