@@ -317,7 +317,11 @@ def test_readers_keep_the_published_layers_runs_apart_from_the_earlier_ones():
             "new0": record("new0", 0, 0.95, [0.7], True)}
     assert [r["key"] for r in final_cells(runs, layers="earlier")["mqar16", 64, "kda"]] == ["old0", "old1"]
     assert [r["key"] for r in final_cells(runs, layers="published")["mqar16", 64, "kda"]] == ["new0"]
-    assert [r["key"] for r in final_cells(runs)["mqar16", 64, "kda"]] == ["new0"]   # latest: published replace
+    # latest: one published seed does not displace two earlier ones (a grid still being trained) ...
+    assert [r["key"] for r in final_cells(runs)["mqar16", 64, "kda"]] == ["old0", "old1"]
+    finished = {**runs, "new1": record("new1", 1, 0.97, [0.6], True)}
+    # ... as many published seeds at one rate do
+    assert [r["key"] for r in final_cells(finished)["mqar16", 64, "kda"]] == ["new0", "new1"]
     assert trained_retention(runs) == {("kda", 64): [[0.999], [0.998]]}
     assert trained_retention(runs, "published") == {("kda", 64): [[0.7]]}
     with pytest.raises(ValueError, match="layers must be one of"):

@@ -58,12 +58,13 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
 
     ``layers``: ``"published"`` takes only the runs of the layers as published, ``"earlier"`` only the runs made
     before (:func:`published_layer`), ``"latest"`` both, where a cell's published-layer runs replace its earlier
-    ones when it has any. Runs are grouped by learning rate and set-up (steps, vocabulary, layers, heads, batch,
-    sequence length); the group with the most seeds wins (the seeds phase runs at the chosen rate), and among
-    equals the best mean metric. With ``choices`` (``store.load_choices``): a chosen rate's group wins, and a
-    cell whose sweep stayed "all at chance" has no final cell (its sweep runs are not a result at one rate).
-    Diverged and failed runs have no metric and are left out (``python -m k3lite.bakeoff --table`` lists
-    them)."""
+    ones once they hold as many seeds at one rate (or their sweep stayed all at chance): a grid still being
+    trained, one sweep seed per rate, does not displace a finished earlier cell. Runs are grouped by learning
+    rate and set-up (steps, vocabulary, layers, heads, batch, sequence length); the group with the most seeds
+    wins (the seeds phase runs at the chosen rate), and among equals the best mean metric. With ``choices``
+    (``store.load_choices``): a chosen rate's group wins, and a cell whose sweep stayed "all at chance" has no
+    final cell (its sweep runs are not a result at one rate). Diverged and failed runs have no metric and are
+    left out (``python -m k3lite.bakeoff --table`` lists them)."""
     by_cell: dict[tuple, list[dict]] = {}
     for record in _of_layers(runs.values(), layers):
         if record.get("phase") == "measure" or store.finite_metric(record) is None:
@@ -79,15 +80,26 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
     cells = {}
     for cell, records in by_cell.items():
         current = [r for r in records if published_layer(r)]
-        records = current or records
-        groups: dict[tuple, list[dict]] = {}
-        for r in records:   # earlier records are grouped by rate alone, as they always were
-            groups.setdefault((r["lr"],) + (_setup(r) if current else ()), []).append(r)
+        earlier = [r for r in records if not published_layer(r)]
+        if current and earlier and cell not in hopeless and (
+                max(map(len, _rate_groups(current, True).values())) < max(map(len, _rate_groups(earlier).values()))):
+            current = []
+        records = current or earlier
+        groups = _rate_groups(records, bool(current))
         if cell in hopeless and all(r.get("phase") == "lr" for r in records):
             continue
         preferred = [g for key, g in groups.items() if key[0] == chosen.get(cell)]
         cells[cell] = max(preferred or groups.values(), key=_seeds_then_mean)
     return cells
+
+
+def _rate_groups(records: list[dict], published: bool = False) -> dict[tuple, list[dict]]:
+    """Records grouped by learning rate, and for published-layer runs by set-up too (earlier records are grouped
+    by rate alone, as they always were)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["lr"],) + (_setup(r) if published else ()), []).append(r)
+    return groups
 
 
 def sweep_metrics(runs: dict, task: str, d_model: int, layers: str = "published",
