@@ -6,7 +6,7 @@
 # benchmark timed them). This chapter opens those kernels, from the smallest to the largest: (1) Triton's model —
 # programs, blocks, masks, `tl.load` / `tl.store`, `tl.dot`; (2) the fused decode step, whose speed is set by memory,
 # not arithmetic; (3) the fused SiTU activation, forward and backward; (4) the chunked KDA pipeline: six kernels, which
-# parts run in parallel and which in sequence, and where the time goes on an H200; (5) how the kernels compare with
+# parts run in parallel and which in sequence, and where the time goes on a GPU; (5) how the kernels compare with
 # the reference library, and five engineering lessons, each measured on its own; (6) exercises: write the decode kernel and the fused SiTU forward,
 # predict what breaks without masks, keep the digits of a sum.
 #
@@ -244,13 +244,16 @@ for block_v in (64, 16):
 # bytes. The arithmetic per state entry is one multiply (decay), one multiply-add ($S^\top k$), one multiply-add (the
 # write) and one multiply-add (the read): 7 floating-point operations for 8 bytes moved. The vectors $q, k, v, g$ are
 # $O(K + V)$, negligible next to $KV$. The peaks the next cell uses are NVIDIA's published H200 figures
-# (dense bf16 tensor cores and HBM3e bandwidth, nvidia.com/en-us/data-center/h200).
+# (dense bf16 tensor cores and HBM3e bandwidth, nvidia.com/en-us/data-center/h200); what one H200 reached in
+# practice, a device-to-device copy and an $8192^3$ bf16 matmul, is stored in
+# `benchmarks/results/ceilings_h200.json` (`python -m benchmarks.bench --sections ceilings` measures both).
 
 # %%
 flops_per_head, bytes_per_head = 7 * 128 * 128, 2 * 4 * 128 * 128        # K = V = 128
 intensity = flops_per_head / bytes_per_head
 PEAK_TFLOPS, PEAK_TBS = 989.0, 4.8                 # H200 spec sheet: dense bf16 tensor cores, HBM3e
-ANCHOR_TFLOPS, ANCHOR_TBS = 683.0, 4.27           # measured on this H200: 8192^3 bf16 matmul, device copy
+CEILINGS = json.loads((viz.BENCH_RESULTS_DIR / "ceilings_h200.json").read_text())["ceilings"]
+ANCHOR_TFLOPS, ANCHOR_TBS = CEILINGS["matmul_bf16_tflops"], CEILINGS["copy_tb_per_s"]   # measured on one H200
 ridge = PEAK_TFLOPS / PEAK_TBS
 print(f"per head and step: {flops_per_head:,} FLOPs, {bytes_per_head:,} bytes -> {intensity:.3f} FLOP/byte")
 print(f"H200 ridge point (spec): {PEAK_TFLOPS:g} TFLOP/s / {PEAK_TBS:g} TB/s = {ridge:.0f} FLOP/byte")
@@ -270,7 +273,7 @@ glue("ch11_decode_below_ridge", f"{ridge / intensity:.0f}", display=False)
 # %%
 print(f"benchmark: {META['device'].split(' (')[0]}, torch {META['versions']['torch']}, "
       f"triton {META['versions']['triton']}, fla {META['versions']['fla']}\ntiming: {META['timing']}")
-print(f"{'B':>4} {'state MB':>9} {'k3lite ms':>10} {'TB/s':>6} {'of 4.8':>7} {'of copy':>8} "
+print(f"{'B':>4} {'state MB':>9} {'k3lite ms':>10} {'TB/s':>6} {f'of {PEAK_TBS:g}':>7} {'of copy':>8} "
       f"{'fla ms':>8} {'PyTorch ms':>11}")
 for row in BENCH["decode"]:
     tbs = row["state_bytes_moved"] / (row["k3lite_default_ms"] * 1e-3) / 1e12
@@ -286,7 +289,7 @@ expect(f"B={large_b['B']}: the fused step reaches > 85 % of the measured copy ba
 
 # %% [markdown]
 # At B = {glue:text}`ch11_decode_b_large` the fused step moves state at {glue:text}`ch11_decode_tbs_large` TB/s, most
-# of what a plain device-to-device copy reaches on the same GPU ({glue:text}`ch11_decode_copy_tbs` TB/s): there is
+# of what a plain device-to-device copy reaches on an H200 ({glue:text}`ch11_decode_copy_tbs` TB/s): there is
 # little left to win inside the kernel. At B = {glue:text}`ch11_decode_b_small` the state is a quarter of the size,
 # fixed costs such as the launch weigh more, and the rate drops to {glue:text}`ch11_decode_tbs_small` TB/s. The
 # PyTorch step, which passes over the state once per operation, is {glue:text}`ch11_decode_vs_torch`× slower at B =
@@ -297,7 +300,8 @@ expect(f"B={large_b['B']}: the fused step reaches > 85 % of the measured copy ba
 def roofline(ax, points, title):
     x = torch.logspace(-2, 4, 200)
     for peak, bw, style, label in ((PEAK_TFLOPS, PEAK_TBS, "-", "H200 spec (989 TFLOP/s, 4.8 TB/s)"),
-                                   (ANCHOR_TFLOPS, ANCHOR_TBS, "--", "measured (683 TFLOP/s, 4.27 TB/s)")):
+                                   (ANCHOR_TFLOPS, ANCHOR_TBS, "--",
+                                    f"measured ({ANCHOR_TFLOPS:g} TFLOP/s, {ANCHOR_TBS:g} TB/s)")):
         ax.plot(x, torch.minimum(torch.full_like(x, peak), bw * x), style, color=viz.PALETTE["black"], lw=1.2,
                 label=label)
     for (name, ai, tflops), color in zip(points, viz.PALETTE.values()):
@@ -533,33 +537,45 @@ for name, op, gate_ in (("kda", kda, g), ("gated_delta_rule", gated_delta_rule, 
     expect(f"{name}: Triton pipeline equals the recurrence, max |diff| < 1e-5", worst < 1e-5)
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Where the time goes on an H200
+# ### Where the time goes on an H100
 #
-# The stored benchmark profiled the KDA forward at `B = 2, T = 8192, H = 16, K = V = 128` in bf16, GPU time per kernel
-# (from the same file as above). That file measured an earlier version of the pipeline than the one listed here,
-# without the changes of section 5: $G$ was one float32 tensor, and the diagonal blocks were made by one program per
-# token walking its row (`_diagonal_rows`).
+# The benchmark's profile section (`python -m benchmarks.bench --sections profile`) timed the KDA forward of the
+# pipeline listed above at `B = 2, T = 8192, H = 16, K = V = 128` in bf16 on one H100, GPU time per kernel
+# (`benchmarks/results/profile_h100.json`, with its command and versions):
 
 # %%
-profile = BENCH["kda_profile_2x8192x16"]
-fwd_ms = {row["name"]: row["ms_per_call"] for row in profile["fwd"]}
+PROFILE = json.loads((viz.BENCH_RESULTS_DIR / "profile_h100.json").read_text())
+print(f"{PROFILE['meta']['device']}, torch {PROFILE['meta']['versions']['torch']}, "
+      f"triton {PROFILE['meta']['versions']['triton']}")
+
+
+def kernel_ms(rows):
+    """{kernel: ms per call}, k3lite's Triton kernels by name and PyTorch's own small kernels (checks, fills) summed."""
+    ms = {row["name"]: row["ms_per_call"] for row in rows if row["name"].startswith("_")}
+    return {**ms, "PyTorch's own kernels": sum(row["ms_per_call"] for row in rows if not row["name"].startswith("_"))}
+
+
+fwd_ms = kernel_ms(PROFILE["kda_profile_2x8192x16"]["fwd"])
 total_fwd = sum(fwd_ms.values())
 for name, ms in fwd_ms.items():
-    print(f"{name:<20} {ms:6.3f} ms  {ms / total_fwd:5.1%}")
-print(f"{'sum':<20} {total_fwd:6.3f} ms")
+    print(f"{name:<22} {ms:6.3f} ms  {ms / total_fwd:5.1%}")
+print(f"{'sum':<22} {total_fwd:6.3f} ms")
 glue("ch11_state_share", f"{fwd_ms['_state_pass'] / total_fwd:.0%}", display=False)
-glue("ch11_intra_share", f"{(fwd_ms['_diagonal_rows'] + fwd_ms['_offdiagonal_solve']) / total_fwd:.0%}",
+glue("ch11_intra_share", f"{(fwd_ms['_diagonal_blocks'] + fwd_ms['_offdiagonal_solve']) / total_fwd:.0%}",
      display=False)
-both = {row["name"]: row["ms_per_call"] for row in profile["fwd+bwd"]}
+both = kernel_ms(PROFILE["kda_profile_2x8192x16"]["fwd+bwd"])
 print(f"forward + backward: {sum(both.values()):.3f} ms; its largest kernel {max(both, key=both.get)}, "
       f"{max(both.values()) / sum(both.values()):.0%}")
 glue("ch11_bwd_intra_share", f"{both['_bwd_intra'] / sum(both.values()):.0%}", display=False)
+glue("ch11_bwd_kernels", str(len([name for name in both if name.startswith("_") and name not in fwd_ms])),
+     display=False)
+expect("the backward's intra-chunk kernel is the largest of forward plus backward", max(both, key=both.get) == "_bwd_intra")
 
 # %% [markdown]
 # The sequential state pass is {glue:text}`ch11_state_share` of the forward; the intra-chunk stage of KDA (diagonal
-# rows plus the off-diagonal blocks and the solve) is {glue:text}`ch11_intra_share`, the price of the per-channel
+# blocks plus the off-diagonal blocks and the solve) is {glue:text}`ch11_intra_share`, the price of the per-channel
 # decay, which Gated DeltaNet's single product per chunk does not pay. **The backward**
-# (`k3lite.kernels.chunk_bwd_triton`) is six more kernels in the same style: a reverse state pass, sequential again,
+# (`k3lite.kernels.chunk_bwd_triton`) is {glue:text}`ch11_bwd_kernels` more kernels in the same style: a reverse state pass, sequential again,
 # and chunk-parallel gradients. There too the per-channel intra-chunk work, `_bwd_intra`, is the largest kernel
 # ({glue:text}`ch11_bwd_intra_share` of forward plus backward, in the last line above).
 
