@@ -12,6 +12,8 @@ the per-head decay, its parametrisation (``-exp(A_log) softplus(W_a x + dt_bias)
 ``FusedRMSNormGated``) instead of a sigmoid. This variant keeps the first and takes the other two from
 KDA's layer, so a gap between it and ``gated_delta_rule`` belongs to the decay parametrisation and the
 output gate together, and a gap between it and ``kda`` to one decay per head against one per channel.
+Its stored retention (``metrics["retention_mean"]``) averages every decay channel of the layer, of which the
+recurrence reads one per head: it does not describe the decay this mixer uses.
 
     python -m k3lite.bakeoff --tasks rebind --d-models 64 \\
         --mixers gated_delta_rule,kda,k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer
