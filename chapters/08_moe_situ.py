@@ -687,8 +687,9 @@ ch08.check_situ_departure_prediction(predicted_situ_departure_solution, measured
 # [arXiv:2101.03961](https://arxiv.org/abs/2101.03961), section 2.2) gave each expert a fixed *capacity* per batch and
 # dropped the assignments beyond it (the token then skips that expert). Write
 # `dropped_assignments(indices, num_experts, capacity)` for the chosen experts `indices [N, k]` of a batch:
-# return how many (token, expert) assignments are turned away. The cell after the solution measures the same count on
-# section 1's router before and after balancing, with a capacity of 1.25 times the mean load.
+# return how many (token, expert) assignments are turned away. The cell after the solution measures the same count,
+# as a share of all assignments, on section 1's router before and after balancing, with a capacity of 1.25 times
+# the mean load.
 
 # %%
 def dropped_assignments(indices, num_experts, capacity):

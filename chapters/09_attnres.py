@@ -481,7 +481,7 @@ top_weight = {seed: r["weights"][-1][-1].mean().item() for seed, r in one_block.
 
 
 def per_seed(values, spec):
-    return " and ".join(f"{values[seed]:{spec}}" for seed in SWEEP_SEEDS)
+    return "/".join(f"{values[seed]:{spec}}" for seed in SWEEP_SEEDS)
 
 
 # %%
@@ -519,14 +519,14 @@ for seed in SWEEP_SEEDS:
 # %% [markdown]
 # Going from blocks of 1 sub-layer (full AttnRes) to 2 and then 4, the state grows more at each step on both seeds:
 # {glue:text}`ch09_sweep_growth_1`×, {glue:text}`ch09_sweep_growth_2`× and {glue:text}`ch09_sweep_growth_4`×
-# (seed 0 and seed 1), and the last sub-layer's out/in ratio falls with it. That is what the hypothesis predicts, and it
+# (each pair is seed 0/seed 1), and the last sub-layer's out/in ratio falls with it. That is what the hypothesis predicts, and it
 # survives this test, with the caveat of one tiny model and two seeds. It is not the whole story. One block for the
 # whole stack grows less than blocks of 4 ({glue:text}`ch09_sweep_growth_one`×), and its last sub-layer writes
 # {glue:text}`ch09_sweep_ratio_one` of what it reads against {glue:text}`ch09_sweep_ratio_4` with blocks of 4. Its
 # running sum does pile up, {glue:text}`ch09_oneblock_sum_growth`× after the first layer, as the hypothesis says;
-# but the top reader gives it a weight of only {glue:text}`ch09_oneblock_top_weight` and puts the rest on the small
+# but the top reader gives it a weight of only {glue:text}`ch09_oneblock_top_weight` and puts the rest on the
 # embedding, so what it reads grows less. The sums inside a block make the sources grow; how much of that reaches
-# the next sub-layer also depends on the weights the readers learn, so block size alone does not fix the growth.
+# the next sub-layer also depends on the weights the readers learn, so block size alone does not determine the growth.
 
 # %% [markdown]
 # **Who contributes to the final representation?** Write the state the head reads as $h = \sum_i c_i v_i$
@@ -898,7 +898,7 @@ ch09.check_read_scale_prediction(predicted_read_rms_solution, measured_read_rms,
 #    and a partial block of {glue:text}`ch09_k3_partial_layers` layers.
 # 4. Each block source is itself a plain sum of its sub-layers' outputs, so inside a block the stream is a residual
 #    sum again. Section 4 tests this with other block sizes: from blocks of 1 to 2 to 4 sub-layers the growth rose
-#    on both seeds (seed 0 and seed 1: {glue:text}`ch09_sweep_growth_1`×, {glue:text}`ch09_sweep_growth_2`×,
+#    on both seeds (seed 0/seed 1: {glue:text}`ch09_sweep_growth_1`×, {glue:text}`ch09_sweep_growth_2`×,
 #    {glue:text}`ch09_sweep_growth_4`×), as the explanation predicts. But one block for the whole stack grew less
 #    ({glue:text}`ch09_sweep_growth_one`×): its running sum grew, but its top reader learned to give it little
 #    weight. The sums inside a block make the sources grow; the learned weights decide how much of that is read.
