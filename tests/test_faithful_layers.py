@@ -322,6 +322,10 @@ def test_readers_keep_the_published_layers_runs_apart_from_the_earlier_ones():
     finished = {**runs, "new1": record("new1", 1, 0.97, [0.6], True)}
     # ... as many published seeds at one rate do
     assert [r["key"] for r in final_cells(finished)["mqar16", 64, "kda"]] == ["new0", "new1"]
+    # a rate chosen by the published sweep does not pick among the earlier runs it did not displace
+    choice = {"c": {"source_task": "mqar16", "d_model": 64, "mixer": "kda", "choice": 1e-2, "verdict": "chosen"}}
+    earlier_at_two_rates = {**runs, "old2": {**record("old2", 2, 0.4, [0.99], False), "lr": 1e-2}}
+    assert [r["key"] for r in final_cells(earlier_at_two_rates, choice)["mqar16", 64, "kda"]] == ["old0", "old1"]
     assert trained_retention(runs) == {("kda", 64): [[0.999], [0.998]]}
     assert trained_retention(runs, "published") == {("kda", 64): [[0.7]]}
     with pytest.raises(ValueError, match="layers must be one of"):

@@ -88,7 +88,8 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
         groups = _rate_groups(records, bool(current))
         if cell in hopeless and all(r.get("phase") == "lr" for r in records):
             continue
-        preferred = [g for key, g in groups.items() if key[0] == chosen.get(cell)]
+        # a stored choice was made from the published layers' sweep: it picks among their groups only
+        preferred = [g for key, g in groups.items() if current and key[0] == chosen.get(cell)]
         cells[cell] = max(preferred or groups.values(), key=_seeds_then_mean)
     return cells
 
