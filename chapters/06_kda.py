@@ -989,6 +989,23 @@ expect("two time scales: the per-head cell's one failed seed at the chosen rate 
 expect("rebinding: neither sweep is at chance at any rate",
        rates_at_chance["rebind", "per_head"] == rates_at_chance["rebind", "kda"] == 0)
 
+# %% tags=["plumbing"]
+from k3lite.bakeoff.plots import plot_lr_sweep
+
+same_layer_runs = {key: r for key, r in bakeoff_runs.items() if r["mixer"] in ("kda", GDN_IN_KDA_LAYER)}
+fig, axes = plt.subplots(2, 1, figsize=(7.2, 7.6), sharex=True)   # stacked: the site's column is 7.5 in wide
+for ax, task, title in zip(axes, SAME_LAYER_TASKS, ("Rebinding", "Two time scales")):
+    plot_lr_sweep(same_layer_runs, task, 64, ax, steps=GRID_BUDGET)
+    ax.axhline(chance(task), color=viz.PALETTE["black"], ls=":", lw=1.2, label="chance")
+    ax.set(ylim=(-0.03, 1.03), ylabel="accuracy",
+           title=f"{title}: one decay per head or per channel, in KDA's layer (seeds: dots; mean: line)")
+    ax.title.set_fontsize(9)
+axes[0].legend(fontsize=8, loc="center left")        # where the top panel has no data; the colours are shared
+axes[1].get_legend().remove()
+axes[0].set_xlabel("")
+fig.tight_layout()
+plt.show()
+
 # %% [markdown]
 # At the rate each sweep chose ({glue:text}`ch06_same_seeds` seeds or more a cell), neither rule separates the two
 # shapes. On rebinding, one decay per channel reaches {glue:text}`ch06_same_rebind_kda`
