@@ -3,12 +3,12 @@
     python scripts/mqar_sweep.py --out runs/mqar_full.json                # the full sweep (GPU)
     python scripts/mqar_sweep.py --steps 200 --pairs 4 16 --workers 1     # a small one (CPU)
 
-Prints a table (mechanism x pairs, accuracy averaged over seeds) and writes a JSON in the layout of the one
-chapter 06 reads (figures/mqar_sweep.json): the configuration, the command, the device, the date, and one
-record per run. The default --out is git-ignored scratch, and an existing file is never overwritten (choose a new
-path), so no run can replace the course's evidence by accident. Runs are
-independent, so ``--workers N`` trains N of them at once in separate processes (on one GPU the
-small models are launch-bound, and several processes keep it busier).
+Prints a table (mechanism x pairs, accuracy averaged over seeds) and writes a JSON in the layout of the stored
+earlier sweep (figures/mqar_sweep.json, which k3lite/models/mixers.py cites): the configuration, the command, the
+device, the date, and one record per run. The default --out is git-ignored scratch, and an existing file is never
+overwritten (choose a new path), so no run can replace the course's evidence by accident. Runs are independent, so
+``--workers N`` trains N of them at once in separate processes (on one GPU the small models are launch-bound, and
+several processes keep it busier).
 """
 
 from __future__ import annotations
