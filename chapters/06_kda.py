@@ -702,7 +702,8 @@ from k3lite.bakeoff.plots import (
     GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_success, cell_summary, final_cells, plot_cell,
     print_trained_retention, rule_verdict, run_setup, success_rule_verdict, sweep_metrics,
 )
-from k3lite.bakeoff.stats import success_verdict
+from k3lite.bakeoff.stats import fisher_exact, summarize
+from k3lite.bakeoff.tasks import at_chance, chance
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_runs = store.load(BAKEOFF)                # every stored run, by key
@@ -722,7 +723,7 @@ published_retention = print_trained_retention(mqar_runs, "ch06_published", glue,
 for mixer in ("delta_rule", "kda"):
     glue(f"ch06_published_mqar64_{mixer}", cell_success(published_cells, "mqar64", mixer), display=False)
 kda_hard, deltanet_hard = ([r["metric"] for r in published_cells["mqar64", 64, m]] for m in ("kda", "delta_rule"))
-hard_verdict = success_verdict(kda_hard, deltanet_hard, "KDA", "DeltaNet")
+hard_verdict = success_rule_verdict(published_cells, "mqar64", "kda", "delta_rule")
 hard_means = rule_verdict(published_cells, "mqar64", "delta_rule", "kda")
 glue("ch06_published_mqar64_verdict", hard_verdict, display=False)
 glue("ch06_published_mqar64_means", hard_means, display=False)
@@ -759,7 +760,7 @@ expect("as published, every KDA run has a layer with mean retention below 0.9",
 # %% tags=["plumbing"]
 TWOSCALE_MIXERS = ("softmax", "delta_rule", "gated_delta_rule", "kda")   # the hybrid's cell: chapter 10
 twoscale_sweep = sweep_metrics(bakeoff_runs, "twoscale", 64, steps=published_cells["mqar16", 64, "kda"][0]["steps"])
-twoscale_chance = next(r["chance"] for r in bakeoff_runs.values() if r["task"] == "twoscale")
+twoscale_chance = chance("twoscale")
 print(f"two time scales, width 64, as published (chance {twoscale_chance:.3f})")
 for mixer in TWOSCALE_MIXERS:
     sweep = "  ".join(f"lr {lr:g}: " + " ".join(f"{a:.3f}" for a in seeds[:2])
@@ -773,7 +774,7 @@ for mixer in TWOSCALE_MIXERS:
         glue(f"ch06_twoscale_pub_{mixer}_success", cell_success(published_cells, "twoscale", mixer), display=False)
 twoscale_final = {m: [r["metric"] for r in published_cells["twoscale", 64, m]]
                   for m in TWOSCALE_MIXERS if ("twoscale", 64, m) in published_cells}
-fisher = success_verdict(twoscale_final["delta_rule"], twoscale_final["kda"], LABELS["delta_rule"], LABELS["kda"])
+fisher = success_rule_verdict(published_cells, "twoscale", "delta_rule", "kda")
 means = rule_verdict(published_cells, "twoscale", "delta_rule", "kda")
 glue("ch06_twoscale_pub_delta_rule_kda", f"{fisher}; means: {means}", display=False)
 print(f"DeltaNet vs KDA: success counts: {fisher}; means: {means}")
@@ -793,7 +794,7 @@ expect("DeltaNet as published learns the task on every seed", min(twoscale_final
 expect("Gated DeltaNet as published has no final cell: every rate of its sweep stayed at chance",
        ("twoscale", 64, "gated_delta_rule") not in published_cells and gdn_best_twoscale < 0.5)
 expect("as published, KDA cannot be told from DeltaNet by either rule",
-       success_verdict(twoscale_final["kda"], twoscale_final["delta_rule"], "a", "b").startswith("no call")
+       fisher.startswith("no call")
        and rule_verdict(published_cells, "twoscale", "delta_rule", "kda").startswith("no call"))
 expect("every published KDA run on this task has a layer with mean retention below 0.9",
        max(min(layers) for layers in twoscale_retention[("kda", 64)]) < 0.9)
@@ -878,9 +879,6 @@ expect("either way, at least 9 fast queries in 10 are read right within their un
 # prints the sweep first, since the final cells show only the chosen rate.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff.stats import fisher_exact, summarize
-from k3lite.bakeoff.tasks import at_chance, chance
-
 SAME_LAYER_TASKS = ("rebind", "twoscale")
 SAME_LAYER = (("kda", "one per channel (KDA)", "kda"), (GDN_IN_KDA_LAYER, "one per head", "per_head"))
 GRID_BUDGET = published_cells["mqar16", 64, "kda"][0]["steps"]
@@ -1203,8 +1201,8 @@ ch06.check_gla_chunk(gla_chunk_solution);
 #   *{glue:text}`ch06_twoscale_pub_delta_rule_kda`*. DeltaNet learning it on every seed shows that this task at this
 #   size does not need the gate's shape; a key projection that keeps the facts' channels apart is one way it can
 #   do without. Inside KDA's own layer, one decay per head cannot be told from one per channel at the chosen rate
-#   either, on this task or on rebinding, though on this task the per-head decay stayed at chance at more swept rates. The
-#   published Gated DeltaNet learned the two-timescale task at no rate. An earlier grid, whose gates began saturated
+#   either, on this task or on rebinding, though on this task the per-head decay stayed at chance at more swept
+#   rates. The published Gated DeltaNet learned the two-timescale task at no rate. An earlier grid, whose gates began saturated
 #   and barely moved (gates must be initialised to remember, and to move), still shows recall falling as pairs
 #   outgrow a fixed state and coming back with a wider one.
 # * Chapter 07 turns to the other half of Kimi Linear and K3: the softmax layers (MLA) that keep

@@ -518,15 +518,15 @@ for seed in SWEEP_SEEDS:
 
 # %% [markdown]
 # Going from blocks of 1 sub-layer (full AttnRes) to 2 and then 4, the state grows more at each step on both seeds:
-# {glue:text}`ch09_sweep_growth_1`×, {glue:text}`ch09_sweep_growth_2`× and {glue:text}`ch09_sweep_growth_4`×
-# (each pair is seed 0/seed 1), and the last sub-layer's out/in ratio falls with it. That is what the hypothesis predicts, and it
-# survives this test, with the caveat of one tiny model and two seeds. It is not the whole story. One block for the
-# whole stack grows less than blocks of 4 ({glue:text}`ch09_sweep_growth_one`×), and its last sub-layer writes
+# {glue:text}`ch09_sweep_growth_1`×, {glue:text}`ch09_sweep_growth_2`× and {glue:text}`ch09_sweep_growth_4`× (each
+# pair is seed 0/seed 1), and the last sub-layer's out/in ratio falls with it. That is what the hypothesis predicts,
+# and it survives this test, with the caveat of one tiny model and two seeds. It is not the whole story. One block for
+# the whole stack grows less than blocks of 4 ({glue:text}`ch09_sweep_growth_one`×), and its last sub-layer writes
 # {glue:text}`ch09_sweep_ratio_one` of what it reads against {glue:text}`ch09_sweep_ratio_4` with blocks of 4. Its
-# running sum does pile up, {glue:text}`ch09_oneblock_sum_growth`× after the first layer, as the hypothesis says;
-# but the top reader gives it a weight of only {glue:text}`ch09_oneblock_top_weight` and puts the rest on the
-# embedding, so what it reads grows less. The sums inside a block make the sources grow; how much of that reaches
-# the next sub-layer also depends on the weights the readers learn, so block size alone does not determine the growth.
+# running sum does pile up, {glue:text}`ch09_oneblock_sum_growth`× after the first layer, as the hypothesis says; but
+# the top reader gives it a weight of only {glue:text}`ch09_oneblock_top_weight` and puts the rest on the embedding,
+# so what it reads grows less. The sums inside a block make the sources grow; how much of that reaches the next
+# sub-layer also depends on the weights the readers learn, so block size alone does not determine the growth.
 
 # %% [markdown]
 # **Who contributes to the final representation?** Write the state the head reads as $h = \sum_i c_i v_i$

@@ -549,13 +549,13 @@ print(f"{PROFILE['meta']['device']}, torch {PROFILE['meta']['versions']['torch']
       f"triton {PROFILE['meta']['versions']['triton']}")
 
 
-def kernel_ms(rows):
+def ms_by_kernel(rows):
     """{kernel: ms per call}, k3lite's Triton kernels by name and PyTorch's own small kernels (checks, fills) summed."""
     ms = {row["name"]: row["ms_per_call"] for row in rows if row["name"].startswith("_")}
     return {**ms, "PyTorch's own kernels": sum(row["ms_per_call"] for row in rows if not row["name"].startswith("_"))}
 
 
-fwd_ms = kernel_ms(PROFILE["kda_profile_2x8192x16"]["fwd"])
+fwd_ms = ms_by_kernel(PROFILE["kda_profile_2x8192x16"]["fwd"])
 total_fwd = sum(fwd_ms.values())
 for name, ms in fwd_ms.items():
     print(f"{name:<22} {ms:6.3f} ms  {ms / total_fwd:5.1%}")
@@ -563,13 +563,14 @@ print(f"{'sum':<22} {total_fwd:6.3f} ms")
 glue("ch11_state_share", f"{fwd_ms['_state_pass'] / total_fwd:.0%}", display=False)
 glue("ch11_intra_share", f"{(fwd_ms['_diagonal_blocks'] + fwd_ms['_offdiagonal_solve']) / total_fwd:.0%}",
      display=False)
-both = kernel_ms(PROFILE["kda_profile_2x8192x16"]["fwd+bwd"])
+both = ms_by_kernel(PROFILE["kda_profile_2x8192x16"]["fwd+bwd"])
 print(f"forward + backward: {sum(both.values()):.3f} ms; its largest kernel {max(both, key=both.get)}, "
       f"{max(both.values()) / sum(both.values()):.0%}")
 glue("ch11_bwd_intra_share", f"{both['_bwd_intra'] / sum(both.values()):.0%}", display=False)
 glue("ch11_bwd_kernels", str(len([name for name in both if name.startswith("_") and name not in fwd_ms])),
      display=False)
-expect("the backward's intra-chunk kernel is the largest of forward plus backward", max(both, key=both.get) == "_bwd_intra")
+expect("the backward's intra-chunk kernel is the largest of forward plus backward",
+       max(both, key=both.get) == "_bwd_intra")
 
 # %% [markdown]
 # The sequential state pass is {glue:text}`ch11_state_share` of the forward; the intra-chunk stage of KDA (diagonal
