@@ -766,7 +766,7 @@ expect("live: the SiLU-gated layer averages at least 0.2 lower", sum(silu_gated)
 # seed learned.
 
 # %% tags=["plumbing"]
-from k3lite.bakeoff.plots import cell_success, published_layer, sweep_metrics
+from k3lite.bakeoff.plots import cell_success, print_sweep_table, published_layer
 from k3lite.bakeoff.stats import success_rate, success_verdict
 
 UNIT_A = "gated_delta_rule_unit_a"
@@ -776,28 +776,10 @@ published_cells = final_cells(bakeoff_runs, choices, layers="published")   # the
 GRID_MIXERS = ("softmax", "delta_rule", "gated_delta_rule", "kda")
 published_setup = published_cells["mqar16", 64, "delta_rule"][0]
 GRID_STEPS = published_setup["steps"]                                         # the grid's budget (longer runs below)
-sweep = sweep_metrics(bakeoff_runs, "mqar16", 64, steps=GRID_STEPS)        # mixer -> {rate: each seed's accuracy}
-
-
-def print_sweep_header(sweep):
-    print(f"{'mixer':<22}" + "".join(f"{f'lr {lr:g}':>12}" for lr in sorted(sweep["delta_rule"])) + "   final cell")
-
-
-def sweep_row(sweep, mixer):
-    """The mixer's name and the sweep seeds' accuracies at each rate, as one row of the table."""
-    rates = "".join(f"{' '.join(f'{a:.2f}' for a in seeds[:SWEEP_SEEDS]):>12}" for seeds in sweep[mixer].values())
-    return f"{LABELS[mixer]:<22}{rates}"
-
-
 print(run_setup(published_setup))
 print("sweep: accuracy of seeds 0 and 1 at each rate; final cell: every seed run at the chosen rate")
-print_sweep_header(sweep)
-for mixer in GRID_MIXERS:
-    cell = published_cells.get(("mqar16", 64, mixer))
-    final = (f"lr {cell[0]['lr']:g}: {cell_success(published_cells, 'mqar16', mixer)} succeed" if cell
-             else "every rate at chance: no rate chosen")
-    print(f"{sweep_row(sweep, mixer)}   {final}")
-
+sweep = print_sweep_table(bakeoff_runs, published_cells, "mqar16", GRID_MIXERS, steps=GRID_STEPS,
+                          sweep_seeds=SWEEP_SEEDS)   # mixer -> {rate: each seed's accuracy}
 gdn_sweep = [a for seeds in sweep["gated_delta_rule"].values() for a in seeds[:SWEEP_SEEDS]]
 deltanet = [r["metric"] for r in published_cells["mqar16", 64, "delta_rule"]]
 kda_final = [r["metric"] for r in published_cells["mqar16", 64, "kda"]]
@@ -1058,14 +1040,11 @@ expect("the sigmoid-gated layer is no call against DeltaNet on MQAR-64",
 
 # %% tags=["plumbing"]
 SWITCH_MIXERS = ("delta_rule", "gated_delta_rule", "kda")
-switch_sweep = sweep_metrics(bakeoff_runs, "switch", 64, steps=GRID_STEPS)
 switch_final = {m: [r["metric"] for r in published_cells["switch", 64, m]] for m in SWITCH_MIXERS}
-print("switch, width 64, as published. Sweep: seeds 0 and 1 at each rate; final cell: every seed at the chosen rate")
-print_sweep_header(switch_sweep)
-for mixer in SWITCH_MIXERS:
-    cell = published_cells["switch", 64, mixer]
-    print(f"{sweep_row(switch_sweep, mixer)}   lr {cell[0]['lr']:g}: {cell_success(published_cells, 'switch', mixer)} "
-          f"succeed, " + " ".join(f"{a:.3f}" for a in switch_final[mixer]))
+print("switch, width 64, as published")
+print("sweep: accuracy of seeds 0 and 1 at each rate; final cell: every seed run at the chosen rate")
+switch_sweep = print_sweep_table(bakeoff_runs, published_cells, "switch", SWITCH_MIXERS, steps=GRID_STEPS,
+                                 sweep_seeds=SWEEP_SEEDS)
 switch_runs = {key: r for key, r in bakeoff_runs.items() if r["task"] == "switch"}
 switch_gdn = [min(layers) for layers in trained_retention(switch_runs, layers="published")[("gated_delta_rule", 64)]]
 stuck_sweep = sum(a < 0.6 for seeds in switch_sweep["gated_delta_rule"].values() for a in seeds[:SWEEP_SEEDS])

@@ -700,7 +700,7 @@ plt.show()
 from k3lite.bakeoff import store
 from k3lite.bakeoff.plots import (
     GDN_IN_KDA_LAYER, LABELS, cell_metrics, cell_success, cell_summary, final_cells, plot_cell,
-    print_trained_retention, rule_verdict, run_setup, success_rule_verdict, sweep_metrics,
+    print_sweep_table, print_trained_retention, rule_verdict, run_setup, success_rule_verdict,
 )
 from k3lite.bakeoff.stats import fisher_exact, summarize
 from k3lite.bakeoff.tasks import at_chance, chance
@@ -759,17 +759,13 @@ expect("as published, every KDA run has a layer with mean retention below 0.9",
 
 # %% tags=["plumbing"]
 TWOSCALE_MIXERS = ("softmax", "delta_rule", "gated_delta_rule", "kda")   # the hybrid's cell: chapter 10
-twoscale_sweep = sweep_metrics(bakeoff_runs, "twoscale", 64, steps=published_cells["mqar16", 64, "kda"][0]["steps"])
+GRID_BUDGET = published_cells["mqar16", 64, "kda"][0]["steps"]
 twoscale_chance = chance("twoscale")
 print(f"two time scales, width 64, as published (chance {twoscale_chance:.3f})")
+print("sweep: accuracy of seeds 0 and 1 at each rate; final cell: every seed run at the chosen rate")
+twoscale_sweep = print_sweep_table(bakeoff_runs, published_cells, "twoscale", TWOSCALE_MIXERS, steps=GRID_BUDGET)
 for mixer in TWOSCALE_MIXERS:
-    sweep = "  ".join(f"lr {lr:g}: " + " ".join(f"{a:.3f}" for a in seeds[:2])
-                      for lr, seeds in sorted(twoscale_sweep[mixer].items()))
-    cell = published_cells.get(("twoscale", 64, mixer))
-    final = (f"lr {cell[0]['lr']:g}: {cell_success(published_cells, 'twoscale', mixer)} succeed, mean "
-             f"{cell_summary(published_cells, 'twoscale', mixer)}" if cell else "every rate at chance: no final cell")
-    print(f"  {LABELS[mixer]:<27} sweep {sweep}\n  {'':<27} {final}")
-    if cell:
+    if ("twoscale", 64, mixer) in published_cells:
         glue(f"ch06_twoscale_pub_{mixer}", cell_summary(published_cells, "twoscale", mixer), display=False)
         glue(f"ch06_twoscale_pub_{mixer}_success", cell_success(published_cells, "twoscale", mixer), display=False)
 twoscale_final = {m: [r["metric"] for r in published_cells["twoscale", 64, m]]
@@ -881,18 +877,17 @@ expect("either way, at least 9 fast queries in 10 are read right within their un
 # %% tags=["plumbing"]
 SAME_LAYER_TASKS = ("rebind", "twoscale")
 SAME_LAYER = (("kda", "one per channel (KDA)", "kda"), (GDN_IN_KDA_LAYER, "one per head", "per_head"))
-GRID_BUDGET = published_cells["mqar16", 64, "kda"][0]["steps"]
 print("sweep: each seed's accuracy at each learning rate (the seeds phase adds seeds at the chosen rate)")
 rates_at_chance = {}
 for task in SAME_LAYER_TASKS:
-    task_sweep = sweep_metrics(bakeoff_runs, task, 64, steps=GRID_BUDGET)
-    for mixer, shape, tag in SAME_LAYER:
+    print(f"\n{task}")
+    task_sweep = print_sweep_table(bakeoff_runs, published_cells, task, [m for m, *_ in SAME_LAYER],
+                                   steps=GRID_BUDGET, sweep_seeds=None, labels={m: shape for m, shape, _ in SAME_LAYER})
+    for mixer, _, tag in SAME_LAYER:
         by_rate = task_sweep[mixer]
         rates_at_chance[task, tag] = sum(at_chance(sum(a) / len(a), chance(task)) for a in by_rate.values())
         every_run = [a for seeds in by_rate.values() for a in seeds]
         runs_at_chance = sum(at_chance(a, chance(task)) for a in every_run)
-        print(f"{task:<10}{shape:<22}" + "".join(f"   lr {lr:g}: " + " ".join(f"{a:.3f}" for a in seeds)
-                                            for lr, seeds in by_rate.items()))
         glue(f"ch06_same_{task}_{tag}_runs_at_chance", f"{runs_at_chance} of {len(every_run)}", display=False)
         glue(f"ch06_same_{task}_{tag}_rates_at_chance", str(rates_at_chance[task, tag]), display=False)
         glue(f"ch06_same_{task}_{tag}_lowest", f"{min(every_run):.3f}", display=False)

@@ -365,6 +365,31 @@ def test_sweep_metrics_never_mixes_step_budgets():
     assert sweep_metrics(runs, "mqar16", 64, steps=1000) == {}
 
 
+def test_sweep_table_tells_a_cell_at_chance_from_an_unfinished_sweep(capsys):
+    # "every rate at chance" is a finding and "no final cell yet" is missing data: the table must not confuse them.
+    from k3lite.bakeoff.plots import print_sweep_table
+
+    def record(mixer, lr, seed, metric):
+        return {**_budget_record(2000, seed, metric, lr=lr), "key": f"{mixer}-{lr}-{seed}", "mixer": mixer}
+
+    records = [record("kda", lr, seed, metric) for lr, seed, metric in
+               ((1e-3, 0, 0.5), (1e-3, 1, 0.6), (3e-3, 0, 0.95), (3e-3, 1, 0.97), (3e-3, 2, 0.99))]
+    records += [record("delta_rule", lr, seed, 0.02) for lr in (1e-3, 3e-3) for seed in (0, 1)]
+    records += [record("softmax", 1e-3, 0, 0.9)]
+    records += [record("delta_rule", 3e-3, 2, 0.99)]   # a later seed: not what the rate choice was made from
+    runs = {r["key"]: r for r in records}
+    cells = {("mqar16", 64, "kda"): [r for r in records if r["mixer"] == "kda" and r["lr"] == 3e-3]}
+    sweep = print_sweep_table(runs, cells, "mqar16", ("kda", "delta_rule", "softmax"), steps=2000)
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert sweep["kda"] == {1e-3: [0.5, 0.6], 3e-3: [0.95, 0.97, 0.99]}
+    assert "0.95 0.97 " in rows["KDA"] and "0.99" not in rows["KDA"].split("   lr 0.003")[0]   # two sweep seeds
+    assert "lr 0.003: 3/3" in rows["KDA"] and "mean 0.970 ± 0.020" in rows["KDA"]
+    assert rows["DeltaNet"].endswith("every rate at chance: no final cell")
+    assert rows["softmax"].endswith("no final cell yet")
+    print_sweep_table(runs, cells, "mqar16", ("kda",), steps=2000, sweep_seeds=None, labels={"kda": "per channel"})
+    assert "0.95 0.97 0.99" in capsys.readouterr().out
+
+
 def test_lr_sweep_figure_draws_one_budget_and_the_mean_over_seeds():
     # The figure is the evidence of a choice: one budget per line, and the line is the seeds' mean, not seed 0.
     import matplotlib

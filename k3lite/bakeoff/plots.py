@@ -13,7 +13,7 @@ from pathlib import Path
 from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN
 from k3lite.bakeoff.stats import beats, beats_paired, success_rate, success_verdict, summarize
-from k3lite.bakeoff.tasks import PROBE_ALPHABET, family
+from k3lite.bakeoff.tasks import PROBE_ALPHABET, at_chance, chance, family
 from k3lite.ops import RECURRENT_KINDS
 
 GDN_IN_KDA_LAYER = "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"
@@ -181,6 +181,35 @@ def cell_summary(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
     """``"0.943 ± 0.039"`` over a cell's seeds, or ``"0.977 (one seed)"``: how the chapters quote a cell."""
     stats = summarize(cell_metrics(cells, task, mixer, d_model))
     return f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)")
+
+
+def print_sweep_table(runs: dict, cells: dict, task: str, mixers, *, steps: int, d_model: int = 64,
+                      sweep_seeds: int | None = 2, labels: dict | None = None) -> dict[str, dict[float, list]]:
+    """One row per mixer: the accuracy of each sweep seed at each learning rate (``sweep_seeds=None``: every
+    stored seed), then its final cell (the chosen rate, the success rate with its 95 % Wilson interval, mean ± std
+    over every seed). Returns the sweep (:func:`sweep_metrics`) it printed."""
+    sweep = sweep_metrics(runs, task, d_model, steps=steps)
+    labels = {**LABELS, **(labels or {})}
+    rates = sorted({lr for mixer in mixers for lr in sweep.get(mixer, {})})
+    shown = lambda seeds: " ".join("div." if a is None else f"{a:.2f}" for a in seeds[:sweep_seeds])  # noqa: E731
+    entries = {mixer: [shown(sweep.get(mixer, {}).get(lr, [])) for lr in rates] for mixer in mixers}
+    widths = [max([12] + [len(row[i]) + 3 for row in entries.values()]) for i in range(len(rates))]
+    name = max(len(labels.get(m, m)) for m in mixers) + 2
+    print(f"{'mixer':<{name}}" + "".join(f"{f'lr {lr:g}':>{w}}" for lr, w in zip(rates, widths)) + "   final cell")
+    for mixer in mixers:
+        cell = cells.get((task, d_model, mixer))
+        means = [summarize([a for a in seeds[:sweep_seeds] if a is not None] or [float("nan")]).mean
+                 for seeds in sweep.get(mixer, {}).values()]   # what the rate choice was made from
+        if cell:
+            final = (f"lr {cell[0]['lr']:g}: {cell_success(cells, task, mixer, d_model)} succeed, "
+                     f"mean {cell_summary(cells, task, mixer, d_model)}")
+        elif means and all(at_chance(mean, chance(task)) for mean in means):
+            final = "every rate at chance: no final cell"
+        else:
+            final = "no final cell yet"
+        print(f"{labels.get(mixer, mixer):<{name}}" + "".join(f"{text:>{w}}" for text, w in zip(entries[mixer], widths))
+              + f"   {final}")
+    return sweep
 
 
 def run_setup(record: dict) -> str:
