@@ -427,7 +427,8 @@ from k3lite.course.checks import expect
 from functools import partial
 
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
-bakeoff_cells = final_cells(store.load(BAKEOFF))  # (task, d_model, mixer) -> runs at the cell's chosen lr
+# (task, d_model, mixer) -> runs at the rate the cell's sweep chose; the newest layers' runs once their seeds are in
+bakeoff_cells = final_cells(store.load(BAKEOFF), store.load_choices(BAKEOFF))
 
 
 accuracies = partial(cell_metrics, bakeoff_cells)   # (task, mixer, d_model=64) -> the stored seeds' accuracies

@@ -947,16 +947,10 @@ bakeoff_runs = store.load(BAKEOFF)                # every stored run, by key
 # %% tags=["plumbing"]
 from k3lite.bakeoff.plots import cell_success
 from k3lite.bakeoff.stats import success_verdict
-from k3lite.bakeoff.tasks import family
-
 choices = store.load_choices(BAKEOFF)
-choice_of = {(c["family"], c["d_model"], c["mixer"]): c["choice"] for c in choices.values()
-             if c.get("choice") is not None}
 # A final cell is the seeds at the rate its family's sweep chose (every MQAR task takes MQAR-16's); a mixer whose
 # sweep is unfinished has none yet.
-published_cells = {(task, d, mixer): runs
-                   for (task, d, mixer), runs in final_cells(bakeoff_runs, choices, layers="published").items()
-                   if runs[0]["lr"] == choice_of.get((family(task), d, mixer))}
+published_cells = final_cells(bakeoff_runs, choices, layers="published")
 
 
 PUBLISHED_TASKS = ("mqar16", "mqar64", "switch", "twoscale")

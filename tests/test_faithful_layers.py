@@ -332,6 +332,37 @@ def test_readers_keep_the_published_layers_runs_apart_from_the_earlier_ones():
         trained_retention(runs, "faithful")
 
 
+def test_a_published_cell_is_final_only_at_the_rate_its_familys_sweep_chose():
+    # One sweep seed per rate is not a result at one rate: before its choice is stored, a cell has no final runs.
+    from k3lite.bakeoff.plots import final_cells
+
+    def record(task, lr, seed, metric, phase="seeds", mixer="kda", published=True):
+        r = {"key": f"{task}{mixer}{lr}{seed}{published}", "task": task, "mixer": mixer, "d_model": 64, "lr": lr,
+             "seed": seed, "steps": 2000, "metric": metric, "phase": phase}
+        return {**r, "evaluations": [{"step": 2000, "accuracy": metric}]} if published else r
+
+    def choice(mixer, lr):
+        verdict = "chosen" if lr else "all at chance"
+        return {f"mqar16{mixer}": {"source_task": "mqar16", "d_model": 64, "mixer": mixer, "choice": lr,
+                                   "verdict": verdict}}
+
+    sweep = [record("mqar16", lr, 0, 0.9 + lr, "lr") for lr in (1e-3, 3e-3, 1e-2)]
+    earlier = [record("mqar16", 3e-3, seed, 0.5, published=False) for seed in range(3)]
+    runs = {r["key"]: r for r in sweep + earlier}
+    other = choice("softmax", 3e-3)                     # a store with choices, none of them this cell's yet
+    assert ("mqar16", 64, "kda") not in final_cells(runs, other, layers="published")
+    assert ["evaluations" in r for r in final_cells(runs, other)["mqar16", 64, "kda"]] == [False] * 3   # latest
+    seeds = [record("mqar16", 3e-3, seed, 0.95) for seed in range(1, 5)] + [record("mqar32", 3e-3, s, 0.8)
+                                                                              for s in range(5)]
+    seeds += [record("mqar32", 1e-2, seed, 0.99) for seed in range(6)]   # not the family's chosen rate
+    runs.update({r["key"]: r for r in seeds})
+    cells = final_cells(runs, {**other, **choice("kda", 3e-3)}, layers="published")
+    assert [(r["lr"], r["seed"]) for r in cells["mqar16", 64, "kda"]] == [(3e-3, s) for s in range(5)]
+    assert {r["lr"] for r in cells["mqar32", 64, "kda"]} == {3e-3}   # MQAR-32 takes MQAR-16's rate
+    hopeless = final_cells(runs, {**other, **choice("kda", None)})
+    assert ("mqar16", 64, "kda") not in hopeless   # a sweep all at chance displaces the earlier cell too
+
+
 def test_sweep_metrics_lists_each_rates_seeds_in_order():
     from k3lite.bakeoff.plots import sweep_metrics
 

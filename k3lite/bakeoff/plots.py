@@ -62,9 +62,11 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
     trained, one sweep seed per rate, does not displace a finished earlier cell. Runs are grouped by learning
     rate and set-up (steps, vocabulary, layers, heads, batch, sequence length); the group with the most seeds
     wins (the seeds phase runs at the chosen rate), and among equals the best mean metric. With ``choices``
-    (``store.load_choices``): a chosen rate's group wins, and a cell whose sweep stayed "all at chance" has no
-    final cell (its sweep runs are not a result at one rate). Diverged and failed runs have no metric and are
-    left out (``python -m k3lite.bakeoff --table`` lists them)."""
+    (``store.load_choices``), the published layers' runs count only at the rate their family's sweep chose (every
+    MQAR task takes MQAR-16's): a cell whose sweep stayed "all at chance", or is not finished (no choice stored),
+    has no published final cell, since its sweep runs are not a result at one rate (no choices at all, as from a
+    store made by hand: the most seeds win, as without ``choices``). Diverged and failed runs
+    have no metric and are left out (``python -m k3lite.bakeoff --table`` lists them)."""
     by_cell: dict[tuple, list[dict]] = {}
     for record in _of_layers(runs.values(), layers):
         if record.get("phase") == "measure" or store.finite_metric(record) is None:
@@ -72,25 +74,27 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
         by_cell.setdefault((record["task"], record["d_model"], record["mixer"]), []).append(record)
     chosen, hopeless = {}, set()
     for choice in (choices or {}).values():
-        cell = (choice["source_task"], choice["d_model"], choice["mixer"])
+        sweep = (family(choice["source_task"]), choice["d_model"], choice["mixer"])
         if choice.get("verdict") == "all at chance":
-            hopeless.add(cell)
+            hopeless.add(sweep)
         elif choice.get("choice") is not None:
-            chosen[cell] = choice["choice"]
+            chosen[sweep] = choice["choice"]
     cells = {}
     for cell, records in by_cell.items():
+        sweep = (family(cell[0]),) + cell[1:]
         current = [r for r in records if published_layer(r)]
         earlier = [r for r in records if not published_layer(r)]
-        if current and earlier and cell not in hopeless and (
+        if current and sweep in hopeless:   # the published sweep is the finding, and it displaces earlier runs
+            continue
+        if choices:   # a stored choice was made from the published sweep: it picks among its runs only
+            current = [r for r in current if r["lr"] == chosen.get(sweep)]
+        if current and earlier and (
                 max(map(len, _rate_groups(current, True).values())) < max(map(len, _rate_groups(earlier).values()))):
             current = []
         records = current or earlier
-        groups = _rate_groups(records, bool(current))
-        if cell in hopeless and all(r.get("phase") == "lr" for r in records):
+        if not records:
             continue
-        # a stored choice was made from the published layers' sweep: it picks among their groups only
-        preferred = [g for key, g in groups.items() if current and key[0] == chosen.get(cell)]
-        cells[cell] = max(preferred or groups.values(), key=_seeds_then_mean)
+        cells[cell] = max(_rate_groups(records, bool(current)).values(), key=_seeds_then_mean)
     return cells
 
 
