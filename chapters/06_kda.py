@@ -642,7 +642,7 @@ expect("KDA recalls < 80 % at 16 pairs", live_accuracy["kda", 16] < 0.8)
 
 # %% [markdown]
 # Chance is 1/32 = 0.031 (32 possible values). In this demo softmax attention answers from every stored
-# token; KDA's fixed-size memory holds 4 pairs but not yet 16 after 200 steps. That is one seed. The same KDA
+# token; KDA has learned 4 pairs but, on this seed, not yet 16 after 200 steps. That is one seed. The same KDA
 # model at 16 pairs, trained again with four other seeds (the seed sets the initial weights and the training
 # batches; nothing else changes):
 
@@ -692,9 +692,12 @@ plt.show()
 # much, on average") and **success counts** (Fisher's exact test, p < 0.05, on how many seeds reach 0.9: "how
 # often does it learn"). Where they disagree the course reports both; a cell with one seed gets no call.
 #
-# The cells below train each layer as its paper defines it (chapter 05, section 7; section 6 here), for a budget
-# in which softmax attention and DeltaNet learn MQAR-16 on every seed, at a learning rate chosen from a sweep. An
-# earlier grid, whose gated layers began with a saturated gate, closes the section.
+# The cells below read stored runs; nothing is retrained here. Each layer was built *as published*: with the
+# parametrisation, initialisation and gates of its paper (chapter 05, section 7; section 6 here). Each ran for a
+# budget in which softmax attention and DeltaNet learn MQAR-16 on every seed. Its learning rate came from a sweep
+# of three rates with two seeds each: the best mean wins, rates within two standard errors of it (or 0.01) count
+# as tied, and among tied rates the middle one wins. The section closes with an *earlier grid*, runs made before
+# the gated layers were rebuilt, whose gates started stuck near a retention of 1.
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import store
@@ -713,12 +716,13 @@ MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda"
 
 # %% [markdown]
 # **MQAR, as published.** MQAR with 64 pairs at width 64, each mixer's seeds at the rate its MQAR-16 sweep chose
-# (chapter 05, section 7, reads MQAR-16 and these cells for Gated DeltaNet). The gated layers record their trained
-# retention $e^{g}$ per layer (mean over an evaluation batch), so whether the gates are in use is answered by data.
+# (chapter 05 reads these runs for Gated DeltaNet). The gated layers record their trained retention $e^{g}$ per
+# layer (mean over an evaluation batch), so whether the gates are in use is answered by data. The table pools
+# every stored MQAR run of the published layers; its Gated DeltaNet variants are chapter 05's.
 
 # %% tags=["plumbing"]
 print(run_setup(published_cells["mqar16", 64, "kda"][0]))
-mqar_runs = {key: r for key, r in bakeoff_runs.items() if r["task"].startswith("mqar")}  # switch: chapter 05
+mqar_runs = {key: r for key, r in bakeoff_runs.items() if r["task"].startswith("mqar")}
 published_retention = print_trained_retention(mqar_runs, "ch06_published", glue, layers="published")
 for mixer in ("delta_rule", "kda"):
     glue(f"ch06_published_mqar64_{mixer}", cell_success(published_cells, "mqar64", mixer), display=False)
@@ -738,11 +742,11 @@ expect("as published, every KDA run has a layer with mean retention below 0.9",
        max(min(layers) for layers in published_retention[("kda", 64)]) < 0.9)
 
 # %% [markdown]
-# Built as published, KDA's gates are in use (median layer retention
+# Built as published, KDA's gates are in use (over its MQAR runs, median layer retention
 # {glue:text}`ch06_published_retention_kda_d64_median`, smallest {glue:text}`ch06_published_retention_kda_d64_min`).
 # With 64 pairs, more than a head's key channels, success is rare: KDA {glue:text}`ch06_published_mqar64_kda`,
 # DeltaNet {glue:text}`ch06_published_mqar64_delta_rule` (*{glue:text}`ch06_published_mqar64_verdict`*). The means
-# show what the counts hide: every DeltaNet seed ends near the line (the lowest at
+# show what the counts hide: every DeltaNet seed ends near the 0.9 success line (the lowest at
 # {glue:text}`ch06_published_mqar64_deltanet_low`) while KDA's seeds spread from near chance to success, so
 # *{glue:text}`ch06_published_mqar64_means`*. MQAR never needs forgetting: a working gate has nothing to win there
 # and, on these means, something to lose. What it buys needs a task built for it.
@@ -750,7 +754,8 @@ expect("as published, every KDA run has a layer with mean retention below 0.9",
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### Two time scales, with the layers as published
 #
-# The bake-off's two-timescale task (`k3lite.bakeoff.tasks`) opens with a few facts (key-value pairs) and asks for
+# The bake-off's two-timescale task (`k3lite.bakeoff.tasks`) opens with {glue:text}`ch06_twoscale_facts` facts
+# (key-value pairs) and asks for
 # all of them at the end of the sequence. In between runs a stream of short units: three fast pairs, then one of
 # their three keys asked again. Fast keys come from their own half of the key tokens and come back with new values,
 # so a memory that never forgets fills with stale fast pairs. Only the answers about the facts are scored. Unlike
@@ -804,8 +809,8 @@ expect("every published KDA run on this task has a layer with mean retention bel
 # ({glue:text}`ch06_twoscale_pub_kda`): *{glue:text}`ch06_twoscale_pub_delta_rule_kda`*. Softmax attention learns it
 # on {glue:text}`ch06_twoscale_pub_softmax_success` seeds. Gated DeltaNet as published learned nothing at any rate
 # (best seed {glue:text}`ch06_twoscale_pub_gdn_best`, below the chance level {glue:text}`ch06_twoscale_chance` of
-# guessing among the facts' values), while the same recurrence inside KDA's layer learns the task (the same-layer
-# subsection below): the layer around the recurrence matters here too, though which of its parts was not isolated.
+# guessing among the facts' values). The same recurrence inside KDA's layer learns the task (the same-layer
+# subsection below), so the layer around the recurrence matters here too; these runs cannot say which of its parts.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # How can DeltaNet, with no gate, keep the facts through the stream? Two properties of the delta rule are enough,
@@ -815,7 +820,7 @@ expect("every published KDA run on this task has a layer with mean retention bel
 # not. And fact keys and fast keys are different halves of the key tokens, so the learned key projection can map
 # them into separate subspaces, {glue:text}`ch06_twoscale_facts` directions for the facts and the rest for the
 # stream; as in section 3, fast writes then never touch the facts' rows. A key projection that separates the two
-# time scales can do the per-channel decay's job, and on this task every delta-rule layer can learn one.
+# time scales can do the per-channel decay's job. Whether the trained layers learn one, these runs do not show.
 #
 # The second property can be checked on the bare recurrence. Below, DeltaNet ($\beta = 1$, no gate, unit-norm
 # keys and values) runs the task's layout by hand: the facts' keys are orthonormal in the first channels, each fast
@@ -860,8 +865,8 @@ expect("either way, at least 9 fast queries in 10 are read right within their un
 # %% [markdown]
 # Kept apart, the facts come back right after the whole stream on every seed; shared, the stream has overwritten
 # them. The fast queries are answered right either way, since each is read within its own unit. So on this task
-# a key projection that keeps the two kinds of key apart does for DeltaNet what section 3's per-channel gate did:
-# it keeps the facts' channels out of the stream's way, and no forgetting is needed at all.
+# keeping the two kinds of key apart is enough: fast writes never touch the facts, and stale fast pairs never need
+# wiping. Section 1's task, whose fast channels had to be cleared at every switch, is the kind that needs a gate.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
 # ### One decay per head or one per channel, in the same layer
@@ -956,8 +961,8 @@ plt.show()
 # {glue:text}`ch06_same_twoscale_kda_lowest`). On rebinding both trained at every rate
 # ({glue:text}`ch06_same_rebind_per_head_runs_at_chance` per-head runs at chance, KDA's
 # {glue:text}`ch06_same_rebind_kda_runs_at_chance`). So in this layer one decay per channel was not more accurate
-# once trained, but on two time scales it trained across a wider range of learning rates: a hint, not a verdict,
-# from two seeds a rate and a test not fixed before the runs.
+# once trained, but on two time scales it trained across a wider range of learning rates. That is a hint, not a
+# verdict: two seeds a rate, and no test chosen before the runs.
 #
 # And "no call" is not "equal": two standard errors of the gap are {glue:text}`ch06_same_rebind_resolution` on
 # rebinding but {glue:text}`ch06_same_twoscale_resolution` on two time scales, where one seed at chance widens the
@@ -965,15 +970,15 @@ plt.show()
 # {glue:text}`ch06_same_fisher_gap` apart.
 
 # %% [markdown] slideshow={"slide_type": "subslide"}
-# ### Pairs that outgrow the state: the earlier grid
+# ### Pairs that outgrow the state
 #
-# The store also holds an earlier grid, on half the budget (`python -m k3lite.bakeoff --table` prints all of it).
-# Its gated layers (Gated DeltaNet, KDA, the hybrid) began with a saturated gate: retention so close to 1 per token
-# that the decay passed almost no gradient and barely moved in training (chapter 05, section 7, measures this and
-# finds the cause, an initialisation recipe taken from another form of the gate). The lesson reaches beyond these
-# runs: a gate must start where it can move, and the first question of any trained gate is whether it gated. What
-# the grid can still show is capacity: MQAR with 16 to 128 pairs at widths 64 and 128. A layer's recurrent state
-# holds H · (d/H)² numbers (two heads here), so doubling the width quadruples it.
+# The earlier grid covers MQAR with 16 to 128 pairs at widths 64 and 128, on half the budget
+# (`python -m k3lite.bakeoff --table` prints it). It was trained before the gated layers were rebuilt as published:
+# its Gated DeltaNet, KDA and hybrid started with a gate stuck near a retention of 1 per token, so close that the
+# decay passed almost no gradient and barely moved (chapter 05, section 7, measures this and finds the cause, an
+# initialisation recipe taken from another form of the gate). A gate must start where it can move. What the grid
+# can still show is capacity, through its ungated mixers. A layer's recurrent state holds H · (d/H)² numbers (two
+# heads here), so doubling the width quadruples it.
 
 # %% tags=["plumbing"]
 bakeoff_cells = final_cells(bakeoff_runs, layers="earlier")   # the earlier grid: (task, d, mixer) -> runs
@@ -1011,7 +1016,8 @@ plt.show()
 
 # %% [markdown]
 # At width 64 (a state of {glue:text}`ch06_state_numbers_d64` numbers per layer; {glue:text}`ch06_mqar_seeds` seeds
-# or more a cell) every recurrent mixer loses {glue:text}`ch06_mqar_drop_d64` of its recall between 16 and 128
+# or more a cell) linear attention, DeltaNet, KDA and the hybrid each lose {glue:text}`ch06_mqar_drop_d64` of their
+# recall between 16 and 128
 # pairs, while softmax attention, whose cache grows with the sequence, loses nothing. At width 128
 # ({glue:text}`ch06_state_numbers_d128` numbers) the same mixers hold at least {glue:text}`ch06_mqar128_d128_low`
 # even at 128 pairs: the pairs no longer outgrow the state. That is Zoology's picture (Arora, Eyuboglu et al. 2023:
@@ -1019,17 +1025,17 @@ plt.show()
 # while attention's does not fall), and the reason the steps from linear attention to KDA aim to *use* a fixed
 # state better rather than escape its size. The picture holds for the ungated mixers (linear attention,
 # DeltaNet); KDA's and the hybrid's lines come from gates that barely decayed, so whether KDA uses a full state
-# better, these runs cannot say. Gated DeltaNet's earlier layer, near chance already at 16 pairs and width 64, is
-# the one chapter 05, section 7, takes apart.
+# better, these runs cannot say (KDA's line lies under the hybrid's). Gated DeltaNet's earlier layer, near chance
+# already at 16 pairs and width 64, is the one chapter 05, section 7, takes apart.
 
 # %% [markdown]
-# **What the bake-off says about the per-channel gate, so far.** No task yet shows it beating either no gate or a
+# **What the bake-off says about the per-channel gate.** No task here shows it beating either no gate or a
 # per-head gate. Built as published, KDA cannot be told from ungated DeltaNet on two time scales and trails it by
 # the means rule on MQAR with 64 pairs. In KDA's own layer one decay per head makes no call against one per channel
 # at the chosen rate, on rebinding or on two time scales, though the sweep hints that the per-channel decay trains
-# at more learning rates. A task on which the shape should count needs more facts than a head has spare key
-# channels, or fast pairs that must be remembered longer; that grid has not been run. Section 3's hand-built task
-# shows what the per-channel gate *can* buy.
+# at more learning rates. Section 3's hand-built task shows what the per-channel gate *can* buy. Which trained task
+# would make a learned key projection fall short, and so let the shape count, is an open question: one with more
+# facts than a head has spare key channels, or with fast pairs that must be remembered longer, are candidates.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## 8. Exercises
@@ -1162,7 +1168,7 @@ ch06.check_gla_chunk(gla_chunk_solution);
 # 2. **More freedom, more ways to go wrong.** A per-channel gate has K times as many outputs (and a low-rank
 #    projection to learn); with few steps and few seeds, a run can settle on forgetting the wrong channels. This
 #    shows as a high spread across seeds rather than a low mean. Test: more seeds and longer runs; the per-head
-#    variant in the *same* layer (so only the gate's shape differs). Section 7 has since run that variant: there
+#    variant in the *same* layer (so only the gate's shape differs). Section 7 runs that variant: there
 #    the per-head decay, not the per-channel one, was the one that stayed at chance at more learning rates, which
 #    speaks against this reason at this size.
 # 3. **The comparison is of layers, not gates.** The layers differ in output gate, normalisation and
