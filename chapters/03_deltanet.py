@@ -348,8 +348,9 @@ plt.show()
 #   against {glue:text}`ch03_additive_error_at_4`): an old pair
 #   reads back as a mixture of unrelated recent values, an error a little above one, not as an ever-growing pile
 #   of all the others.
-# * **Delta, β = 0.5** is the worst at low load (each write only goes half-way, so even the last value comes
-#   back at half strength) but the most stable at high load: a gentler write disturbs old associations less.
+# * **Delta, β = 0.5** is the worst of the three at the lowest loads (each write only goes half-way, so even the
+#   last value comes back at half strength), yet already better than the additive rule from $N/D = 0.5$, and the
+#   most stable at high load: a gentler write disturbs old associations less.
 #   A learned $\beta_t$ lets the network choose per token.
 #
 # A fixed-size memory cannot hold more than it can hold. The delta rule does not change that; it changes
@@ -390,7 +391,8 @@ for name, errors in position_error.items():
 # when a network has to *learn* its keys, values and write strengths? The course's bake-off
 # (`k3lite.bakeoff`, run on a GPU through k3lite's Triton kernels, every run stored with its provenance in
 # `figures/bakeoff.json`; the printed set-up names the card) trains small models that differ only in their token
-# mixer. Its **rebinding** task is section 2's second failure as a trained test: {glue:text}`ch03_rebind_keys` keys
+# mixer; each (task, width, mixer) combination, a *cell*, is trained several times from different random *seeds*.
+# Its **rebinding** task is section 2's second failure as a trained test: {glue:text}`ch03_rebind_keys` keys
 # are bound again and again in one sequence, and a query must return the **latest** value of its key. Chance is
 # {glue:text}`ch03_rebind_chance`: a model that has learned which values are bound, but not which key holds which,
 # can only name one of them blind. An accumulating memory returns the sum of every
@@ -483,7 +485,8 @@ plt.show()
 #   seed does, yet with this few seeds even the most lopsided count cannot reach p < 0.05 (the smallest p for
 #   {glue:text}`ch03_seed_pair` is {glue:text}`ch03_min_p`; it takes {glue:text}`ch03_seeds_needed` seeds a side).
 #   This is section 2's overwrite test, passed by a model that had to learn its own keys and write strengths.
-# * **Softmax attention** ({glue:text}`ch03_rebind_softmax`) keeps every token; against DeltaNet the means rule
+# * **Softmax attention** ({glue:text}`ch03_rebind_softmax`; SDPA is PyTorch's fused
+#   `scaled_dot_product_attention`) keeps every token; against DeltaNet the means rule
 #   says *{glue:text}`ch03_verdict_delta_rule_softmax`*, and the success test
 #   *{glue:text}`ch03_success_delta_rule_softmax`*. A fixed-size memory pays something even when it overwrites,
 #   in accuracy, though not in how often a seed learns the task.
@@ -654,7 +657,7 @@ ch03.check_decayed_delta_write(decayed_delta_write_solution);
 #   pair and adds the interference of every other pair.
 # * The delta rule, $S_t = S_{t-1} + \beta_t k_t (v_t - S_{t-1}^\top k_t)^\top = (I-\beta_t k_t k_t^\top)S_{t-1} +
 #   \beta_t k_t v_t^\top$, is one gradient step on the fast weights: it overwrites instead of piling up.
-# * Measured: it lowers interference at every load and keeps the newest associations, but a $D\times D$
+# * Measured: with $\beta = 1$ it lowers interference at every load and keeps the newest associations, but a $D\times D$
 #   state still cannot hold more than about $D$ of them.
 # * Each step now multiplies $S$ by $(I - \beta_t k_t k_t^\top)$ instead of only adding to it, so a chunk's
 #   contribution is no longer the plain sum $K^\top V$ and the chunked trick of chapter 02 does not apply as is.

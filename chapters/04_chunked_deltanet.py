@@ -523,9 +523,9 @@ print(f"C={chunk_sizes[0]}: {seconds[0] / recurrent_seconds:.2f}x the token loop
 
 # %% [markdown]
 # Read the three printed ratios. Small chunks pay Python and per-call overhead for every chunk: at $C = 4$ a
-# chunk runs a dozen small operations for four tokens, so it gains little or nothing over the plain token loop.
-# The best $C$ is somewhere between, and beyond it the intra-chunk work, quadratic in $C$, makes the time rise
-# again. (Timings on a shared machine are noisy, and the ratios differ from one CPU to another; run the cell
+# chunk runs a dozen small operations for four tokens, so it saves far less over the plain token loop than a
+# larger chunk does. The best $C$ is somewhere between, and beyond it the intra-chunk work ($C^2 d$ per chunk, so
+# growing with $C$ in total) makes the time rise again. (Timings on a shared machine are noisy, and the ratios differ from one CPU to another; run the cell
 # yourself.)
 #
 # On a GPU the Triton kernels of `k3lite.kernels` run whole 64-token chunks as tiles. The H200 measurements of
@@ -650,8 +650,8 @@ for kind in ("delta_rule", "kda"):
 # table does not isolate it): the chunk-to-chunk pass is sequential, and one sequence of 32768 tokens is
 # {glue:text}`ch04_chunks_long` chunks of 64 in a row, against {glue:text}`ch04_chunks_short` for each of two
 # sequences of 8192, with half as many (sequence, head) pairs to run side by side on the GPU. At $T = 32768$ every
-# chunked mechanism in the table beats SDPA, forward and backward; that crossover is the whole case for the linear
-# form.
+# Triton kernel in the table (k3lite's and fla's) beats SDPA, forward and backward; that crossover is the whole
+# case for the linear form. (The "k3lite torch" column, the readable PyTorch form, is a reference, not a kernel.)
 #
 # A preview of chapter 06: KDA gives every key channel its own decay, which must be applied inside the
 # intra-chunk products, so its chunk costs more. It about ties SDPA's forward at $T = 8192$
@@ -662,9 +662,10 @@ for kind in ("delta_rule", "kda"):
 # {glue:text}`ch04_kda_fwdbwd_32768_triton` ms against {glue:text}`ch04_kda_fwdbwd_32768_sdpa` ms with the backward.
 #
 # The last column says how far the course's kernels are from the production ones. fla's own timings vary between
-# runs, so read a ratio near 1 as a tie; the clearest gap is linear attention at $T = 32768$
-# ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`× forward,
-# {glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`× with the backward). The history of these ratios lives in
+# runs, so read a ratio near 1 as a tie. The clearest gap where the course's kernels are slower is linear
+# attention at $T = 32768$ ({glue:text}`ch04_linear_attention_fwd_32768_vs_fla`× forward,
+# {glue:text}`ch04_linear_attention_fwdbwd_32768_vs_fla`× with the backward); in the rows with a ratio well below
+# 1 they are the faster ones. The history of these ratios lives in
 # `benchmarks/`, not here.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
@@ -780,9 +781,9 @@ ch04.check_ut_transform(ut_transform_solution);
 # * Writing the chunk's states as $S_0 + \sum_{i<r}k_iu_i^\top$ turns the corrections into one unit-lower-triangular
 #   system, $(I+A)V' = \mathrm{Diag}(\beta)(V - KS_0)$; the UT transform $T = (I+A)^{-1}$ gives the WY factors $W$, $U$,
 #   and then $V' = U - WS_0$ is fed to ordinary chunked linear attention.
-# * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part $4Ld^2$ FLOPs is
-#   fixed and the intra-chunk part $4LCd$ FLOPs grows with $C$ (the article's $2Ld^2$ and $2LCd$ count
-#   multiply-adds). Tensor cores work on $16 \times 16$ tiles, and
+# * $C = 1$ is the recurrence, $C = L$ a quadratic attention-like form; in between, the state part is fixed and the
+#   intra-chunk part grows with $C$: $4Ld^2$ and $4LCd$ FLOPs for linear attention (the article's $2Ld^2$ and
+#   $2LCd$ count multiply-adds), about $6Ld^2$ and $8LCd$ for DeltaNet. Tensor cores work on $16 \times 16$ tiles, and
 #   $C = 64$ or $128$ gives each product enough of them: the practical choice.
 # * DeltaNet still cannot forget on purpose. Chapter 05 adds a gate and, in its section 6, redoes this derivation with the gate in.
 
