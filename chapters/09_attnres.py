@@ -578,7 +578,8 @@ plt.show()
 # ## 5. What the queries learned
 #
 # Average $\alpha_{i \to l}$ over the validation tokens: one row per reader, one column per source. Zero
-# initialisation would give $1/l$ along each row; training moved it.
+# initialisation would give $1/l$ along each row; training moved some rows far more than others (the cells below
+# print the largest departure per reader and draw the matrix).
 
 # %% [markdown] tags=["notes"]
 # The learned weights as a matrix, reader by source: zero initialisation would make every row

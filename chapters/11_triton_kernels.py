@@ -7,7 +7,7 @@
 # programs, blocks, masks, `tl.load` / `tl.store`, `tl.dot`; (2) the fused decode step, whose speed is set by memory,
 # not arithmetic; (3) the fused SiTU activation, forward and backward; (4) the chunked KDA pipeline: six kernels, which
 # parts run in parallel and which in sequence, and where the time goes on a GPU; (5) how the kernels compare with
-# the reference library, and five engineering lessons, each measured on its own; (6) exercises: write the decode kernel and the fused SiTU forward,
+# the reference library, and five engineering lessons, each taken on its own; (6) exercises: write the decode kernel and the fused SiTU forward,
 # predict what breaks without masks, keep the digits of a sum.
 #
 # **No GPU needed.** Importing `k3lite.kernels` on a machine without CUDA switches on Triton's *interpreter*, which
@@ -136,10 +136,10 @@ plt.show()
 # multiprocessors, in no promised order; the interpreter runs them one after another. The interpreter checks the
 # *algorithm*: the indexing, the masks, the arithmetic (in float32; it does not handle bf16). It does not check the
 # *compiled program*: on the GPU the compiler chooses layouts, shared-memory buffers and pipelining, and a compiler
-# can get those wrong. At head widths outside its tuned ones, k3lite's backward shows it: on an H100, Triton 3.6
-# compiled one stage into wrong gradients and another into out-of-range shared-memory reads, while the interpreter
-# computed the same kernels exactly (the docstring of `chunk_bwd_triton.verified_fast_shape` lists the cases; those
-# shapes now take safer launch settings). So a kernel
+# can get those wrong. At head widths outside its tuned ones, k3lite's backward shows it: on an H100 the compiler
+# turned one stage into wrong gradients and another into out-of-range shared-memory reads, while the interpreter
+# computed the same kernels exactly (the docstring of `chunk_bwd_triton.verified_fast_shape` lists the cases and the
+# safer launch settings those shapes take). So a kernel
 # needs both: interpreter tests on any machine, and the same checks on a GPU (`tests/test_grid_*_gpu.py` runs the
 # reference library's test grids there; `benchmarks/probes/launch_replay.py` replays each GPU launch under the
 # interpreter to find the one that differs). Kernels can be written in notebook cells, as here.
@@ -335,7 +335,7 @@ plt.show()
 # Eager PyTorch runs each operation — divide, tanh, multiply, sigmoid, … — as its own kernel, and each reads its
 # inputs from memory and writes its result back. An elementwise function with cheap arithmetic has almost no work
 # per byte, so its time is its memory traffic, and fusion is the whole game (the kernel keeps the arithmetic cheap
-# in bf16 with the approximate `tanh` and reciprocal; its exact float32 path is bound by its divisions instead): the fused kernel loads $x$ and $u$ once, keeps every
+# in bf16 with the approximate `tanh` and reciprocal): the fused kernel loads $x$ and $u$ once, keeps every
 # intermediate in registers, and stores $h$ once. (The `@cached_launch` line changes nothing the kernel computes;
 # section 5, lesson d, says what it saves.)
 
@@ -610,14 +610,13 @@ expect("every mixer, shape and pass: within a factor of 1.5 of fla's time either
 # %% [markdown]
 # Every row lies within {glue:text}`ch11_fla_range`× fla's time: the same algorithm, written twice, costs about the
 # same. On this card KDA, the layer this course builds, is the faster of the two at every shape
-# ({glue:text}`ch11_fla_kda`×), and the backward of Gated DeltaNet and DeltaNet the slower (up to
-# {glue:text}`ch11_fla_slowest_backward`×). The size of such margins moves with the card and the library versions,
-# so the tables for each card are kept where they can be rerun and dated, in `benchmarks/README.md` (read its note
-# on the H200 table, where some of fla's timings include host time). What carries over to your own kernels is how
+# ({glue:text}`ch11_fla_kda`×); the other two mixers range from parity to {glue:text}`ch11_fla_slowest_backward`×,
+# slowest with the backward included. Such margins move with the card and the library versions; `benchmarks/`
+# keeps the table of each card. What carries over to your own kernels is how
 # they reach the reference's time, and where they can afford more care than it takes.
 # Five pieces of engineering are worth learning from, and each explains lines you met in sections 2 to 4. Lessons a
-# and b are about accuracy and what it costs, c and e about kernel time, d about the host's time per call; each is
-# measured on its own below, since the ratios above mix all of them.
+# and b are about accuracy and what it costs, c and e about kernel time, d about the host's time per call. The
+# ratios above mix all of them, so below each is taken on its own: measured, or for b bounded by a count.
 #
 # ### a. Exact gate sums
 #
@@ -808,7 +807,8 @@ plt.show()
 # %% [markdown]
 # Wherever its factors stay finite the anchored block is as accurate as float32 allows; the failure is abrupt, at
 # gates of {glue:text}`ch11_overflow_start` per token with the anchor at the start and
-# {glue:text}`ch11_overflow_middle` in the middle. The limit keeps the kernel far below both; the walk covers the rest
+# {glue:text}`ch11_overflow_middle` in the middle. The limit ({glue:text}`ch11_span_gate` per token) keeps the kernel
+# below both; the walk covers the rest
 # (`tests/test_kernels_cpu.py` checks both paths against the blocks' definition).
 #
 # ### d. Host cost and the cached launch
@@ -912,14 +912,15 @@ expect("the output inside the state pass was faster at B=8 T=2048",
        fusions["output in the state pass"][8, 2048][1] < fusions["output in the state pass"][8, 2048][0])
 
 # %% [markdown]
-# None paid where it mattered. The clearest case is the output inside the state pass. The pass is a chain: chunk
+# None paid at `B = 2, T = 8192` or `B = 1, T = 32768`, the shapes where the state pass leaves the GPU part idle.
+# The clearest case is the output inside the state pass. The pass is a chain: chunk
 # $c + 1$ cannot start before chunk $c$'s state is done, so its time is the number of chunks times one step's latency,
 # and at `B = 2, T = 8192` its {glue:text}`ch11_state_programs` programs, fewer than the {glue:text}`ch11_sm_count`
 # multiprocessors, leave part of the GPU idle. The output in each step lengthens every link of the chain
 # ({glue:text}`ch11_f2` ms at `B = 2, T = 8192`, {glue:text}`ch11_f2_long` at `B = 1, T = 32768`), while the separate
 # output stage, launched after the pass on the same stream, runs every chunk as an independent program that fills
-# the whole GPU and finishes quickly. Only with many heads
-# ({glue:text}`ch11_state_programs_short` programs at `B = 8, T = 2048`) did the fusion gain
+# the whole GPU and finishes quickly. Only with many (sequence, head) programs
+# ({glue:text}`ch11_state_programs_short` at `B = 8, T = 2048`) did the fusion gain
 # ({glue:text}`ch11_f2_short` ms). Work that is off the critical path belongs off it. The other two lost as well.
 # Both carried stage 1's float64 scan into a larger kernel, a cost lesson a describes; a likely reason for both,
 # not measured, is that one kernel is compiled for the larger of its two bodies, so each program holds
@@ -1136,7 +1137,8 @@ expect("a decay through the floor, exp(-1024), is exactly 0 in float32 and in fl
 #
 # * A Triton kernel is a grid of programs working on blocks; masks make blocks safe at any shape, and the interpreter
 #   runs the same kernels on a CPU. The fused decode step and the fused SiTU move each byte once: memory-bound, they
-#   are as fast as their traffic, and the decode step moved state at close to copy speed on the H200.
+#   are as fast as their traffic, and at a large batch the decode step moved state at close to copy speed on the
+#   H200.
 # * The chunked KDA forward is six kernels: five take all chunks at once, the state pass walks them in order.
 # * Against the reference library, in one process on an H100, the chunked kernels take
 #   {glue:text}`ch11_fla_range`× its time. Five lessons of their engineering, each measured on its own: gate sums
