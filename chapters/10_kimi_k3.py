@@ -1728,7 +1728,7 @@ print(f"K3-shaped layers, 1M tokens, 40 GiB: at most "
 #   Rebinding (for softmax attention and the hybrid) and the language model have only earlier-grid runs; what a
 #   working gate changes there waits for their re-run.
 #
-# The course ends with the two needs it kept meeting: a fixed-size memory needs a way to forget (gates, decay), and
+# The course ends where the article does: a fixed-size memory needs a way to forget (gates, decay), and
 # a way to look things up exactly (attention over tokens, over depth). K3 is one careful answer to both.
 
 # %% [markdown] tags=["notes"]
