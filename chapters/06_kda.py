@@ -934,7 +934,7 @@ from k3lite.bakeoff.plots import plot_lr_sweep
 same_layer_runs = {key: r for key, r in bakeoff_runs.items() if r["mixer"] in ("kda", GDN_IN_KDA_LAYER)}
 fig, axes = plt.subplots(2, 1, figsize=(7.2, 7.6), sharex=True)   # stacked: the site's column is 7.5 in wide
 for ax, task, title in zip(axes, SAME_LAYER_TASKS, ("Rebinding", "Two time scales")):
-    plot_lr_sweep(same_layer_runs, task, 64, ax, steps=GRID_BUDGET)
+    plot_lr_sweep(same_layer_runs, task, 64, ax, steps=GRID_BUDGET, labels={m: shape for m, shape, _ in SAME_LAYER})
     ax.axhline(chance(task), color=viz.PALETTE["black"], ls=":", lw=1.2, label="chance")
     ax.set(ylim=(-0.03, 1.03), ylabel="accuracy",
            title=f"{title}: one decay per head or per channel, in KDA's layer (seeds: dots; mean: line)")

@@ -439,6 +439,11 @@ def test_lr_sweep_figure_draws_one_budget_and_the_mean_over_seeds():
     assert list(line.get_xdata()) == [1e-3, 3e-3] and list(line.get_ydata()) == [0.25, 0.5]
     dots = sorted(float(y) for collection in ax.collections for y in collection.get_offsets()[:, 1])
     assert dots == [0.0, 0.25, 0.5, 0.75]   # every seed of the 2000-step budget, none of the 4000-step run
+    assert line.get_label() == "KDA"
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    plot_lr_sweep(runs, "mqar16", 64, ax, steps=2000, labels={"kda": "one decay per channel"})
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["one decay per channel"]   # as the chapter names it
     plt.close(fig)
 
 

@@ -422,9 +422,12 @@ def plot_throughput(runs: dict, ax, layers: str = "latest"):
     ax.legend(fontsize=7)
 
 
-def plot_lr_sweep(runs: dict, task: str, d_model: int, ax, *, steps: int, layers: str = "published"):
+def plot_lr_sweep(runs: dict, task: str, d_model: int, ax, *, steps: int, layers: str = "published",
+                  labels: dict | None = None):
     """The evidence of one learning-rate choice: each seed's metric (dots) and their mean (line) at every rate,
-    for the runs of one budget ``steps`` and one generation ``layers`` (never two budgets on one line)."""
+    for the runs of one budget ``steps`` and one generation ``layers`` (never two budgets on one line).
+    ``labels`` names mixers in the legend where a chapter names them otherwise than :data:`LABELS`."""
+    labels = {**LABELS, **(labels or {})}
     sweep = sweep_metrics(runs, task, d_model, layers=layers, steps=steps)
     metric_name = next((r["metric_name"] for r in runs.values() if r["task"] == task), "metric")
     for mixer in _order(sweep):
@@ -434,7 +437,7 @@ def plot_lr_sweep(runs: dict, task: str, d_model: int, ax, *, steps: int, layers
         for lr, finite in rates.items():
             ax.scatter([lr] * len(finite), finite, s=12, color=color, alpha=0.5)
         ax.plot(list(rates), [sum(f) / len(f) for f in rates.values()], marker="o", color=color,
-                label=LABELS.get(mixer, mixer))
+                label=labels.get(mixer, mixer))
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel(metric_name)
