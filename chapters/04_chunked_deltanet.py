@@ -293,7 +293,7 @@ for chunk_size in (1, 3, 4, 5, 16):
     print(f"C={chunk_size:>2}: outputs {agree(o_chunked, o_reference)}, final state {agree(s_chunked, state_reference)}")
 
 # %% [markdown]
-# Chunk sizes that do not divide $T$ work too (the last chunk is shorter). Now the library, in the
+# Chunk sizes that do not divide $L$ work too (the last chunk is shorter). Now the library, in the
 # field's layout and in float32: `k3lite.ops.delta_rule.chunked` against `recurrent`, and against our code.
 
 # %%
@@ -471,7 +471,8 @@ plt.show()
 # %% [markdown] slideshow={"slide_type": "slide"} tags=["reading"]
 # ## 7. What the chunk size costs: time
 #
-# Time `k3lite.ops.delta_rule.chunked` (PyTorch backend) on this CPU for $C$ from 4 up to $T$, and the token
+# (This section names the sequence length $T$, as the code and the benchmark tables do.) Time
+# `k3lite.ops.delta_rule.chunked` (PyTorch backend) on this CPU for $C$ from 4 up to $T$, and the token
 # loop for comparison (it stands in for the smallest chunks, where Python's per-chunk overhead is all there
 # is). The numbers depend on the machine and its load, so this cell's output is not compared by the tests.
 
