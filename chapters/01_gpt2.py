@@ -303,8 +303,8 @@ print(f"formula, {cache.length} tokens x {accounting.gpt2_kv_bytes_per_token(tin
 # ### What the cache saves: compute
 #
 # We count FLOPs, two per multiply-add. Per layer, one token costs $24d^2$ FLOPs in its projections ($4d^2$
-# multiply-adds for query, key, value and output, $8d^2$ for the MLP) plus $4dn$ FLOPs to score and mix the $n$
-# keys it can see (the token at position $n$ has $n$ tokens cached and attends to $n + 1$ keys, its own included;
+# multiply-adds for query, key, value and output, $8d^2$ for the MLP) plus $4d(n+1)$ FLOPs to score and mix the
+# $n + 1$ keys it can see (the token at position $n$ has $n$ tokens cached and attends to them and to itself;
 # `accounting.gpt2_forward_flops(config, new_tokens, past_tokens)` counts it); the logits add $2dV$, where $V$ = 50,257 is the vocabulary size (GPT-2's, from its report). With
 # the cache, the token at position $n$ pays this once; without it, the whole prefix of $n$ tokens is run through
 # the model again. We count that recomputation two ways: as a plain forward pass with logits at every position, as
@@ -327,7 +327,7 @@ plt.show()
 
 # %% [markdown]
 # On the logarithmic axis the recomputation (red) climbs with the position while the cached step (blue) stays
-# nearly flat: with a cache only the $4dn$ attention term grows, and it stays small next to the projections and
+# nearly flat: with a cache only the $4d(n+1)$ attention term grows, and it stays small next to the projections and
 # the logits.
 
 # %%

@@ -11,7 +11,7 @@
 # 1. measure what the cache costs as the context grows;
 # 2. rewrite softmax attention as a weighted average with a *similarity kernel*;
 # 3. pick a kernel that factorises, $\mathrm{sim}(q,k)=\phi(q)^\top\phi(k)$, and re-associate the
-#    product so that the whole history folds into one fixed $D\times D$ matrix;
+#    product so that the whole history folds into one fixed $D\times D$ matrix ($D$ the head dimension);
 # 4. compute the same thing three ways (parallel, recurrent, chunked) and check they agree,
 #    with each other and with `k3lite.ops.linear_attention`;
 # 5. look at what we paid: a kernel that cannot focus as sharply as softmax;
@@ -207,7 +207,8 @@ print(f"two different averages of the same values: mean |softmax - linear| = {ga
 # $$ S_t = S_{t-1} + \phi(k_t)\, v_t^\top, \qquad z_t = z_{t-1} + \phi(k_t), \qquad
 #    o_t = \frac{S_t^\top \phi(q_t)}{z_t^\top \phi(q_t)} . $$
 #
-# Here $D_v$ is the value dimension (equal to $D$ in GPT-2). An RNN whose hidden state is a matrix: this is the
+# Here $D_v$ is the value dimension (equal to $D$ in GPT-2). A recurrent neural network (RNN: a layer that carries a
+# hidden state from one token to the next) whose hidden state is a matrix: this is the
 # recurrent form, and $S$ and $z$ are all a decode step needs.
 
 # %% [markdown]
@@ -310,7 +311,8 @@ for t in (1, 64, 512):
 #
 # Modern linear-attention layers (DeltaNet and its descendants in the next chapters) drop the
 # denominator again, but not the control it gave: they normalise the keys and the layer's output
-# instead (L2-normalised keys, an RMSNorm after the mixer). `k3lite.ops.linear_attention` has both:
+# instead (L2-normalised keys, an RMSNorm after the mixer: each vector divided by its root-mean-square, then
+# scaled by a learned weight). `k3lite.ops.linear_attention` has both:
 # `normalize=True` with `feature_map="elu1"` is the 2020 layer; the defaults are the bare recurrence.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
@@ -466,8 +468,9 @@ print(f"streaming and materialised softmax attention (T={T_check}, tile=16) "
 #
 # The library works in the field's layout: `q, k [B, T, H, K]`, `v [B, T, H, V]`, state `[B, H, K, V]` in
 # float32 (B sequences, T tokens, H heads, K the key width, our $D$, and V the value width), and `scale`
-# multiplying the query features $\phi(q)$, by default $K^{-1/2}$; with `normalize=True` it cancels in the division,
-# and we pass `scale=1.0` so that the unnormalised calls match our code too. With `feature_map="elu1", normalize=True` it is the layer of this
+# multiplying the query features $\phi(q)$, by default $K^{-1/2}$; with `normalize=True` it cancels in the division
+# (we pass `scale=1.0` there all the same), and for the bare, unnormalised recurrence we keep the default and scale
+# our own queries by $K^{-1/2}$ to match. With `feature_map="elu1", normalize=True` it is the layer of this
 # chapter. We compare in float32 on a batch of two sequences with three heads, against our single-head
 # code run head by head.
 
