@@ -6,7 +6,8 @@
 # **mixture of experts**: 896 routed experts of which each token uses 16, plus 2 shared experts every token
 # uses (K3's published configuration). Three K3 details make that work:
 #
-# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss (Wang et al. 2024,
+# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss (an extra term added to
+#    the training loss that penalises uneven expert load, as in the Switch Transformer) (Wang et al. 2024,
 #    [arXiv:2408.15664](https://arxiv.org/abs/2408.15664); DeepSeek-V3, [arXiv:2412.19437](https://arxiv.org/abs/2412.19437), §2.1.2);
 # 2. **latent experts** that run in a space half the model width, which, the article claims, "nearly halves"
 #    their cost (section 2 computes how nearly);
@@ -384,7 +385,7 @@ print(f"k3lite situ_glu = notebook formula (max |Δ| < 1e-5): {gap < 1e-5}")
 # ## 4. The price: SiTU is only cheap when fused
 #
 # On a GPU, an elementwise operation whose arithmetic is cheap is limited by memory traffic, not by arithmetic
-# (chapter 11 measures this). Written as ordinary PyTorch, SiTU-GLU is a
+# (chapter 11 measures this). Written as ordinary PyTorch, run operation by operation ("eager" mode), SiTU-GLU is a
 # chain of small kernels, each reading its inputs from memory and writing its result back. Let us list the
 # operations PyTorch really runs:
 
@@ -463,7 +464,8 @@ print(f"one read and one write each: tanh {tanh_ms:.1f} ms, multiply by 2 {scale
 # {glue:text}`ch08_eager_pass_ratio`× the passes of eager SiLU; if its time ratio on your CPU is larger, the extra
 # time is arithmetic, not traffic. The last line tests that directly: a tanh and a multiplication over the same
 # tensor move the same bytes, so the gap between their times is what computing tanh costs on this CPU. A GPU's
-# special-function units make tanh and the sigmoid cheap (the end of this section), which is why the GPU
+# special-function units (hardware beside each multiprocessor's arithmetic units that evaluates exp, tanh and
+# reciprocals approximately in a few cycles) make tanh and the sigmoid cheap (the end of this section), which is why the GPU
 # measurement below follows the traffic count.
 #
 # `python -m benchmarks.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
@@ -545,7 +547,7 @@ if situ_bench:
 #
 # The wall-clock lines add what the host spends around the kernels: launching them, and in the backward autograd's
 # bookkeeping. Wall minus GPU time measures it. At {glue:text}`ch08_situ_shape` a fused kernel runs for a few
-# hundredths of a millisecond, so that fixed cost is a large share of the fused versions' wall time, and it varies
+# hundredths of a millisecond, so that fixed cost can be a large share of a fused version's wall time, and it varies
 # from kernel to kernel: in the forward it was {glue:text}`ch08_host_us_situ_fused_fwd` µs for fused SiTU and
 # {glue:text}`ch08_host_us_silu_fused_fwd` µs for fused SiLU ({glue:text}`ch08_silu_fused_fwd_wall` ms of wall time
 # for {glue:text}`ch08_silu_fused_fwd_gpu` ms on the GPU). That is why the wall-clock table puts fused SiTU's forward
