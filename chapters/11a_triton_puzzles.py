@@ -191,8 +191,8 @@ ch11a.check_softmax(softmax_kernel);
 # **Spec.** `matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM, BN, BK)`: `c = a @ b` for contiguous float32 `a [M, K]`,
 # `b [K, N]`, `c [M, N]`, on a `(cdiv(M, BM), cdiv(N, BN))` grid, program `(i, j)` owning rows `i·BM …` and
 # columns `j·BN …` of `c`. Element `[r, c]` of a row-major `[R, C]` tensor sits at `r·C + c`. The checker uses
-# 16 × 16 × 16 blocks (on a GPU `tl.dot` needs the shared dimension to be at least 16 and pads smaller tiles; we
-# keep every side at least 16) on `(M, N, K)` of `(20, 24, 40)`,
+# 16 × 16 × 16 blocks (on a GPU `tl.dot` has minimum tile sizes, 16 along the shared dimension for 16-bit inputs;
+# we keep every side at least 16) on `(M, N, K)` of `(20, 24, 40)`,
 # `(16, 16, 16)` and `(33, 17, 5)`. Pass `input_precision="ieee"` to `tl.dot`: on a GPU float32 products
 # otherwise run in TF32, with about three decimal digits.
 
@@ -420,7 +420,7 @@ ch11a.check_delta_step(delta_step_kernel);
 # %% [markdown]
 # Chapter 11's `_decode_step` is this kernel plus a decay of the state before the correction (one factor per head
 # for Gated DeltaNet, one per key channel for KDA), value checks, and int64 offsets for large batches. Its exercise 1
-# gives you the arithmetic and asks for the loads.
+# gives you the arithmetic and asks for the loads and the two stores, with their masks.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Puzzle 7: the causal, decayed scores of one chunk
@@ -527,7 +527,7 @@ ch11a.check_chunk_scores(chunk_scores_kernel);
 # | --- | --- |
 # | 1. masked add | every kernel's offsets and masks; exercise 3 (what breaks without masks) |
 # | 2. row softmax | the reductions `tl.sum(..., axis=0)` of the decode step |
-# | 3. tiled matmul | `tl.dot` in every stage of the chunked pipeline (section 4) |
+# | 3. tiled matmul | `tl.dot` in every stage of the chunked pipeline after stage 1 (section 4) |
 # | 4. chunk-local sums | stage 1, `_chunk_cumsum`; exercise 4 (sums that keep their digits) |
 # | 5. SiLU(gate) · up | the fused SiTU forward (section 3; exercise 2) |
 # | 6. delta-rule step | the fused decode step (section 2; exercise 1 adds the decay) |
