@@ -130,10 +130,12 @@ print(f"K3: {K3.num_layers} layers = {K3.num_macrocycles} cycles x ({K3.layers_p
 glue("ch07_gpt2_mha_bytes", f"{table['GPT-2 small']['mha']:,d}", display=False)
 for name in ("num_layers", "num_macrocycles", "num_kda_layers", "num_mla_layers"):
     glue(f"ch07_k3_{name}", str(getattr(K3, name)), display=False)
+glue("ch07_k3_kda_per_cycle", str(K3.layers_per_cycle - 1), display=False)
 
 # %% [markdown]
 # GPT-2's {glue:text}`ch07_gpt2_mha_bytes` bytes per token is the number from chapter 01. K3 has
-# {glue:text}`ch07_k3_num_layers` layers: {glue:text}`ch07_k3_num_macrocycles` cycles of three KDA layers and one
+# {glue:text}`ch07_k3_num_layers` layers: {glue:text}`ch07_k3_num_macrocycles` cycles of
+# {glue:text}`ch07_k3_kda_per_cycle` KDA layers and one
 # MLA layer, then a final MLA layer, so {glue:text}`ch07_k3_num_kda_layers` KDA and
 # {glue:text}`ch07_k3_num_mla_layers` MLA (chapter 10 builds them). Below: what it would cache had all its layers
 # been MLA, or had its MLA layers been plain MHA. Our MHA baseline, here and in the rest of the chapter, is K3's
@@ -214,7 +216,7 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# With plain MHA the 24 attention layers alone would need {glue:text}`ch07_mha_gib_at_1m` GiB for one 1M-token
+# With plain MHA the {glue:text}`ch07_k3_num_mla_layers` attention layers alone would need {glue:text}`ch07_mha_gib_at_1m` GiB for one 1M-token
 # sequence, more than a tebibyte (1024 GiB). GQA with 8 groups helps {glue:text}`ch07_mha_over_gqa`×, but then 12
 # query heads share each key: heads lose their own view of the past. MLA keeps 96 distinct heads and still
 # caches {glue:text}`ch07_mha_over_mla`× less than MHA. The
