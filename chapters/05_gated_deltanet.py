@@ -1100,14 +1100,15 @@ expect("every published Gated DeltaNet switch run has a layer with mean retentio
 # %% tags=["plumbing"]
 from k3lite.bakeoff.plots import sweep_metrics
 
-twoscale_sweep = sweep_metrics(bakeoff_runs, "twoscale", 64, steps=GRID_STEPS)
-glue("ch05_twoscale_in_kda_layer", cell_success(published_cells, "twoscale", GDN_IN_KDA_LAYER), display=False)
-glue("ch05_twoscale_gdn_best", f"{max(a for s in twoscale_sweep['gated_delta_rule'].values() for a in s):.2f}",
-     display=False)
-expect("two time scales: Gated DeltaNet's own layer has no final cell (every rate at chance)",
-       ("twoscale", 64, "gated_delta_rule") not in published_cells)
-expect("while its recurrence inside KDA's layer learns the task on most seeds",
-       success_rate(cell_metrics(published_cells, "twoscale", GDN_IN_KDA_LAYER)).rate > 0.5)
+for task in ("twoscale", "rebind"):
+    task_sweep = sweep_metrics(bakeoff_runs, task, 64, steps=GRID_STEPS)
+    glue(f"ch05_{task}_in_kda_layer", cell_success(published_cells, task, GDN_IN_KDA_LAYER), display=False)
+    glue(f"ch05_{task}_gdn_best", f"{max(a for s in task_sweep['gated_delta_rule'].values() for a in s):.2f}",
+         display=False)
+    expect(f"{task}: Gated DeltaNet's own layer has no final cell (every rate at chance)",
+           (task, 64, "gated_delta_rule") not in published_cells)
+    expect(f"{task}: while its recurrence inside KDA's layer learns the task on most seeds",
+           success_rate(cell_metrics(published_cells, task, GDN_IN_KDA_LAYER)).rate > 0.5)
 
 # %% [markdown]
 # At this scale (width 64, four layers, {glue:text}`ch05_grid_steps` steps) the published layer's SiLU output gate
@@ -1115,8 +1116,9 @@ expect("while its recurrence inside KDA's layer learns the task on most seeds",
 # and KDA, and the longer runs succeed only where they had already succeeded within the grid's budget. The decay's
 # start may add to it (the $A = 1$ runs learn more often, but not yet by the test). Chapter 06 tests the layer
 # around the recurrence a second way: Gated DeltaNet's recurrence inside KDA's layer learns chapter 06's
-# two-timescale task on {glue:text}`ch05_twoscale_in_kda_layer` seeds, where Gated DeltaNet's own layer stayed at
-# chance at every rate (best seed {glue:text}`ch05_twoscale_gdn_best`).
+# two-timescale task on {glue:text}`ch05_twoscale_in_kda_layer` seeds and rebinding on
+# {glue:text}`ch05_rebind_in_kda_layer`, where Gated DeltaNet's own layer stayed at chance at every rate (best seed
+# {glue:text}`ch05_twoscale_gdn_best` and {glue:text}`ch05_rebind_gdn_best`).
 #
 # Why a SiLU gate hurts here is a hypothesis, not a measurement: at initialisation it scales the recurrence's output
 # and its gradient down and flips the sign of about half the channels. Two deliberate differences from the published

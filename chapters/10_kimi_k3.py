@@ -1099,9 +1099,10 @@ softmax_vs_kda_rebind = verdict("rebind", "kda", "softmax")
 softmax_vs_hybrid_rebind = verdict("rebind", "k3_hybrid", "softmax")
 glue("ch10_softmax_vs_hybrid_rebind", softmax_vs_hybrid_rebind, display=False)
 glue("ch10_rebind_kda_published", cell_success(published_cells, "rebind", "kda"), display=False)
-expect("as published, rebinding has a final cell for KDA but not yet for softmax attention or the hybrid",
-       ("rebind", 64, "kda") in published_cells
-       and not {("rebind", 64, "softmax"), ("rebind", 64, "k3_hybrid")} & set(published_cells))
+rebind_published_seeds = max(len(cell_metrics(published_cells, "rebind", m)) for m in ("softmax", "k3_hybrid"))
+glue("ch10_rebind_published_seeds", str(rebind_published_seeds), display=False)
+expect("as published, rebinding has a final cell of 5 seeds or more for KDA, fewer for softmax attention and the hybrid",
+       len(cell_metrics(published_cells, "rebind", "kda")) >= 5 and rebind_published_seeds < 5)
 # Every (task, width) where both were trained: the synthetic tasks at d 64, MQAR at d 128 and the language model.
 hybrid_vs_kda_all = {(task, d): verdict(task, "kda", "k3_hybrid", d)
                      for (task, d, mixer) in sorted(bakeoff_cells) if mixer == "kda" and (task, d, "k3_hybrid") in bakeoff_cells}
@@ -1158,8 +1159,8 @@ plt.show()
 
 # %% [markdown]
 # As published, rebinding has a finished cell for pure KDA only ({glue:text}`ch10_rebind_kda_published` seeds
-# succeed); softmax attention and the hybrid have rebinding runs only in the earlier grid, so the comparison reads
-# that grid. What the stored runs say (the KDA and hybrid columns with the saturated gate of the caveat above):
+# succeed); softmax attention and the hybrid have their rate chosen but no more than
+# {glue:text}`ch10_rebind_published_seeds` seeds at it yet, so the comparison reads the earlier grid. What the stored runs say (the KDA and hybrid columns with the saturated gate of the caveat above):
 #
 # * **Full attention is best or tied on every task in the stored runs** ({glue:text}`ch10_bakeoff_seeds` seeds or more per cell
 #   above; by the rule, no mixer beats it in any of the {glue:text}`ch10_cells_compared` stored comparisons, MQAR at
@@ -1342,7 +1343,8 @@ published_hard_value = ("MQAR-64 as published, success: " + ", ".join(
 softmax_won_published = ("does not hold at toy scale: as published, " + "; ".join(
     f"{task}, d 64, {published_verdict('softmax', m, task)}" for task, won in softmax_wins.items() for m in won)
     + "; no call by success counts on " + ", ".join(task for task, won in softmax_wins.items() if not won)
-    + "; rebinding as published: softmax and the hybrid not yet trained; at the published scale not checkable here"
+    + "; rebinding as published: softmax and the hybrid have only their sweep's seeds so far; at the published "
+    "scale not checkable here"
     if any(softmax_wins.values()) else "")
 hybrid_kda_value = ("as published, success: " + "; ".join(
     f"{task}: " + ", ".join(f"{name} {cell_success(published_cells, task, m)}"
@@ -1725,8 +1727,8 @@ print(f"K3-shaped layers, 1M tokens, 40 GiB: at most "
 #   three learn on (nearly) every seed, and the hybrid is not separated from pure KDA anywhere. The hybrid's one win
 #   in the earlier grid (two time scales, gates that began saturated, half the steps) is gone with a working gate
 #   and twice the steps.
-#   Rebinding (for softmax attention and the hybrid) and the language model have only earlier-grid runs; what a
-#   working gate changes there waits for their re-run.
+#   Rebinding (softmax attention and the hybrid, as published, have only their sweep so far) and the language model
+#   rest on earlier-grid runs; what a working gate changes there waits for their seeds.
 #
 # The course ends where the article does: a fixed-size memory needs a way to forget (gates, decay), and
 # a way to look things up exactly (attention over tokens, over depth). K3 is one careful answer to both.
