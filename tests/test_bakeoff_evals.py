@@ -202,6 +202,25 @@ def test_plot_cell_draws_only_the_generation_it_is_asked_for(tmp_path):
     assert points["latest"] == {4: 0.9, 8: 0.5}            # a cell's published runs replace its earlier ones
 
 
+def test_plot_cell_draws_the_cells_the_stored_choices_give(tmp_path):
+    from k3lite.bakeoff.plots import plot_cell
+
+    path = tmp_path / "s.json"
+    args = cli.parser().parse_args(["--tasks", "mqar4", "--mixers", "kda", "--d-models", "16", "--steps", "100",
+                                    "--batch-size", "64", "--vocab", "512", "--lrs", "1e-3,3e-3,1e-2"])
+    cli.check_args(args)
+    runs = {}
+    for spec in cli.sweep_specs(args):      # a sweep at chance at every rate: a finding, and no final cell
+        record = _record("mqar4", "kda", spec.lr, spec.seed, 0.26, phase="lr")
+        record.update(spec.__dict__, key=spec.key())
+        runs[spec.key()] = record
+    earlier = [_record("mqar8", "kda", 3e-3, seed, 0.5, evaluations=False) for seed in range(2)]
+    runs.update({r["key"]: r for r in earlier})
+    store.save(path, runs, choices=cli.lr_choices(args, runs))
+    xs, ys = plot_cell("mqar", path=path).lines[0].get_data()
+    assert {int(x): y for x, y in zip(xs, ys)} == {8: 0.5}      # without the choices, mqar4 would draw 0.26
+
+
 def test_table_compares_speed_with_sdpa_only_on_the_same_device(tmp_path, capsys):
     def on(device, record):
         return {**record, "provenance": {"device_name": device}}

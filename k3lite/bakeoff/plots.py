@@ -314,11 +314,13 @@ def _metric(record, name):
 def plot_cell(task: str, d_model: int | None = None, path="figures/bakeoff.json", ax=None, metric: str | None = None,
               mixers=None, layers: str = "latest"):
     """One stored cell: ``task="mqar"`` draws recall against the number of pairs (one line per mixer),
-    any other task one bar per mixer (``mixers``: only these). ``layers`` as in :func:`final_cells`: a chapter
-    that quotes one generation of runs draws that generation only. Returns the matplotlib axes."""
+    any other task one bar per mixer (``mixers``: only these). The cells are :func:`final_cells` with the
+    store's rate choices, so a figure draws the cells its chapter's tables print. ``layers`` as in
+    :func:`final_cells`: a chapter that quotes one generation of runs draws that generation only. Returns the
+    matplotlib axes."""
     import matplotlib.pyplot as plt
 
-    cells = final_cells(store.load(path), layers=layers)
+    cells = final_cells(store.load(path), store.load_choices(path), layers=layers)
     if ax is None:
         _, ax = _figure(plt)
     if task == "mqar":
