@@ -416,7 +416,7 @@ for name, errors in position_error.items():
 # %% [markdown] tags=["notes"]
 # This is the one place in the chapter where trained models speak. Say what the task is (latest value of
 # a re-bound key), say the rule for "better" before showing any number, then read the bars left to right:
-# accumulate fails, overwrite works, and softmax attention still keeps an edge.
+# accumulate fails, overwrite works, and softmax attention, which keeps every token, does no better than DeltaNet.
 
 # %% tags=["plumbing"]
 from k3lite.bakeoff import store
@@ -452,19 +452,28 @@ glue("ch03_rebind_seeds", str(min(len(accuracies("rebind", m)) for m in REBIND_M
 glue("ch03_rebind_steps", str(setup["steps"]), display=False)
 glue("ch03_rebind_keys", str(REBIND_KEYS), display=False)
 glue("ch03_rebind_chance", f"1/{REBIND_KEYS} = {chance('rebind'):.3f}", display=False)
-expect("every rebinding cell has at least 3 seeds", min(len(accuracies("rebind", m)) for m in REBIND_MIXERS) >= 3)
-expect("by the rule, DeltaNet beats linear attention on rebinding",
-       verdict("rebind", "linear_attention", "delta_rule") == "DeltaNet beats linear attention")
 from k3lite.bakeoff.stats import fisher_exact
+from k3lite.bakeoff.tasks import at_chance
 
-n_linear, n_delta = len(accuracies("rebind", "linear_attention")), len(accuracies("rebind", "delta_rule"))
+linear_seeds = accuracies("rebind", "linear_attention")
+off_chance = sum(not at_chance(a, chance("rebind")) for a in linear_seeds)
+glue("ch03_linear_off_chance", f"{off_chance} of {len(linear_seeds)}", display=False)
+glue("ch03_linear_best", f"{max(linear_seeds):.2f}", display=False)
+n_linear, n_delta = len(linear_seeds), len(accuracies("rebind", "delta_rule"))
 glue("ch03_min_p", f"{fisher_exact(0, n_linear, n_delta, n_delta):.2g}", display=False)
 glue("ch03_seed_pair", f"{n_linear} against {n_delta}", display=False)
-seeds_needed = next(n for n in range(2, 20) if fisher_exact(0, n, n, n) < 0.05)
-glue("ch03_seeds_needed", str(seeds_needed), display=False)
-expect("the success counts are as lopsided as they can be, and the success test still makes no call",
-       success_rule_verdict(bakeoff_cells, "rebind", "linear_attention", "delta_rule").startswith(
-           f"no call (0/{n_linear} vs {n_delta}/{n_delta}"))
+glue("ch03_min_p_three", f"{fisher_exact(0, 3, 3, 3):.2g}", display=False)
+print(f"linear attention: {off_chance} of {n_linear} seeds leave chance, the best reaches {max(linear_seeds):.2f}")
+expect("every rebinding cell has at least 5 seeds", min(len(accuracies("rebind", m)) for m in REBIND_MIXERS) >= 5)
+expect("both rules: DeltaNet beats linear attention on rebinding",
+       verdict("rebind", "linear_attention", "delta_rule") == "DeltaNet beats linear attention"
+       and success_rule_verdict(bakeoff_cells, "rebind", "linear_attention", "delta_rule").startswith("DeltaNet beats"))
+expect("no linear-attention seed succeeds, and most leave chance",
+       max(linear_seeds) < 0.9 and off_chance > len(linear_seeds) / 2)
+expect("with 3 seeds a side even 0/3 against 3/3 is no call at p < 0.05", fisher_exact(0, 3, 3, 3) >= 0.05)
+expect("neither rule separates DeltaNet from softmax attention on rebinding",
+       verdict("rebind", "delta_rule", "softmax").startswith("no call")
+       and success_rule_verdict(bakeoff_cells, "rebind", "delta_rule", "softmax").startswith("no call"))
 
 # %% tags=["plumbing"]
 fig, ax = plt.subplots(figsize=(7.0, 4.2))
@@ -477,19 +486,20 @@ plt.show()
 # {glue:text}`ch03_rebind_steps` steps):
 #
 # * **Accumulating fails, overwriting works.** Linear attention reaches {glue:text}`ch03_rebind_linear_attention`
-#   (mean ± std over seeds), no better than chance ({glue:text}`ch03_rebind_chance`): it never learns to return the
-#   latest value. DeltaNet, the same model with the
-#   delta write, reaches {glue:text}`ch03_rebind_delta_rule`. The means rule's call:
+#   (mean ± std over seeds). It learns part of the task on some seeds ({glue:text}`ch03_linear_off_chance` leave
+#   chance, {glue:text}`ch03_rebind_chance`), but no seed gets near success: the best reaches
+#   {glue:text}`ch03_linear_best`. DeltaNet, the same model with the delta write, reaches
+#   {glue:text}`ch03_rebind_delta_rule`, every seed above 0.9. The means rule's call:
 #   *{glue:text}`ch03_verdict_linear_attention_delta_rule`*. The success test:
-#   *{glue:text}`ch03_success_linear_attention_delta_rule`*: every DeltaNet seed succeeds and no linear-attention
-#   seed does, yet with this few seeds even the most lopsided count cannot reach p < 0.05 (the smallest p for
-#   {glue:text}`ch03_seed_pair` is {glue:text}`ch03_min_p`; it takes {glue:text}`ch03_seeds_needed` seeds a side).
+#   *{glue:text}`ch03_success_linear_attention_delta_rule`*. The number of seeds is what makes the second call
+#   possible: with 3 seeds a side even the most lopsided count, 0/3 against 3/3, gives p =
+#   {glue:text}`ch03_min_p_three`, above 0.05; with {glue:text}`ch03_seed_pair` it gives {glue:text}`ch03_min_p`.
 #   This is section 2's overwrite test, passed by a model that had to learn its own keys and write strengths.
 # * **Softmax attention** ({glue:text}`ch03_rebind_softmax`; SDPA is PyTorch's fused
 #   `scaled_dot_product_attention`) keeps every token; against DeltaNet the means rule
 #   says *{glue:text}`ch03_verdict_delta_rule_softmax`*, and the success test
-#   *{glue:text}`ch03_success_delta_rule_softmax`*. A fixed-size memory pays something even when it overwrites,
-#   in accuracy, though not in how often a seed learns the task.
+#   *{glue:text}`ch03_success_delta_rule_softmax`*. On this task, at this width, a fixed-size memory that
+#   overwrites gives up nothing measurable against keeping every token.
 #
 # Chapters 05 and 06 come back to this task with the mixers that add forgetting.
 
