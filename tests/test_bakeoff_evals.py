@@ -214,11 +214,13 @@ def test_plot_cell_draws_the_cells_the_stored_choices_give(tmp_path):
         record = _record("mqar4", "kda", spec.lr, spec.seed, 0.26, phase="lr")
         record.update(spec.__dict__, key=spec.key())
         runs[spec.key()] = record
-    earlier = [_record("mqar8", "kda", 3e-3, seed, 0.5, evaluations=False) for seed in range(2)]
+    earlier = [_record(task, "delta_rule", 3e-3, seed, 0.5, evaluations=False) for task in ("mqar4", "mqar8")
+               for seed in range(2)]
     runs.update({r["key"]: r for r in earlier})
     store.save(path, runs, choices=cli.lr_choices(args, runs))
-    xs, ys = plot_cell("mqar", path=path).lines[0].get_data()
-    assert {int(x): y for x, y in zip(xs, ys)} == {8: 0.5}      # without the choices, mqar4 would draw 0.26
+    drawn = {bars.get_label(): {int(x): y for x, y in zip(*bars.lines[0].get_data())}
+             for bars in plot_cell("mqar", path=path).containers}
+    assert drawn == {"DeltaNet": {4: 0.5, 8: 0.5}}       # without the choices, KDA would draw its sweep's 0.26
 
 
 def test_table_compares_speed_with_sdpa_only_on_the_same_device(tmp_path, capsys):

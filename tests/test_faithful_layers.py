@@ -361,6 +361,11 @@ def test_a_published_cell_is_final_only_at_the_rate_its_familys_sweep_chose():
     assert {r["lr"] for r in cells["mqar32", 64, "kda"]} == {3e-3}   # MQAR-32 takes MQAR-16's rate
     hopeless = final_cells(runs, {**other, **choice("kda", None)})
     assert ("mqar16", 64, "kda") not in hopeless   # a sweep all at chance displaces the earlier cell too
+    only_earlier = {r["key"]: r for r in (record("mqar64", 3e-3, s, 0.5, published=False) for s in range(3))}
+    runs.update(only_earlier)                        # a family task where the seeds phase never ran
+    assert ("mqar64", 64, "kda") not in final_cells(runs, {**other, **choice("kda", None)})
+    assert ("mqar64", 64, "kda") in final_cells(runs, {**other, **choice("kda", None)}, layers="earlier")
+    assert ("mqar64", 64, "kda") in final_cells(runs, {**other, **choice("kda", 3e-3)})   # earlier, until seeds
 
 
 def test_sweep_metrics_lists_each_rates_seeds_in_order():

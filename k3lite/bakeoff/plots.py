@@ -58,7 +58,8 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
 
     ``layers``: ``"published"`` takes only the runs of the layers as published, ``"earlier"`` only the runs made
     before (:func:`published_layer`), ``"latest"`` both, where a cell's published-layer runs replace its earlier
-    ones once they hold as many seeds at one rate (or their sweep stayed all at chance): a grid still being
+    ones once they hold as many seeds at one rate (or their family's sweep stayed all at chance, which also
+    removes the earlier cells of the family's other tasks, where no seeds were run): a grid still being
     trained, one sweep seed per rate, does not displace a finished earlier cell. Runs are grouped by learning
     rate and set-up (steps, vocabulary, layers, heads, batch, sequence length); the group with the most seeds
     wins (the seeds phase runs at the chosen rate), and among equals the best mean metric. With ``choices``
@@ -84,8 +85,8 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
         sweep = (family(cell[0]),) + cell[1:]
         current = [r for r in records if published_layer(r)]
         earlier = [r for r in records if not published_layer(r)]
-        if current and sweep in hopeless:   # the published sweep is the finding, and it displaces earlier runs
-            continue
+        if sweep in hopeless and (current or layers == "latest"):
+            continue   # the published sweep is the finding, for every task of its family: earlier runs give way
         if choices:   # a stored choice was made from the published sweep: it picks among its runs only
             current = [r for r in current if r["lr"] == chosen.get(sweep)]
         if current and earlier and (
