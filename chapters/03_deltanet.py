@@ -468,6 +468,7 @@ expect("every rebinding cell has at least 5 seeds", min(len(accuracies("rebind",
 expect("both rules: DeltaNet beats linear attention on rebinding",
        verdict("rebind", "linear_attention", "delta_rule") == "DeltaNet beats linear attention"
        and success_rule_verdict(bakeoff_cells, "rebind", "linear_attention", "delta_rule").startswith("DeltaNet beats"))
+expect("every DeltaNet seed is above 0.9", min(accuracies("rebind", "delta_rule")) > 0.9)
 expect("no linear-attention seed succeeds, and most leave chance",
        max(linear_seeds) < 0.9 and off_chance > len(linear_seeds) / 2)
 expect("with 3 seeds a side even 0/3 against 3/3 is no call at p < 0.05", fisher_exact(0, 3, 3, 3) >= 0.05)

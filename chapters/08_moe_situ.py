@@ -6,9 +6,10 @@
 # **mixture of experts**: 896 routed experts of which each token uses 16, plus 2 shared experts every token
 # uses (K3's published configuration). Three K3 details make that work:
 #
-# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss (an extra term added to
-#    the training loss that penalises uneven expert load, as in the Switch Transformer) (Wang et al. 2024,
-#    [arXiv:2408.15664](https://arxiv.org/abs/2408.15664); DeepSeek-V3, [arXiv:2412.19437](https://arxiv.org/abs/2412.19437), §2.1.2);
+# 1. **routing** with sigmoid scores and a load-balancing bias instead of an auxiliary loss (Wang et al. 2024,
+#    [arXiv:2408.15664](https://arxiv.org/abs/2408.15664); DeepSeek-V3, [arXiv:2412.19437](https://arxiv.org/abs/2412.19437), §2.1.2).
+#    An auxiliary loss is an extra term in the training loss that penalises uneven expert load, as in the Switch
+#    Transformer (Fedus, Zoph and Shazeer 2021, [arXiv:2101.03961](https://arxiv.org/abs/2101.03961), §2.2);
 # 2. **latent experts** that run in a space half the model width, which, the article claims, "nearly halves"
 #    their cost (section 2 computes how nearly);
 # 3. **SiTU**, a bounded replacement for SiLU in the gated MLP, which is only cheap when fused.

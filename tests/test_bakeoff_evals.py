@@ -135,8 +135,8 @@ def test_table_prints_success_rates_intervals_and_steps_to_learn_and_reads_old_r
     assert "kda beats gated_delta_rule (4/5 vs 0/5, Fisher p = 0.0476)" in contrast   # the winner's count first
 
 
-def test_choices_are_stored_with_their_evidence_and_an_all_at_chance_cell_has_no_final_cell(tmp_path, capsys):
-    path = tmp_path / "c.json"
+def _kda_sweep_at_chance():
+    """The arguments of a three-rate KDA sweep on mqar4, and its runs, every one at chance (0.26)."""
     args = cli.parser().parse_args(["--tasks", "mqar4", "--mixers", "kda", "--d-models", "16", "--steps", "100",
                                     "--batch-size", "64", "--vocab", "512", "--lrs", "1e-3,3e-3,1e-2"])
     cli.check_args(args)
@@ -145,6 +145,12 @@ def test_choices_are_stored_with_their_evidence_and_an_all_at_chance_cell_has_no
         record = _record("mqar4", "kda", spec.lr, spec.seed, 0.26, phase="lr")
         record.update(spec.__dict__, key=spec.key())
         runs[spec.key()] = record
+    return args, runs
+
+
+def test_choices_are_stored_with_their_evidence_and_an_all_at_chance_cell_has_no_final_cell(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    args, runs = _kda_sweep_at_chance()
     choices = cli.lr_choices(args, runs)
     (choice,) = choices.values()
     assert choice["verdict"] == "all at chance" and choice["choice"] is None
@@ -206,14 +212,7 @@ def test_plot_cell_draws_the_cells_the_stored_choices_give(tmp_path):
     from k3lite.bakeoff.plots import plot_cell
 
     path = tmp_path / "s.json"
-    args = cli.parser().parse_args(["--tasks", "mqar4", "--mixers", "kda", "--d-models", "16", "--steps", "100",
-                                    "--batch-size", "64", "--vocab", "512", "--lrs", "1e-3,3e-3,1e-2"])
-    cli.check_args(args)
-    runs = {}
-    for spec in cli.sweep_specs(args):      # a sweep at chance at every rate: a finding, and no final cell
-        record = _record("mqar4", "kda", spec.lr, spec.seed, 0.26, phase="lr")
-        record.update(spec.__dict__, key=spec.key())
-        runs[spec.key()] = record
+    args, runs = _kda_sweep_at_chance()      # a sweep at chance at every rate: a finding, and no final cell
     earlier = [_record(task, "delta_rule", 3e-3, seed, 0.5, evaluations=False) for task in ("mqar4", "mqar8")
                for seed in range(2)]
     runs.update({r["key"]: r for r in earlier})
