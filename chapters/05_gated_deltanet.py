@@ -781,7 +781,7 @@ published_setup = published_cells["mqar16", 64, "delta_rule"][0]
 GRID_STEPS = published_setup["steps"]                                         # the grid's budget (longer runs below)
 print(run_setup(published_setup))
 print("sweep: accuracy of seeds 0 and 1 at each rate; final cell: every seed run at the chosen rate")
-sweep = print_sweep_table(bakeoff_runs, published_cells, "mqar16", GRID_MIXERS, steps=GRID_STEPS,
+sweep = print_sweep_table(bakeoff_runs, published_cells, "mqar16", GRID_MIXERS, steps=GRID_STEPS, choices=choices,
                           sweep_seeds=SWEEP_SEEDS)   # mixer -> {rate: each seed's accuracy}
 gdn_sweep = [a for seeds in sweep["gated_delta_rule"].values() for a in seeds[:SWEEP_SEEDS]]
 deltanet = [r["metric"] for r in published_cells["mqar16", 64, "delta_rule"]]
@@ -1055,7 +1055,7 @@ switch_final = {m: [r["metric"] for r in published_cells["switch", 64, m]] for m
 print("switch, width 64, as published")
 print("sweep: accuracy of seeds 0 and 1 at each rate; final cell: every seed run at the chosen rate")
 switch_sweep = print_sweep_table(bakeoff_runs, published_cells, "switch", SWITCH_MIXERS, steps=GRID_STEPS,
-                                 sweep_seeds=SWEEP_SEEDS)
+                                 choices=choices, sweep_seeds=SWEEP_SEEDS)
 switch_runs = {key: r for key, r in bakeoff_runs.items() if r["task"] == "switch"}
 switch_gdn = [min(layers) for layers in trained_retention(switch_runs, layers="published")[("gated_delta_rule", 64)]]
 stuck_sweep = sum(a < 0.6 for seeds in switch_sweep["gated_delta_rule"].values() for a in seeds[:SWEEP_SEEDS])

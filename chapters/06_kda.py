@@ -711,7 +711,8 @@ from k3lite.bakeoff.tasks import at_chance, chance
 BAKEOFF = viz.FIGURES_DIR / "bakeoff.json"
 bakeoff_runs = store.load(BAKEOFF)                # every stored run, by key
 # (task, d, mixer) -> the runs of the layers as published, at the rate each cell's sweep chose
-published_cells = final_cells(bakeoff_runs, store.load_choices(BAKEOFF), layers="published")
+choices = store.load_choices(BAKEOFF)   # each learning-rate sweep's choice, with its verdict
+published_cells = final_cells(bakeoff_runs, choices, layers="published")
 MIXERS = ("softmax", "linear_attention", "delta_rule", "gated_delta_rule", "kda", "k3_hybrid")
 
 # %% [markdown]
@@ -768,7 +769,8 @@ GRID_BUDGET = published_cells["mqar16", 64, "kda"][0]["steps"]
 twoscale_chance = chance("twoscale")
 print(f"two time scales, width 64, as published (chance {twoscale_chance:.3f})")
 print("sweep: accuracy of seeds 0 and 1 at each rate; final cell: every seed run at the chosen rate")
-twoscale_sweep = print_sweep_table(bakeoff_runs, published_cells, "twoscale", TWOSCALE_MIXERS, steps=GRID_BUDGET)
+twoscale_sweep = print_sweep_table(bakeoff_runs, published_cells, "twoscale", TWOSCALE_MIXERS, steps=GRID_BUDGET,
+                                   choices=choices)
 for mixer in TWOSCALE_MIXERS:
     if ("twoscale", 64, mixer) in published_cells:
         glue(f"ch06_twoscale_pub_{mixer}", cell_summary(published_cells, "twoscale", mixer), display=False)
@@ -887,7 +889,8 @@ rates_at_chance = {}
 for task in SAME_LAYER_TASKS:
     print(f"\n{task}")
     task_sweep = print_sweep_table(bakeoff_runs, published_cells, task, [m for m, *_ in SAME_LAYER],
-                                   steps=GRID_BUDGET, sweep_seeds=None, labels={m: shape for m, shape, _ in SAME_LAYER})
+                                   steps=GRID_BUDGET, choices=choices, sweep_seeds=None,
+                                   labels={m: shape for m, shape, _ in SAME_LAYER})
     for mixer, _, tag in SAME_LAYER:
         by_rate = task_sweep[mixer]
         rates_at_chance[task, tag] = sum(at_chance(sum(a) / len(a), chance(task)) for a in by_rate.values())

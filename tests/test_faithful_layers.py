@@ -413,16 +413,28 @@ def test_sweep_table_tells_a_cell_at_chance_from_an_unfinished_sweep(capsys):
     records += [record("delta_rule", lr, seed, 0.02) for lr in (1e-3, 3e-3) for seed in (0, 1)]
     records += [record("softmax", 1e-3, 0, 0.9)]
     records += [record("delta_rule", 3e-3, 2, 0.99)]   # a later seed: not what the rate choice was made from
+    records += [record("kda_state_decay", lr, seed, 0.02) for lr in (1e-3, 3e-3) for seed in (0, 1)]
     runs = {r["key"]: r for r in records}
     cells = {("mqar16", 64, "kda"): [r for r in records if r["mixer"] == "kda" and r["lr"] == 3e-3]}
-    sweep = print_sweep_table(runs, cells, "mqar16", ("kda", "delta_rule", "softmax"), steps=2000)
+
+    def choice(mixer, verdict, lr):
+        return {"source_task": "mqar16", "d_model": 64, "mixer": mixer, "verdict": verdict, "choice": lr}
+
+    # the verdict is the stored choice's: a sweep at chance whose choice is not stored yet is not a finding
+    choices = {"a": choice("kda", "chosen", 3e-3), "b": choice("delta_rule", "all at chance", None)}
+    sweep = print_sweep_table(runs, cells, "mqar16", ("kda", "delta_rule", "softmax", "kda_state_decay"),
+                              steps=2000, choices=choices)
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert sweep["kda"] == {1e-3: [0.5, 0.6], 3e-3: [0.95, 0.97, 0.99]}
     assert "0.95 0.97 " in rows["KDA"] and "0.99" not in rows["KDA"].split("   lr 0.003")[0]   # two sweep seeds
     assert "lr 0.003: 3/3" in rows["KDA"] and "mean 0.970 ± 0.020" in rows["KDA"]
     assert rows["DeltaNet"].endswith("every rate at chance: no final cell")
     assert rows["softmax"].endswith("no final cell yet")
-    print_sweep_table(runs, cells, "mqar16", ("kda",), steps=2000, sweep_seeds=None, labels={"kda": "per channel"})
+    assert rows["kda_state_decay"].endswith("no final cell yet")
+    print_sweep_table(runs, cells, "mqar32", ("delta_rule",), steps=2000, choices=choices)   # MQAR-16's sweep decides
+    assert capsys.readouterr().out.splitlines()[1].endswith("every rate at chance: no final cell")
+    print_sweep_table(runs, cells, "mqar16", ("kda",), steps=2000, choices=choices, sweep_seeds=None,
+                      labels={"kda": "per channel"})
     assert "0.95 0.97 0.99" in capsys.readouterr().out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from k3lite.bakeoff import store
 from k3lite.bakeoff.models import BUILTIN
 from k3lite.bakeoff.stats import beats, beats_paired, success_rate, success_verdict, summarize
-from k3lite.bakeoff.tasks import PROBE_ALPHABET, at_chance, chance, family
+from k3lite.bakeoff.tasks import PROBE_ALPHABET, family
 from k3lite.ops import RECURRENT_KINDS
 
 GDN_IN_KDA_LAYER = "k3lite.bakeoff.variants:gated_delta_rule_in_kda_layer"
@@ -188,11 +188,23 @@ def cell_summary(cells: dict, task: str, mixer: str, d_model: int = 64) -> str:
     return f"{stats.mean:.3f}" + (f" ± {stats.std:.3f}" if stats.n > 1 else " (one seed)")
 
 
-def print_sweep_table(runs: dict, cells: dict, task: str, mixers, *, steps: int, d_model: int = 64,
+def sweep_verdict(choices: dict, task: str, mixer: str, d_model: int = 64) -> str | None:
+    """The stored verdict ("chosen", "only rate", "all at chance") of the learning-rate sweep that decides
+    ``task``'s rate for ``mixer`` at ``d_model`` (its family's sweep: every MQAR task takes MQAR-16's); None while
+    no choice is stored. ``choices``: ``store.load_choices``."""
+    for choice in choices.values():
+        if (family(choice["source_task"]), choice["d_model"], choice["mixer"]) == (family(task), d_model, mixer):
+            return choice.get("verdict")
+    return None
+
+
+def print_sweep_table(runs: dict, cells: dict, task: str, mixers, *, steps: int, choices: dict, d_model: int = 64,
                       sweep_seeds: int | None = 2, labels: dict | None = None) -> dict[str, dict[float, list]]:
     """One row per mixer: the accuracy of each sweep seed at each learning rate (``sweep_seeds=None``: every
     stored seed), then its final cell (the chosen rate, the success rate with its 95 % Wilson interval, mean ± std
-    over every seed). Returns the sweep (:func:`sweep_metrics`) it printed."""
+    over every seed), or, without one, the stored rate choice's verdict (``choices``: ``store.load_choices``):
+    "every rate at chance" only where the sweep's choice says so. Returns the sweep (:func:`sweep_metrics`) it
+    printed."""
     sweep = sweep_metrics(runs, task, d_model, steps=steps)
     labels = {**LABELS, **(labels or {})}
     rates = sorted({lr for mixer in mixers for lr in sweep.get(mixer, {})})
@@ -203,12 +215,10 @@ def print_sweep_table(runs: dict, cells: dict, task: str, mixers, *, steps: int,
     print(f"{'mixer':<{name}}" + "".join(f"{f'lr {lr:g}':>{w}}" for lr, w in zip(rates, widths)) + "   final cell")
     for mixer in mixers:
         cell = cells.get((task, d_model, mixer))
-        means = [summarize([a for a in seeds[:sweep_seeds] if a is not None] or [float("nan")]).mean
-                 for seeds in sweep.get(mixer, {}).values()]   # what the rate choice was made from
         if cell:
             final = (f"lr {cell[0]['lr']:g}: {cell_success(cells, task, mixer, d_model)} succeed, "
                      f"mean {cell_summary(cells, task, mixer, d_model)}")
-        elif means and all(at_chance(mean, chance(task)) for mean in means):
+        elif sweep_verdict(choices, task, mixer, d_model) == "all at chance":
             final = "every rate at chance: no final cell"
         else:
             final = "no final cell yet"
