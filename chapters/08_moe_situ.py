@@ -465,9 +465,10 @@ print(f"one read and one write each: tanh {tanh_ms:.1f} ms, multiply by 2 {scale
 # {glue:text}`ch08_eager_pass_ratio`× the passes of eager SiLU; if its time ratio on your CPU is larger, the extra
 # time is arithmetic, not traffic. The last line tests that directly: a tanh and a multiplication over the same
 # tensor move the same bytes, so the gap between their times is what computing tanh costs on this CPU. A GPU's
-# special-function units (hardware beside each multiprocessor's arithmetic units that evaluates exp, tanh and
-# reciprocals approximately in a few cycles) make tanh and the sigmoid cheap (the end of this section), which is why the GPU
-# measurement below follows the traffic count.
+# special-function units (hardware beside each multiprocessor's multiply-add units that evaluates exponentials,
+# reciprocals and tanh approximately, as single instructions: NVIDIA's CUDA C++ Programming Guide, "Arithmetic
+# Instructions", and PTX ISA, `ex2.approx`, `rcp.approx`, `tanh.approx`) make tanh and the sigmoid cheap (the end of
+# this section), which is why the GPU measurement below follows the traffic count.
 #
 # `python -m benchmarks.bench` measures the four versions on one H200 in bf16 (fused SiTU is the Triton kernel
 # `k3lite.kernels.situ`, fused SiLU-and-mul a Triton kernel of the same shape) and stores the result in
