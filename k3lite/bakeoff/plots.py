@@ -75,7 +75,7 @@ def final_cells(runs: dict, choices: dict | None = None, layers: str = "latest")
         by_cell.setdefault((record["task"], record["d_model"], record["mixer"]), []).append(record)
     chosen, hopeless = {}, set()
     for choice in (choices or {}).values():
-        sweep = (family(choice["source_task"]), choice["d_model"], choice["mixer"])
+        sweep = _sweep_of(choice)
         if choice.get("verdict") == "all at chance":
             hopeless.add(sweep)
         elif choice.get("choice") is not None:
@@ -193,9 +193,14 @@ def sweep_verdict(choices: dict, task: str, mixer: str, d_model: int = 64) -> st
     ``task``'s rate for ``mixer`` at ``d_model`` (its family's sweep: every MQAR task takes MQAR-16's); None while
     no choice is stored. ``choices``: ``store.load_choices``."""
     for choice in choices.values():
-        if (family(choice["source_task"]), choice["d_model"], choice["mixer"]) == (family(task), d_model, mixer):
+        if _sweep_of(choice) == (family(task), d_model, mixer):
             return choice.get("verdict")
     return None
+
+
+def _sweep_of(choice: dict) -> tuple[str, int, str]:
+    """The (task family, d_model, mixer) whose rate a stored choice decides."""
+    return family(choice["source_task"]), choice["d_model"], choice["mixer"]
 
 
 def print_sweep_table(runs: dict, cells: dict, task: str, mixers, *, steps: int, choices: dict, d_model: int = 64,
